@@ -1,0 +1,114 @@
+# Lifeline's build. `make help` lists the targets.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+GO       ?= go
+BIN      := $(CURDIR)/bin
+PROGRESS := $(CURDIR)/test/tools/progress.sh
+# Tests find the control-plane binaries here, whatever package they run in.
+export LIFELINE_BIN_DIR := $(BIN)
+
+# Pinned versions are read from the tools modules, so go.mod stays the one place that names them.
+modver = $(shell awk '{ m = ($$1 == "require") ? $$2 : $$1; v = ($$1 == "require") ? $$3 : $$2 } m == "$(2)" { print v; exit }' $(1)/go.mod)
+
+KUBE_VERSION := $(call modver,test/tools/kube,k8s.io/kubernetes)
+# go build does not stamp a version; the API server and kubectl report this one, as a release build would.
+KUBE_LDFLAGS := $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
+	-X $(pkg).gitVersion=$(KUBE_VERSION) -X $(pkg).gitMajor=$(word 1,$(subst ., ,$(KUBE_VERSION:v%=%))) \
+	-X $(pkg).gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION:v%=%))) -X $(pkg).gitTreeState=clean)
+KUBE_TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
+GEN_TOOLS  := $(BIN)/controller-gen $(BIN)/protoc-gen-go $(BIN)/staticcheck
+ALL_TOOLS  := $(KUBE_TOOLS) $(BIN)/etcd $(GEN_TOOLS) $(BIN)/kwok
+
+##@ Everyday
+
+.PHONY: help
+help: ## Show this list.
+	@awk 'BEGIN {FS = ":.*## "} /^##@/ {printf "\n%s\n", substr($$0, 5)} /^[a-z-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: demo
+demo: ## Run the demo (not available yet).
+	@echo "make demo: the demo needs the hollow edge node and the controllers, which are not built yet." >&2
+	@exit 1
+
+.PHONY: test
+test: lint verify-generated tools ## Everything CI runs: lint, generated-code check, unit and integration tests.
+	@echo "==> go test -race ./... (integration packages start their own control plane)"
+	$(GO) test -race -count=1 ./...
+
+.PHONY: test-unit
+test-unit: ## Unit tests only (no control plane).
+	$(GO) test -race -count=1 -short ./...
+
+.PHONY: test-integration
+test-integration: tools ## Integration tests against the real control plane (and the unit tests beside them).
+	$(GO) test -race -count=1 ./...
+
+.PHONY: bench
+bench: tools ## Benchmarks, each printed beside an anchor measured in the same run.
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+##@ Building
+
+.PHONY: build
+build: ## Compile every package.
+	$(GO) build ./...
+
+.PHONY: lint
+lint: $(BIN)/staticcheck ## gofmt, go vet and staticcheck.
+	@echo "==> gofmt"
+	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
+	@echo "==> go vet"
+	$(GO) vet ./...
+	@echo "==> staticcheck"
+	$(BIN)/staticcheck ./...
+
+# Everything `make generate` writes; verify-generated compares these paths with what git has.
+GENERATED := cloud/api deploy/crds
+
+.PHONY: generate
+generate: ## Regenerate deepcopy code, CRDs and protobuf code.
+	@echo "==> generate: nothing is generated yet"
+
+.PHONY: verify-generated
+verify-generated: generate ## Fail when generated files differ from what is committed.
+	@changed=$$(git status --porcelain --untracked-files=all -- $(GENERATED)); \
+	if [ -n "$$changed" ]; then echo "generated files are stale; run make generate and commit:"; echo "$$changed"; exit 1; fi
+
+##@ Tools (pinned in test/tools/*/go.mod, built into bin/)
+
+.PHONY: tools
+tools: $(ALL_TOOLS) ## Build the pinned tools that are missing or out of date.
+	@echo "==> tools up to date in bin/: $(notdir $(ALL_TOOLS))"
+
+$(KUBE_TOOLS) &: test/tools/kube/go.mod test/tools/kube/go.sum
+	@echo "==> building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl from k8s.io/kubernetes $(KUBE_VERSION) (cold: about 10 min on 2 cores)"
+	@cd test/tools/kube && $(PROGRESS) "kubernetes" $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $(BIN)/ k8s.io/kubernetes/cmd/kube-apiserver \
+		k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+	@touch $(KUBE_TOOLS)
+
+$(BIN)/etcd: test/tools/etcd/go.mod test/tools/etcd/go.sum test/tools/etcd/main.go
+	@echo "==> building etcd from go.etcd.io/etcd/server/v3 $(call modver,test/tools/etcd,go.etcd.io/etcd/server/v3)"
+	@cd test/tools/etcd && $(PROGRESS) "etcd" $(GO) build -o $@ .
+
+$(BIN)/controller-gen: test/tools/gen/go.mod test/tools/gen/go.sum
+	@echo "==> building controller-gen from sigs.k8s.io/controller-tools $(call modver,test/tools/gen,sigs.k8s.io/controller-tools)"
+	@cd test/tools/gen && $(PROGRESS) "controller-gen" $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+
+$(BIN)/protoc-gen-go: test/tools/gen/go.mod test/tools/gen/go.sum
+	@echo "==> building protoc-gen-go from google.golang.org/protobuf $(call modver,test/tools/gen,google.golang.org/protobuf)"
+	@cd test/tools/gen && $(PROGRESS) "protoc-gen-go" $(GO) build -o $@ google.golang.org/protobuf/cmd/protoc-gen-go
+
+$(BIN)/staticcheck: test/tools/gen/go.mod test/tools/gen/go.sum
+	@echo "==> building staticcheck from honnef.co/go/tools $(call modver,test/tools/gen,honnef.co/go/tools)"
+	@cd test/tools/gen && $(PROGRESS) "staticcheck" $(GO) build -o $@ honnef.co/go/tools/cmd/staticcheck
+
+$(BIN)/kwok: test/tools/kwok/go.mod test/tools/kwok/go.sum
+	@echo "==> building kwok from sigs.k8s.io/kwok $(call modver,test/tools/kwok,sigs.k8s.io/kwok)"
+	@cd test/tools/kwok && $(PROGRESS) "kwok" $(GO) build -o $@ sigs.k8s.io/kwok/cmd/kwok
+
+.PHONY: clean
+clean: ## Remove bin/.
+	rm -rf $(BIN)

@@ -1,0 +1,105 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// component is one control-plane binary running as a child process. Its output goes to a log file in the
+// instance's directory, so a failed test can point at it.
+type component struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	logFile *os.File
+	exited  chan struct{} // closed once the process has been reaped
+	waitErr error         // valid after exited is closed
+}
+
+// startComponent starts binary with args. The first component becomes the leader of a new process group and
+// every later one joins it (pgid != 0), so one signal reaches them all. Each child also gets SIGKILL when this
+// process dies, so a panic or a killed test binary leaves nothing behind.
+func startComponent(name, binary string, args []string, logDir string, pgid int) (*component, error) {
+	logPath := filepath.Join(logDir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("creating log file for %s: %w", name, err)
+	}
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting %s (%s): %w", name, binary, err)
+	}
+	c := &component{name: name, cmd: cmd, logPath: logPath, logFile: logFile, exited: make(chan struct{})}
+	go func() {
+		c.waitErr = cmd.Wait()
+		logFile.Close()
+		close(c.exited)
+	}()
+	return c, nil
+}
+
+// running reports an error naming the component and quoting the end of its log when it has exited.
+func (c *component) running() error {
+	select {
+	case <-c.exited:
+		return fmt.Errorf("%s exited (%v); last lines of %s:\n%s", c.name, c.waitErr, c.logPath, tail(c.logPath, 15))
+	default:
+		return nil
+	}
+}
+
+// stop asks the process to end and kills it after grace.
+func (c *component) stop(grace time.Duration) {
+	select {
+	case <-c.exited:
+		return
+	default:
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(grace):
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+	}
+}
+
+// tail returns the last n lines of a file, for error messages.
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	lines := strings.Split(string(bytes.TrimRight(data, "\n")), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "  " + strings.Join(lines, "\n  ")
+}
+
+// findBinary returns the path of name in dir, or an error that says how to get it.
+func findBinary(dir, name string) (string, error) {
+	path := filepath.Join(dir, name)
+	info, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("%s not found in %s: run `make tools` to build it", name, dir)
+	}
+	if err != nil {
+		return "", fmt.Errorf("looking for %s: %w", name, err)
+	}
+	if info.IsDir() || info.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%s is not an executable file", path)
+	}
+	return path, nil
+}
