@@ -69,8 +69,10 @@ lint: $(BIN)/staticcheck ## gofmt, go vet and staticcheck.
 GENERATED := cloud/api deploy/crds
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code, CRDs and protobuf code.
-	@echo "==> generate: nothing is generated yet"
+generate: $(BIN)/controller-gen ## Regenerate deepcopy code, CRDs and protobuf code.
+	@echo "==> controller-gen: deepcopy and CRDs"
+	$(BIN)/controller-gen object paths=./cloud/api/...
+	$(BIN)/controller-gen crd:generateEmbeddedObjectMeta=true paths=./cloud/api/... output:crd:artifacts:config=deploy/crds
 
 .PHONY: verify-generated
 verify-generated: generate ## Fail when generated files differ from what is committed.

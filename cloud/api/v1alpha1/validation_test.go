@@ -1,0 +1,289 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/fixtures"
+)
+
+var objectSeq atomic.Int32
+
+// fixtureObject loads the single object of a shared fixture under a fresh name.
+func fixtureObject(t *testing.T, file string) *unstructured.Unstructured {
+	t.Helper()
+	dir, err := fixtures.SednaDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := fixtures.Load(filepath.Join(dir, file), fixtures.DefaultVars)
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("loading %s: %d objects, %v", file, len(objs), err)
+	}
+	obj := objs[0]
+	obj.SetName(fmt.Sprintf("%s-%d", obj.GetName(), objectSeq.Add(1)))
+	return obj
+}
+
+func validJI(t *testing.T) *unstructured.Unstructured {
+	return fixtureObject(t, "jointinferenceservice_v1alpha1.yaml")
+}
+
+func validFL(t *testing.T) *unstructured.Unstructured {
+	return fixtureObject(t, "federatedlearningjob_v1alpha1.yaml")
+}
+
+// templatePaths lists the paths of every pod template in a JI or FL.
+func templatePaths(obj *unstructured.Unstructured) [][]string {
+	if obj.GetKind() == "JointInferenceService" {
+		return [][]string{{"spec", "edgeWorker", "template"}, {"spec", "cloudWorker", "template"}}
+	}
+	paths := [][]string{{"spec", "aggregationWorker", "template"}}
+	workers, _, _ := unstructured.NestedSlice(obj.Object, "spec", "trainingWorkers")
+	for i := range workers {
+		paths = append(paths, []string{"spec", "trainingWorkers", fmt.Sprint(i), "template"})
+	}
+	return paths
+}
+
+// setField sets value at path; a numeric element indexes a list.
+func setField(t *testing.T, obj *unstructured.Unstructured, value any, path ...string) {
+	t.Helper()
+	var cur any = obj.Object
+	for i, key := range path {
+		last := i == len(path)-1
+		switch c := cur.(type) {
+		case map[string]any:
+			if last {
+				c[key] = value
+				return
+			}
+			if _, ok := c[key]; !ok {
+				c[key] = map[string]any{}
+			}
+			cur = c[key]
+		case []any:
+			var idx int
+			if _, err := fmt.Sscan(key, &idx); err != nil || idx >= len(c) {
+				t.Fatalf("bad index %q in %v", key, path)
+			}
+			if last {
+				c[idx] = value
+				return
+			}
+			cur = c[idx]
+		default:
+			t.Fatalf("cannot descend into %T at %q of %v", cur, key, path)
+		}
+	}
+}
+
+func deleteField(obj *unstructured.Unstructured, path ...string) {
+	unstructured.RemoveNestedField(obj.Object, path...)
+}
+
+func create(t *testing.T, obj *unstructured.Unstructured) error {
+	t.Helper()
+	_, err := resourceFor(t, obj).Create(context.Background(), obj, metav1.CreateOptions{})
+	return err
+}
+
+func hpa(min, max int64) map[string]any {
+	return map[string]any{"minReplicas": min, "maxReplicas": max}
+}
+
+// TestAdmissionRules creates one object per rule: each is either accepted or rejected with a message that names
+// the field.
+func TestAdmissionRules(t *testing.T) {
+	cluster.SkipIfShort(t)
+	ns := newNamespace(t, "admission")
+	cases := []struct {
+		name    string
+		base    func(*testing.T) *unstructured.Unstructured
+		mutate  func(*testing.T, *unstructured.Unstructured)
+		wantErr string // empty: accepted
+	}{
+		{"JI as Sedna ships it", validJI, func(*testing.T, *unstructured.Unstructured) {}, ""},
+		{"FL as Sedna ships it", validFL, func(*testing.T, *unstructured.Unstructured) {}, ""},
+		{"FL with no training workers", validFL, func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, []any{}, "spec", "trainingWorkers")
+		}, "spec.trainingWorkers: Invalid value: 0: spec.trainingWorkers in body should have at least 1 items"},
+		{"FL without training workers", validFL, func(t *testing.T, o *unstructured.Unstructured) {
+			deleteField(o, "spec", "trainingWorkers")
+		}, "spec.trainingWorkers: Required value"},
+		{"JI edge model with an empty name", validJI, func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, "", "spec", "edgeWorker", "model", "name")
+		}, "spec.edgeWorker.model.name in body should be at least 1 chars long"},
+		{"JI cloud model with an empty name", validJI, func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, "", "spec", "cloudWorker", "model", "name")
+		}, "spec.cloudWorker.model.name in body should be at least 1 chars long"},
+		{"JI hard example mining with an empty name", validJI, func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, "", "spec", "edgeWorker", "hardExampleMining", "name")
+		}, "spec.edgeWorker.hardExampleMining.name in body should be at least 1 chars long"},
+		{"FL aggregator model with an empty name", validFL, func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, "", "spec", "aggregationWorker", "model", "name")
+		}, "spec.aggregationWorker.model.name in body should be at least 1 chars long"},
+		{"FL trainer dataset with an empty name", validFL, func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, "", "spec", "trainingWorkers", "1", "dataset", "name")
+		}, "spec.trainingWorkers[1].dataset.name in body should be at least 1 chars long"},
+		{"FL pretrained model with an empty name", validFL, func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, map[string]any{"name": ""}, "spec", "pretrainedModel")
+		}, "spec.pretrainedModel.name in body should be at least 1 chars long"},
+		{"JI edge hpa max equal to min", validJI, func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, hpa(2, 2), "spec", "edgeWorker", "hpa")
+		}, ""},
+		{"JI edge hpa max below min", validJI, func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, hpa(3, 2), "spec", "edgeWorker", "hpa")
+		}, "spec.edgeWorker.hpa.maxReplicas: Invalid value: must be greater than or equal to minReplicas"},
+		{"JI cloud hpa max below min", validJI, func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, hpa(5, 1), "spec", "cloudWorker", "hpa")
+		}, "spec.cloudWorker.hpa.maxReplicas: Invalid value: must be greater than or equal to minReplicas"},
+		{"JI cloud hpa without minReplicas", validJI, func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, map[string]any{"maxReplicas": int64(3)}, "spec", "cloudWorker", "hpa")
+		}, ""},
+		{"JI edge template with no containers", validJI, func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, []any{}, "spec", "edgeWorker", "template", "spec", "containers")
+		}, "spec.edgeWorker.template.spec.containers: Invalid value: must list at least one container"},
+		{"JI cloud template with no pod spec", validJI, func(t *testing.T, o *unstructured.Unstructured) {
+			deleteField(o, "spec", "cloudWorker", "template", "spec")
+		}, "spec.cloudWorker.template.spec.containers: Invalid value: must list at least one container"},
+		{"FL aggregator template with no containers", validFL, func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, []any{}, "spec", "aggregationWorker", "template", "spec", "containers")
+		}, "spec.aggregationWorker.template.spec.containers: Invalid value: must list at least one container"},
+		{"FL trainer template with no containers", validFL, func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, []any{}, "spec", "trainingWorkers", "0", "template", "spec", "containers")
+		}, "spec.trainingWorkers[0].template.spec.containers: Invalid value: must list at least one container"},
+		{"FL run policy with an unknown trainer completion policy", validFL, func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, map[string]any{"trainersOnCompletion": "Linger"}, "spec", "runPolicy")
+		}, `spec.runPolicy.trainersOnCompletion: Unsupported value: "Linger": supported values: "Stop", "Wait"`},
+		{"JI offline policy with an unknown action", validJI, func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, map[string]any{"action": "Reboot"}, "spec", "edgeWorker", "offlinePolicy")
+		}, `spec.edgeWorker.offlinePolicy.action: Unsupported value: "Reboot": supported values: "Restart", "None"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := tc.base(t)
+			obj.SetNamespace(ns)
+			tc.mutate(t, obj)
+			err := create(t, obj)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("rejected: %v", err)
+			case tc.wantErr != "" && err == nil:
+				t.Fatalf("accepted, want rejection with %q", tc.wantErr)
+			case tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr):
+				t.Fatalf("rejected with\n  %v\nwant a message containing\n  %s", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestFederatedLearningJobSpecIsImmutable edits a created FL job: its workers cannot change, its run policy can.
+func TestFederatedLearningJobSpecIsImmutable(t *testing.T) {
+	cluster.SkipIfShort(t)
+	ns := newNamespace(t, "immutable")
+	immutable := func(field string) string {
+		return field + " is immutable: delete and re-create the FederatedLearningJob to change it"
+	}
+	cases := []struct {
+		name    string
+		edit    func(*testing.T, *unstructured.Unstructured)
+		wantErr string
+	}{
+		{"trainer template env", func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, []any{map[string]any{"name": "epochs", "value": "5"}},
+				"spec", "trainingWorkers", "0", "template", "spec", "containers", "0", "env")
+		}, immutable("spec.trainingWorkers")},
+		{"trainer dataset", func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, "other-dataset", "spec", "trainingWorkers", "1", "dataset", "name")
+		}, immutable("spec.trainingWorkers")},
+		{"trainer removed", func(t *testing.T, o *unstructured.Unstructured) {
+			workers, _, _ := unstructured.NestedSlice(o.Object, "spec", "trainingWorkers")
+			setField(t, o, workers[:1], "spec", "trainingWorkers")
+		}, immutable("spec.trainingWorkers")},
+		{"trainer template labels", func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, map[string]any{"labels": map[string]any{"a": "b"}}, "spec", "trainingWorkers", "0", "template", "metadata")
+		}, immutable("spec.trainingWorkers")},
+		{"aggregator image", func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, "agg:v2", "spec", "aggregationWorker", "template", "spec", "containers", "0", "image")
+		}, immutable("spec.aggregationWorker")},
+		{"aggregator model", func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, "other-model", "spec", "aggregationWorker", "model", "name")
+		}, immutable("spec.aggregationWorker")},
+		{"pretrained model added", func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, map[string]any{"name": "late"}, "spec", "pretrainedModel")
+		}, immutable("spec.pretrainedModel")},
+		{"transmitter added", func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, map[string]any{"ws": map[string]any{}}, "spec", "transmitter")
+		}, immutable("spec.transmitter")},
+		{"backoff limit", func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, int64(9), "spec", "runPolicy", "backoffLimit")
+		}, ""},
+		{"active deadline and TTL", func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, int64(3600), "spec", "runPolicy", "activeDeadlineSeconds")
+			setField(t, o, int64(60), "spec", "runPolicy", "ttlSecondsAfterFinished")
+		}, ""},
+		{"job labels", func(t *testing.T, o *unstructured.Unstructured) {
+			o.SetLabels(map[string]string{"team": "vision"})
+		}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := validFL(t)
+			obj.SetNamespace(ns)
+			if err := create(t, obj); err != nil {
+				t.Fatalf("creating: %v", err)
+			}
+			current, err := resourceFor(t, obj).Get(context.Background(), obj.GetName(), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.edit(t, current)
+			_, err = resourceFor(t, current).Update(context.Background(), current, metav1.UpdateOptions{})
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("edit rejected: %v", err)
+			case tc.wantErr != "" && err == nil:
+				t.Fatalf("edit accepted, want rejection with %q", tc.wantErr)
+			case tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr):
+				t.Fatalf("edit rejected with\n  %v\nwant a message containing\n  %s", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestJointInferenceServiceTemplateIsEditable: a JI is a long-running service, edited in place like a Deployment.
+func TestJointInferenceServiceTemplateIsEditable(t *testing.T) {
+	cluster.SkipIfShort(t)
+	ns := newNamespace(t, "ji-edit")
+	obj := validJI(t)
+	obj.SetNamespace(ns)
+	if err := create(t, obj); err != nil {
+		t.Fatal(err)
+	}
+	current, err := resourceFor(t, obj).Get(context.Background(), obj.GetName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setField(t, current, "little:v2", "spec", "edgeWorker", "template", "spec", "containers", "0", "image")
+	setField(t, current, "big-model-v2", "spec", "cloudWorker", "model", "name")
+	updated, err := resourceFor(t, current).Update(context.Background(), current, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("editing the JI: %v", err)
+	}
+	image, _, _ := unstructured.NestedSlice(updated.Object, "spec", "edgeWorker", "template", "spec", "containers")
+	if got := image[0].(map[string]any)["image"]; got != "little:v2" {
+		t.Errorf("edge image after edit = %v, want little:v2", got)
+	}
+	if updated.GetGeneration() != 2 {
+		t.Errorf("generation after one spec edit = %d, want 2", updated.GetGeneration())
+	}
+}
