@@ -46,15 +46,20 @@ test-unit: ## Unit tests only (no control plane).
 test-integration: tools ## Integration tests against the real control plane (and the unit tests beside them).
 	$(GO) test -race -count=1 ./...
 
+# Packages that hold benchmarks; each starts its own control plane.
+BENCH_PKGS := ./cloud/jointinference/
+
 .PHONY: bench
 bench: tools ## Benchmarks, each printed beside an anchor measured in the same run.
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+	@echo "==> benchmarks (each package starts a control plane first)"
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
 
 ##@ Building
 
 .PHONY: build
-build: ## Compile every package.
+build: ## Compile every package and the binaries into bin/.
 	$(GO) build ./...
+	$(GO) build -o $(BIN)/ ./cmd/...
 
 .PHONY: lint
 lint: $(BIN)/staticcheck ## gofmt, go vet and staticcheck.

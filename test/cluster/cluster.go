@@ -70,6 +70,11 @@ type Options struct {
 	// tests of disconnection do not wait for the upstream five.
 	NodeMonitorPeriod time.Duration
 
+	// CRDDirs are directories of CustomResourceDefinition YAML installed once the API server is ready and
+	// before kube-controller-manager starts, as in a cluster where the CRDs predate the workload: the garbage
+	// collector then watches their kinds from the start instead of after its next discovery resync.
+	CRDDirs []string
+
 	// WithoutScheduler and WithoutControllerManager leave those components out.
 	WithoutScheduler, WithoutControllerManager bool
 
@@ -191,6 +196,12 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		return nil, err
 	}
 	step("kube-apiserver ready on %s", cp.APIServerURL)
+	for _, dir := range opts.CRDDirs {
+		if err := InstallCRDs(ctx, cp.Config, dir); err != nil {
+			return nil, err
+		}
+		step("CRDs of %s established", dir)
+	}
 
 	if !opts.WithoutControllerManager {
 		kcm, err := p.clientCert("system:kube-controller-manager")

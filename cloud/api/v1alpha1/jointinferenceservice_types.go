@@ -16,6 +16,7 @@ import (
 // +kubebuilder:printcolumn:name="Edge",type=string,JSONPath=`.status.edgeReady`,description="ready/desired edge workers"
 // +kubebuilder:printcolumn:name="Cloud",type=string,JSONPath=`.status.cloudReady`,description="ready/desired cloud workers"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 53",message="metadata.name must be at most 53 characters: it is part of the workers' label values (at most 63)"
 type JointInferenceService struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -1,7 +1,7 @@
 package v1alpha1_test
 
 import (
-	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -19,16 +19,17 @@ var (
 // TestMain starts an API server alone, with Lifeline's CRDs installed: admission and CRD validation are all
 // these tests need.
 func TestMain(m *testing.M) {
-	os.Exit(cluster.RunTests(m, cluster.Options{WithoutControllerManager: true, WithoutScheduler: true},
-		func(cp *cluster.ControlPlane) error {
-			controlPlane = cp
-			root, err := cluster.RepoRoot()
-			if err != nil {
-				return err
-			}
-			if dyn, err = dynamic.NewForConfig(cp.Config); err != nil {
-				return err
-			}
-			return cluster.InstallCRDs(context.Background(), cp.Config, filepath.Join(root, "deploy", "crds"))
-		}))
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	opts := cluster.Options{WithoutControllerManager: true, WithoutScheduler: true,
+		CRDDirs: []string{filepath.Join(root, "deploy", "crds")}}
+	os.Exit(cluster.RunTests(m, opts, func(cp *cluster.ControlPlane) error {
+		controlPlane = cp
+		var err error
+		dyn, err = dynamic.NewForConfig(cp.Config)
+		return err
+	}))
 }

@@ -164,6 +164,12 @@ func TestAdmissionRules(t *testing.T) {
 		{"FL run policy with an unknown trainer completion policy", validFL, func(t *testing.T, o *unstructured.Unstructured) {
 			setField(t, o, map[string]any{"trainersOnCompletion": "Linger"}, "spec", "runPolicy")
 		}, `spec.runPolicy.trainersOnCompletion: Unsupported value: "Linger": supported values: "Stop", "Wait"`},
+		{"JI with a 53-character name", validJI, func(t *testing.T, o *unstructured.Unstructured) {
+			o.SetName(strings.Repeat("a", 53))
+		}, ""},
+		{"JI with a 54-character name", validJI, func(t *testing.T, o *unstructured.Unstructured) {
+			o.SetName(strings.Repeat("b", 54))
+		}, "metadata.name must be at most 53 characters"},
 		{"JI offline policy with an unknown action", validJI, func(t *testing.T, o *unstructured.Unstructured) {
 			setField(t, o, map[string]any{"action": "Reboot"}, "spec", "edgeWorker", "offlinePolicy")
 		}, `spec.edgeWorker.offlinePolicy.action: Unsupported value: "Reboot": supported values: "Restart", "None"`},

@@ -1,0 +1,502 @@
+package jointinference_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/jointinference"
+	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/fixtures"
+)
+
+const (
+	readyWithin    = 30 * time.Second
+	reconcileBound = 10 * time.Second // generous bound for one reconcile on a loaded 2-core machine
+)
+
+var jiFixtures = []string{
+	"jointinferenceservice_v1alpha1.yaml",
+	"helmet_detection_inference.yaml",
+	"answer_generation_inference.yaml",
+	"jointinference_hpa.yaml",
+}
+
+func newNamespace(t testing.TB) string {
+	t.Helper()
+	ns, err := kube.CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ji-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func createModel(t testing.TB, ns, name, url string) *v1alpha1.Model {
+	t.Helper()
+	m := &v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.ModelSpec{URL: url, Format: "pb"}}
+	if err := k8s.Create(context.Background(), m); err != nil {
+		t.Fatalf("creating model %s: %v", name, err)
+	}
+	return m
+}
+
+// loadJI reads a shared fixture into namespace ns.
+func loadJI(t testing.TB, file, ns string) *v1alpha1.JointInferenceService {
+	t.Helper()
+	dir, err := fixtures.SednaDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := fixtures.Load(filepath.Join(dir, file), fixtures.DefaultVars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ji := &v1alpha1.JointInferenceService{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs[0].Object, ji); err != nil {
+		t.Fatal(err)
+	}
+	ji.Namespace = ns
+	return ji
+}
+
+// createService creates the JI of a fixture with its Models, in a new namespace.
+func createService(t testing.TB, file string) *v1alpha1.JointInferenceService {
+	t.Helper()
+	ns := newNamespace(t)
+	ji := loadJI(t, file, ns)
+	createModel(t, ns, ji.Spec.EdgeWorker.Model.Name, "/models/little.pb")
+	createModel(t, ns, ji.Spec.CloudWorker.Model.Name, "/models/big.pb")
+	if err := k8s.Create(context.Background(), ji); err != nil {
+		t.Fatalf("creating %s: %v", ji.Name, err)
+	}
+	return ji
+}
+
+func readyCondition(ji *v1alpha1.JointInferenceService) *metav1.Condition {
+	return meta.FindStatusCondition(ji.Status.Conditions, jointinference.ConditionReady)
+}
+
+// waitReady waits for Ready=True at the service's current generation.
+func waitReady(t *testing.T, ji *v1alpha1.JointInferenceService) *v1alpha1.JointInferenceService {
+	t.Helper()
+	got := &v1alpha1.JointInferenceService{}
+	eventually(t, readyWithin, ji.Name+" to be Ready", func(ctx context.Context) (bool, error) {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(ji), got); err != nil {
+			return false, err
+		}
+		c := readyCondition(got)
+		if c == nil {
+			return false, fmt.Errorf("no Ready condition")
+		}
+		if c.Status != metav1.ConditionTrue || got.Status.ObservedGeneration != got.Generation {
+			return false, fmt.Errorf("Ready=%s %s: %s", c.Status, c.Reason, c.Message)
+		}
+		return true, nil
+	})
+	return got
+}
+
+func deployment(t *testing.T, ji *v1alpha1.JointInferenceService, workerType string) *appsv1.Deployment {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ji.Namespace,
+		Name: jointinference.DeploymentName(ji.Name, workerType)}, d); err != nil {
+		t.Fatalf("reading %s deployment: %v", workerType, err)
+	}
+	return d
+}
+
+func containerEnv(c corev1.Container) map[string]string {
+	m := map[string]string{}
+	for _, e := range c.Env {
+		m[e.Name] = e.Value
+	}
+	return m
+}
+
+func TestFixturesReachTheirChildren(t *testing.T) {
+	cluster.SkipIfShort(t)
+	for _, file := range jiFixtures {
+		t.Run(file, func(t *testing.T) {
+			ji := createService(t, file)
+			got := waitReady(t, ji)
+			if got.Status.EdgeReady != "1/1" || got.Status.CloudReady != "1/1" || got.Status.StartTime == nil {
+				t.Errorf("status edge=%q cloud=%q start=%v", got.Status.EdgeReady, got.Status.CloudReady, got.Status.StartTime)
+			}
+			edge, cloud := deployment(t, ji, "edge"), deployment(t, ji, "cloud")
+			edgeEnv := containerEnv(edge.Spec.Template.Spec.Containers[0])
+			for k, want := range map[string]string{
+				contract.EnvNamespace: ji.Namespace, contract.EnvServiceName: ji.Name, contract.EnvWorkerName: edge.Name,
+				contract.EnvBigModelIP: ji.Name + "-cloud." + ji.Namespace, contract.EnvBigModelPort: "5000",
+				contract.EnvHEMName: ji.Spec.EdgeWorker.HardExampleMining.Name, contract.EnvLCServer: contract.DefaultLCServer,
+				contract.EnvModelURL: "/home/data/models/little.pb",
+			} {
+				if edgeEnv[k] != want {
+					t.Errorf("edge env %s = %q, want %q", k, edgeEnv[k], want)
+				}
+			}
+			if env := containerEnv(cloud.Spec.Template.Spec.Containers[0]); env[contract.EnvBigModelBindPort] != "5000" ||
+				env[contract.EnvModelURL] != "/home/data/models/big.pb" {
+				t.Errorf("cloud env = %v", env)
+			}
+			svc := &corev1.Service{}
+			if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ji.Namespace, Name: ji.Name + "-cloud"}, svc); err != nil {
+				t.Fatalf("cloud service: %v", err)
+			}
+			if p := svc.Spec.Ports[0]; p.Name != "tcp-0" || p.Port != 5000 {
+				t.Errorf("service port = %+v", p)
+			}
+			hpas := &autoscalingv2.HorizontalPodAutoscalerList{}
+			if err := k8s.List(context.Background(), hpas, client.InNamespace(ji.Namespace)); err != nil {
+				t.Fatal(err)
+			}
+			wantHPAs := 0
+			if ji.Spec.EdgeWorker.HPA != nil {
+				wantHPAs = 2
+			}
+			if len(hpas.Items) != wantHPAs {
+				t.Errorf("HPAs = %d, want %d", len(hpas.Items), wantHPAs)
+			}
+			// The pods the Deployment controller made carry the contract, the edge one the disconnection tolerations.
+			pods := &corev1.PodList{}
+			if err := k8s.List(context.Background(), pods, client.InNamespace(ji.Namespace),
+				client.MatchingLabels{contract.RoleLabel: "edge"}); err != nil || len(pods.Items) == 0 {
+				t.Fatalf("edge pods: %d, %v", len(pods.Items), err)
+			}
+			assertUnboundedTolerations(t, &pods.Items[0])
+			if len(got.Status.Workers) != 2 {
+				t.Errorf("status.workers = %+v, want one entry per worker pod", got.Status.Workers)
+			}
+		})
+	}
+}
+
+func assertUnboundedTolerations(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	for _, taint := range []string{contract.TaintUnreachable, contract.TaintNotReady} {
+		ok := false
+		for _, tol := range pod.Spec.Tolerations {
+			if tol.Key == taint && tol.Effect == corev1.TaintEffectNoExecute && tol.TolerationSeconds == nil {
+				ok = true
+			}
+		}
+		if !ok {
+			t.Errorf("pod %s tolerates %s only for a while: %+v", pod.Name, taint, pod.Spec.Tolerations)
+		}
+	}
+}
+
+// TestDeletedChildrenComeBack deletes each kind of child and expects it back, new, from the current spec.
+func TestDeletedChildrenComeBack(t *testing.T) {
+	cluster.SkipIfShort(t)
+	ji := createService(t, "jointinference_hpa.yaml")
+	waitReady(t, ji)
+	children := []client.Object{
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: jointinference.DeploymentName(ji.Name, "edge")}},
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: jointinference.DeploymentName(ji.Name, "cloud")}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: jointinference.ServiceName(ji.Name)}},
+		&autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Name: jointinference.HPAName(jointinference.DeploymentName(ji.Name, "edge"))}},
+	}
+	for _, child := range children {
+		kind := fmt.Sprintf("%T", child)
+		t.Run(kind+"/"+child.GetName(), func(t *testing.T) {
+			child.SetNamespace(ji.Namespace)
+			key := client.ObjectKeyFromObject(child)
+			if err := k8s.Get(context.Background(), key, child); err != nil {
+				t.Fatal(err)
+			}
+			oldUID := child.GetUID()
+			if err := k8s.Delete(context.Background(), child); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, reconcileBound, "a new "+child.GetName(), func(ctx context.Context) (bool, error) {
+				if err := k8s.Get(ctx, key, child); err != nil {
+					return false, err
+				}
+				return child.GetUID() != oldUID && metav1.IsControlledBy(child, ji), nil
+			})
+		})
+	}
+	waitReady(t, ji)
+}
+
+// TestTemplateEditRollsTheWorker edits the edge template and expects a new ReplicaSet whose pod has the edit.
+func TestTemplateEditRollsTheWorker(t *testing.T) {
+	cluster.SkipIfShort(t)
+	ji := createService(t, "helmet_detection_inference.yaml")
+	ji = waitReady(t, ji)
+	ji.Spec.EdgeWorker.Template.Spec.Containers[0].Env = append(ji.Spec.EdgeWorker.Template.Spec.Containers[0].Env,
+		corev1.EnvVar{Name: "threshold", Value: "0.7"})
+	if err := k8s.Update(context.Background(), ji); err != nil {
+		t.Fatal(err)
+	}
+	assertRolledOut(t, ji, "edge", "threshold", "0.7")
+	waitReady(t, ji)
+}
+
+// assertRolledOut waits for a running pod of the worker whose container has env name=value, from a second
+// ReplicaSet of the worker's Deployment.
+func assertRolledOut(t *testing.T, ji *v1alpha1.JointInferenceService, workerType, name, value string) {
+	t.Helper()
+	eventually(t, readyWithin, fmt.Sprintf("a %s pod with %s=%s", workerType, name, value), func(ctx context.Context) (bool, error) {
+		rss := &appsv1.ReplicaSetList{}
+		if err := k8s.List(ctx, rss, client.InNamespace(ji.Namespace), client.MatchingLabels{
+			contract.LabelPrefix(jointinference.Kind) + "worker-type": workerType}); err != nil {
+			return false, err
+		}
+		if len(rss.Items) < 2 {
+			return false, fmt.Errorf("%d ReplicaSets", len(rss.Items))
+		}
+		pods := &corev1.PodList{}
+		if err := k8s.List(ctx, pods, client.InNamespace(ji.Namespace), client.MatchingLabels{contract.RoleLabel: workerType}); err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && containerEnv(p.Spec.Containers[0])[name] == value {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("%d pods, none running with the edit", len(pods.Items))
+	})
+}
+
+func TestEditWhileControllerIsDownIsAppliedOnStart(t *testing.T) {
+	cluster.SkipIfShort(t)
+	ji := createService(t, "jointinferenceservice_v1alpha1.yaml")
+	ji = waitReady(t, ji)
+	withControllerStopped(t, func() {
+		ji.Spec.CloudWorker.Template.Spec.Containers[0].Env = append(ji.Spec.CloudWorker.Template.Spec.Containers[0].Env,
+			corev1.EnvVar{Name: "batch", Value: "8"})
+		if err := k8s.Update(context.Background(), ji); err != nil {
+			t.Fatal(err)
+		}
+	})
+	assertRolledOut(t, ji, "cloud", "batch", "8")
+}
+
+func TestModelEditRollsItsWorkers(t *testing.T) {
+	cluster.SkipIfShort(t)
+	ji := createService(t, "helmet_detection_inference.yaml")
+	waitReady(t, ji)
+	m := &v1alpha1.Model{}
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ji.Namespace, Name: ji.Spec.EdgeWorker.Model.Name}, m); err != nil {
+		t.Fatal(err)
+	}
+	m.Spec.URL = "/models/v2/little.pb"
+	if err := k8s.Update(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	assertRolledOut(t, ji, "edge", contract.EnvModelURL, "/home/data/models/v2/little.pb")
+}
+
+func TestMissingModelIsReportedThenResolved(t *testing.T) {
+	cluster.SkipIfShort(t)
+	ns := newNamespace(t)
+	ji := loadJI(t, "helmet_detection_inference.yaml", ns)
+	createModel(t, ns, ji.Spec.CloudWorker.Model.Name, "/models/big.pb")
+	if err := k8s.Create(context.Background(), ji); err != nil {
+		t.Fatal(err)
+	}
+	got := &v1alpha1.JointInferenceService{}
+	eventually(t, reconcileBound, "Ready=False ModelNotFound", func(ctx context.Context) (bool, error) {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(ji), got); err != nil {
+			return false, err
+		}
+		c := readyCondition(got)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == jointinference.ReasonModelNotFound &&
+			strings.Contains(c.Message, ji.Spec.EdgeWorker.Model.Name), nil
+	})
+	createModel(t, ns, ji.Spec.EdgeWorker.Model.Name, "/models/little.pb")
+	waitReady(t, ji)
+}
+
+// TestDeletionCascades deletes a service both ways and expects every child, down to the pods, gone.
+func TestDeletionCascades(t *testing.T) {
+	cluster.SkipIfShort(t)
+	for _, policy := range []metav1.DeletionPropagation{metav1.DeletePropagationBackground, metav1.DeletePropagationForeground} {
+		t.Run(string(policy), func(t *testing.T) {
+			ji := createService(t, "jointinference_hpa.yaml")
+			waitReady(t, ji)
+			if err := k8s.Delete(context.Background(), ji, client.PropagationPolicy(policy)); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, readyWithin, "every child gone", func(ctx context.Context) (bool, error) {
+				left := []string{}
+				for _, list := range []client.ObjectList{&appsv1.DeploymentList{}, &appsv1.ReplicaSetList{}, &corev1.PodList{},
+					&corev1.ServiceList{}, &autoscalingv2.HorizontalPodAutoscalerList{}, &v1alpha1.JointInferenceServiceList{}} {
+					if err := k8s.List(ctx, list, client.InNamespace(ji.Namespace)); err != nil {
+						return false, err
+					}
+					if n := meta.LenList(list); n > 0 {
+						left = append(left, fmt.Sprintf("%d %T", n, list))
+					}
+				}
+				if len(left) > 0 {
+					return false, fmt.Errorf("left: %v", left)
+				}
+				return true, nil
+			})
+		})
+	}
+}
+
+func TestRecreatingTheSameNameRightAfterDeletionWorks(t *testing.T) {
+	cluster.SkipIfShort(t)
+	ji := createService(t, "helmet_detection_inference.yaml")
+	waitReady(t, ji)
+	oldUID := ji.UID
+	if err := k8s.Delete(context.Background(), ji); err != nil {
+		t.Fatal(err)
+	}
+	again := loadJI(t, "helmet_detection_inference.yaml", ji.Namespace)
+	eventually(t, reconcileBound, "re-creating "+ji.Name, func(ctx context.Context) (bool, error) {
+		err := k8s.Create(ctx, again)
+		return err == nil, err
+	})
+	got := waitReady(t, again)
+	if got.UID == oldUID {
+		t.Fatal("the service was never deleted")
+	}
+	for _, wt := range []string{"edge", "cloud"} {
+		if d := deployment(t, again, wt); !metav1.IsControlledBy(d, got) {
+			t.Errorf("%s deployment is not owned by the new service: %+v", wt, d.OwnerReferences)
+		}
+	}
+}
+
+func TestNameConflictIsReportedAndTheForeignObjectLeftAlone(t *testing.T) {
+	cluster.SkipIfShort(t)
+	ns := newNamespace(t)
+	ji := loadJI(t, "helmet_detection_inference.yaml", ns)
+	foreign := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: jointinference.ServiceName(ji.Name)},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "someone-else"},
+			Ports: []corev1.ServicePort{{Port: 80}}},
+	}
+	if err := k8s.Create(context.Background(), foreign); err != nil {
+		t.Fatal(err)
+	}
+	createModel(t, ns, ji.Spec.EdgeWorker.Model.Name, "/models/little.pb")
+	createModel(t, ns, ji.Spec.CloudWorker.Model.Name, "/models/big.pb")
+	if err := k8s.Create(context.Background(), ji); err != nil {
+		t.Fatal(err)
+	}
+	got := &v1alpha1.JointInferenceService{}
+	eventually(t, reconcileBound, "Ready=False NameConflict", func(ctx context.Context) (bool, error) {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(ji), got); err != nil {
+			return false, err
+		}
+		c := readyCondition(got)
+		return c != nil && c.Reason == jointinference.ReasonNameConflict && strings.Contains(c.Message, foreign.Name), nil
+	})
+	after := &corev1.Service{}
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(foreign), after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Spec.Selector["app"] != "someone-else" || len(after.OwnerReferences) != 0 || after.Spec.Ports[0].Port != 80 {
+		t.Errorf("foreign service was changed: %+v", after)
+	}
+	eventually(t, reconcileBound, "a NameConflict event", func(ctx context.Context) (bool, error) {
+		evs, err := kube.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == jointinference.ReasonNameConflict && e.Regarding.Name == ji.Name {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// TestSednaChildrenAreAdoptedWithoutRestart makes the children the way Sedna does, with the controller down,
+// then starts it: the running pod must stay.
+func TestSednaChildrenAreAdoptedWithoutRestart(t *testing.T) {
+	cluster.SkipIfShort(t)
+	ns := newNamespace(t)
+	ji := loadJI(t, "helmet_detection_inference.yaml", ns)
+	createModel(t, ns, ji.Spec.EdgeWorker.Model.Name, "/models/little.pb")
+	createModel(t, ns, ji.Spec.CloudWorker.Model.Name, "/models/big.pb")
+	var podUIDs []types.UID
+	withControllerStopped(t, func() {
+		if err := k8s.Create(context.Background(), ji); err != nil {
+			t.Fatal(err)
+		}
+		for _, wt := range []string{"edge", "cloud"} {
+			d := sednaDeployment(ji, wt)
+			if err := k8s.Create(context.Background(), d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eventually(t, readyWithin, "Sedna's pods running", func(ctx context.Context) (bool, error) {
+			pods := &corev1.PodList{}
+			if err := k8s.List(ctx, pods, client.InNamespace(ns)); err != nil {
+				return false, err
+			}
+			podUIDs = nil
+			for _, p := range pods.Items {
+				if p.Status.Phase == corev1.PodRunning {
+					podUIDs = append(podUIDs, p.UID)
+				}
+			}
+			return len(podUIDs) == 2, nil
+		})
+	})
+	waitReady(t, ji)
+	for _, wt := range []string{"edge", "cloud"} {
+		if d := deployment(t, ji, wt); d.Annotations[jointinference.TemplateHashAnnotation] == "" {
+			t.Errorf("%s deployment not adopted", wt)
+		}
+	}
+	pods := &corev1.PodList{}
+	if err := k8s.List(context.Background(), pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 2 || !containsUID(podUIDs, pods.Items[0].UID) || !containsUID(podUIDs, pods.Items[1].UID) {
+		t.Errorf("pods after adoption differ from Sedna's: had %v, now %d pods", podUIDs, len(pods.Items))
+	}
+}
+
+func containsUID(uids []types.UID, uid types.UID) bool {
+	for _, u := range uids {
+		if u == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// sednaDeployment is a worker Deployment as Sedna's controller makes it: same name, labels and selector, a
+// controller reference to the service, no Lifeline annotation.
+func sednaDeployment(ji *v1alpha1.JointInferenceService, workerType string) *appsv1.Deployment {
+	labels := contract.Labels(jointinference.Kind, ji.Name, ji.UID, workerType)
+	labels["app.sedna.io"] = ji.Name + "-" + strings.ToUpper(workerType[:1]) + workerType[1:] + "-svc"
+	tmpl := ji.Spec.CloudWorker.Template.DeepCopy()
+	if workerType == "edge" {
+		tmpl = ji.Spec.EdgeWorker.Template.DeepCopy()
+	}
+	tmpl.Labels = labels
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: ji.Namespace, Name: jointinference.DeploymentName(ji.Name, workerType), Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(ji, v1alpha1.GroupVersion.WithKind(jointinference.Kind))},
+		},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: *tmpl},
+	}
+}

@@ -1,0 +1,287 @@
+package jointinference
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+)
+
+// Reconciler keeps each JointInferenceService's children equal to what its spec renders to.
+type Reconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	// LCServer is the LC_SERVER handed to edge workers: the node-local report endpoint.
+	LCServer string
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Event reasons, stable for alerting.
+const (
+	ReasonSuccessfulCreate = "SuccessfulCreate"
+	ReasonSuccessfulUpdate = "SuccessfulUpdate"
+	ReasonSuccessfulDelete = "SuccessfulDelete"
+	ReasonAdopted          = "Adopted"
+	ReasonNameConflict     = "NameConflict"
+	ReasonModelNotFound    = "ModelNotFound"
+	ReasonSecretNotFound   = "SecretNotFound"
+	ReasonInvalidSpec      = "InvalidSpec"
+)
+
+// staleRequeue is how soon a reconcile runs again after it removed a child left by an earlier service of the
+// same name, so the child's deletion has reached the cache.
+const staleRequeue = 200 * time.Millisecond
+
+// Reconcile runs one level-triggered pass: read the service and its inputs, render the children, make the
+// cluster match, then write status once.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ji := &v1alpha1.JointInferenceService{}
+	if err := r.Get(ctx, req.NamespacedName, ji); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if ji.DeletionTimestamp != nil {
+		// The garbage collector removes the children; creating any now would race it.
+		return ctrl.Result{}, nil
+	}
+
+	in, blocked := r.readInputs(ctx, ji)
+	want := desiredChildren{service: renderCloudService(ji)}
+	if blocked == nil {
+		var err error
+		if want, err = render(in); err != nil {
+			blocked = &problem{reason: ReasonInvalidSpec, message: err.Error()}
+			want = desiredChildren{service: renderCloudService(ji)}
+		}
+	}
+
+	outcome, err := r.syncChildren(ctx, ji, want)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.writeStatus(ctx, ji, blocked, outcome); err != nil {
+		return ctrl.Result{}, err
+	}
+	if outcome.removedStale {
+		return ctrl.Result{RequeueAfter: staleRequeue}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// problem is why the workers cannot be rendered now; it is reported in the Ready condition and retried when
+// the missing input appears.
+type problem struct {
+	reason, message string
+}
+
+// readInputs reads the Models the service names and the Secrets those name.
+func (r *Reconciler) readInputs(ctx context.Context, ji *v1alpha1.JointInferenceService) (inputs, *problem) {
+	in := inputs{ji: ji, secrets: map[string]*corev1.Secret{}, lcServer: r.LCServer}
+	for _, ref := range []struct {
+		name string
+		into **v1alpha1.Model
+	}{{ji.Spec.EdgeWorker.Model.Name, &in.edgeModel}, {ji.Spec.CloudWorker.Model.Name, &in.cloudModel}} {
+		m := &v1alpha1.Model{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: ji.Namespace, Name: ref.name}, m); err != nil {
+			return in, &problem{reason: ReasonModelNotFound, message: fmt.Sprintf("Model %s: %v", ref.name, err)}
+		}
+		*ref.into = m
+		if m.Spec.CredentialName == "" {
+			continue
+		}
+		s := &corev1.Secret{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: ji.Namespace, Name: m.Spec.CredentialName}, s); err != nil {
+			return in, &problem{reason: ReasonSecretNotFound,
+				message: fmt.Sprintf("Secret %s of Model %s: %v", m.Spec.CredentialName, m.Name, err)}
+		}
+		in.secrets[s.Name] = s
+	}
+	return in, nil
+}
+
+// desiredChildren is what a service should own. A nil HPA means none should exist under that name.
+type desiredChildren struct {
+	deployments []*appsv1.Deployment
+	service     *corev1.Service
+	hpas        map[string]*autoscalingv2.HorizontalPodAutoscaler
+}
+
+func render(in inputs) (desiredChildren, error) {
+	cloud, err := renderCloudDeployment(in)
+	if err != nil {
+		return desiredChildren{}, fmt.Errorf("cloud worker: %w", err)
+	}
+	edge, err := renderEdgeDeployment(in)
+	if err != nil {
+		return desiredChildren{}, fmt.Errorf("edge worker: %w", err)
+	}
+	ji := in.ji
+	return desiredChildren{
+		deployments: []*appsv1.Deployment{cloud, edge},
+		service:     renderCloudService(ji),
+		hpas: map[string]*autoscalingv2.HorizontalPodAutoscaler{
+			HPAName(cloud.Name): renderHPA(ji, workerCloud, ji.Spec.CloudWorker.HPA),
+			HPAName(edge.Name):  renderHPA(ji, workerEdge, ji.Spec.EdgeWorker.HPA),
+		},
+	}, nil
+}
+
+// syncOutcome is what syncChildren did and found.
+type syncOutcome struct {
+	conflicts    []string // children under our names owned by someone else
+	removedStale bool     // a child of an earlier service of the same name was deleted
+}
+
+func (r *Reconciler) syncChildren(ctx context.Context, ji *v1alpha1.JointInferenceService, want desiredChildren) (syncOutcome, error) {
+	var out syncOutcome
+	for _, d := range want.deployments {
+		keepReplicas := d.Spec.Replicas == nil // the HPA owns the count
+		err := r.syncChild(ctx, ji, d, &appsv1.Deployment{}, &out, func(observed client.Object) {
+			o := observed.(*appsv1.Deployment)
+			replicas := o.Spec.Replicas
+			o.Spec = *d.Spec.DeepCopy()
+			if keepReplicas {
+				o.Spec.Replicas = replicas
+			}
+		})
+		if err != nil {
+			return out, err
+		}
+	}
+	err := r.syncChild(ctx, ji, want.service, &corev1.Service{}, &out, func(observed client.Object) {
+		o := observed.(*corev1.Service)
+		o.Spec.Selector = want.service.Spec.Selector
+		o.Spec.Ports = want.service.Spec.Ports
+	})
+	if err != nil {
+		return out, err
+	}
+	for name, h := range want.hpas {
+		if h == nil {
+			if err := r.deleteOwned(ctx, ji, &autoscalingv2.HorizontalPodAutoscaler{}, name); err != nil {
+				return out, err
+			}
+			continue
+		}
+		err := r.syncChild(ctx, ji, h, &autoscalingv2.HorizontalPodAutoscaler{}, &out, func(observed client.Object) {
+			observed.(*autoscalingv2.HorizontalPodAutoscaler).Spec = *h.Spec.DeepCopy()
+		})
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// syncChild makes one child match desired: create it when absent; update it (through apply, which copies the
+// rendered fields onto the observed object) when its rendering changed; delete it when an earlier service of
+// the same name left it; leave it alone and report it when someone else owns it.
+func (r *Reconciler) syncChild(ctx context.Context, ji *v1alpha1.JointInferenceService, desired, observed client.Object,
+	out *syncOutcome, apply func(observed client.Object)) error {
+	logger := log.FromContext(ctx)
+	kind := desired.GetObjectKind().GroupVersionKind().Kind
+	hash := templateHash(desired)
+	desired.SetAnnotations(merge(desired.GetAnnotations(), map[string]string{TemplateHashAnnotation: hash}))
+
+	err := r.Get(ctx, client.ObjectKeyFromObject(desired), observed)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := r.Create(ctx, desired); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating %s %s: cache is behind: %w", kind, desired.GetName(), err)
+			}
+			return fmt.Errorf("creating %s %s: %w", kind, desired.GetName(), err)
+		}
+		logger.V(2).Info("created child", "kind", kind, "name", desired.GetName())
+		r.event(ji, desired, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Create", "Created %s %s", kind, desired.GetName())
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading %s %s: %w", kind, desired.GetName(), err)
+	}
+
+	switch owner := metav1.GetControllerOf(observed); {
+	case owner == nil || owner.Kind != Kind || owner.APIVersion != v1alpha1.GroupVersion.String():
+		out.conflicts = append(out.conflicts, kind+" "+observed.GetName())
+		r.event(ji, observed, corev1.EventTypeWarning, ReasonNameConflict, "Reconcile",
+			"%s %s exists and is not owned by this JointInferenceService; leaving it alone", kind, observed.GetName())
+		return nil
+	case owner.UID != ji.UID:
+		// Left by a deleted service of the same name whose garbage collection has not reached it yet.
+		uid := observed.GetUID()
+		err := r.Delete(ctx, observed, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		if client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting stale %s %s: %w", kind, observed.GetName(), err)
+		}
+		out.removedStale = true
+		return nil
+	}
+
+	annotations := observed.GetAnnotations()
+	switch current, ok := annotations[TemplateHashAnnotation]; {
+	case ok && current == hash:
+		return nil
+	case !ok && kind == "Deployment":
+		// Made by Sedna for this very service: take it over as it runs, without restarting its pods. The next
+		// change of the service rolls it into Lifeline's rendering.
+		observed.SetAnnotations(merge(annotations, map[string]string{TemplateHashAnnotation: hash}))
+		if err := r.Update(ctx, observed); err != nil {
+			return fmt.Errorf("adopting %s %s: %w", kind, observed.GetName(), err)
+		}
+		r.event(ji, observed, corev1.EventTypeNormal, ReasonAdopted, "Adopt", "Adopted %s %s", kind, observed.GetName())
+		return nil
+	}
+	apply(observed)
+	observed.SetLabels(merge(observed.GetLabels(), desired.GetLabels()))
+	observed.SetAnnotations(merge(annotations, desired.GetAnnotations()))
+	if err := r.Update(ctx, observed); err != nil {
+		return fmt.Errorf("updating %s %s: %w", kind, observed.GetName(), err)
+	}
+	logger.V(2).Info("updated child", "kind", kind, "name", observed.GetName())
+	r.event(ji, observed, corev1.EventTypeNormal, ReasonSuccessfulUpdate, "Update", "Updated %s %s", kind, observed.GetName())
+	return nil
+}
+
+// deleteOwned deletes a child this service owns, e.g. an HPA whose spec was removed.
+func (r *Reconciler) deleteOwned(ctx context.Context, ji *v1alpha1.JointInferenceService, obj client.Object, name string) error {
+	err := r.Get(ctx, types.NamespacedName{Namespace: ji.Namespace, Name: name}, obj)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", name, err)
+	}
+	if owner := metav1.GetControllerOf(obj); owner == nil || owner.UID != ji.UID {
+		return nil
+	}
+	uid := obj.GetUID()
+	if err := r.Delete(ctx, obj, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting %s: %w", name, err)
+	}
+	r.event(ji, obj, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Delete", "Deleted %s", name)
+	return nil
+}
+
+func (r *Reconciler) event(ji *v1alpha1.JointInferenceService, related client.Object, eventType, reason, action, note string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(ji, related, eventType, reason, action, note, args...)
+	}
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}

@@ -1,0 +1,98 @@
+package jointinference
+
+import (
+	"context"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/contract"
+)
+
+// Cache indexes.
+const (
+	// modelIndex indexes services by the Models they name.
+	modelIndex = "jointinference.models"
+	// credentialIndex indexes Models by the Secret they name.
+	credentialIndex = "model.credential"
+)
+
+// SetupWithManager registers the controller: it reconciles on changes of the service, of the children it owns,
+// of their pods, and of the Models and Secrets the service depends on.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	ctx := context.Background()
+	indexer := mgr.GetFieldIndexer()
+	if err := indexer.IndexField(ctx, &v1alpha1.JointInferenceService{}, modelIndex, func(o client.Object) []string {
+		ji := o.(*v1alpha1.JointInferenceService)
+		return []string{ji.Spec.EdgeWorker.Model.Name, ji.Spec.CloudWorker.Model.Name}
+	}); err != nil {
+		return err
+	}
+	if err := indexer.IndexField(ctx, &v1alpha1.Model{}, credentialIndex, func(o client.Object) []string {
+		if name := o.(*v1alpha1.Model).Spec.CredentialName; name != "" {
+			return []string{name}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.JointInferenceService{}).
+		Named("jointinferenceservice").
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Owns(&autoscalingv2.HorizontalPodAutoscaler{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToService)).
+		Watches(&v1alpha1.Model{}, handler.EnqueueRequestsFromMapFunc(r.modelToServices)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToServices)).
+		Complete(r)
+}
+
+// podToService maps a worker pod to its service by Sedna's name label.
+func podToService(_ context.Context, o client.Object) []reconcile.Request {
+	name, ok := o.GetLabels()[contract.LabelPrefix(Kind)+"name"]
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+func (r *Reconciler) modelToServices(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.servicesUsingModels(ctx, o.GetNamespace(), o.GetName())
+}
+
+func (r *Reconciler) secretToServices(ctx context.Context, o client.Object) []reconcile.Request {
+	models := &v1alpha1.ModelList{}
+	if err := r.List(ctx, models, client.InNamespace(o.GetNamespace()), client.MatchingFields{credentialIndex: o.GetName()}); err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(models.Items))
+	for _, m := range models.Items {
+		names = append(names, m.Name)
+	}
+	return r.servicesUsingModels(ctx, o.GetNamespace(), names...)
+}
+
+func (r *Reconciler) servicesUsingModels(ctx context.Context, namespace string, models ...string) []reconcile.Request {
+	seen := map[string]bool{}
+	var reqs []reconcile.Request
+	for _, m := range models {
+		list := &v1alpha1.JointInferenceServiceList{}
+		if err := r.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{modelIndex: m}); err != nil {
+			continue
+		}
+		for _, ji := range list.Items {
+			if !seen[ji.Name] {
+				seen[ji.Name] = true
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&ji)})
+			}
+		}
+	}
+	return reqs
+}

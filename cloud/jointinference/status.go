@@ -1,0 +1,210 @@
+package jointinference
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/contract"
+)
+
+// ConditionReady is true when both workers are available at the service's current generation.
+const ConditionReady = "Ready"
+
+// Reasons of the Ready condition besides the event reasons.
+const (
+	ReasonWorkersAvailable    = "WorkersAvailable"
+	ReasonWorkersNotAvailable = "WorkersNotAvailable"
+)
+
+// workerObservation is one worker Deployment as the cache shows it, with its pods.
+type workerObservation struct {
+	workerType string
+	deployment *appsv1.Deployment // nil when absent
+	pods       []corev1.Pod
+}
+
+// writeStatus computes the status from what the cache shows and patches it when it changed.
+func (r *Reconciler) writeStatus(ctx context.Context, ji *v1alpha1.JointInferenceService, blocked *problem, outcome syncOutcome) error {
+	workers := make([]workerObservation, 0, 2)
+	for _, wt := range []string{workerCloud, workerEdge} {
+		obs, err := r.observeWorker(ctx, ji, wt)
+		if err != nil {
+			return err
+		}
+		workers = append(workers, obs)
+	}
+	status := computeStatus(ji, workers, blocked, outcome.conflicts, metav1.NewTime(r.now()))
+	if equality.Semantic.DeepEqual(status, ji.Status) {
+		return nil
+	}
+	patched := ji.DeepCopy()
+	patched.Status = status
+	if err := r.Status().Patch(ctx, patched, client.MergeFrom(ji)); err != nil {
+		return fmt.Errorf("patching status: %w", err)
+	}
+	return nil
+}
+
+func (r *Reconciler) observeWorker(ctx context.Context, ji *v1alpha1.JointInferenceService, workerType string) (workerObservation, error) {
+	obs := workerObservation{workerType: workerType}
+	d := &appsv1.Deployment{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: ji.Namespace, Name: DeploymentName(ji.Name, workerType)}, d)
+	if client.IgnoreNotFound(err) != nil {
+		return obs, fmt.Errorf("reading %s deployment: %w", workerType, err)
+	}
+	if err == nil && metav1.IsControlledBy(d, ji) {
+		obs.deployment = d
+	}
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(ji.Namespace),
+		client.MatchingLabels(contract.Labels(Kind, ji.Name, ji.UID, workerType))); err != nil {
+		return obs, fmt.Errorf("listing %s worker pods: %w", workerType, err)
+	}
+	obs.pods = pods.Items
+	return obs, nil
+}
+
+// computeStatus is the status the service should have given what is observed; it keeps timestamps of what did
+// not change, so an unchanged world writes nothing.
+func computeStatus(ji *v1alpha1.JointInferenceService, workers []workerObservation, blocked *problem, conflicts []string,
+	now metav1.Time) v1alpha1.JointInferenceServiceStatus {
+	s := *ji.Status.DeepCopy()
+	s.ObservedGeneration = ji.Generation
+	if s.StartTime == nil {
+		s.StartTime = &now
+	}
+
+	var active, desired int32
+	var notReady []string
+	previous := map[string]v1alpha1.WorkerStatus{}
+	for _, w := range ji.Status.Workers {
+		previous[w.Name] = w
+	}
+	s.Workers = nil
+	for _, w := range workers {
+		ready, want := deploymentReadiness(w.deployment)
+		readiness := fmt.Sprintf("%d/%d", ready, want)
+		if w.workerType == workerEdge {
+			s.EdgeReady = readiness
+		} else {
+			s.CloudReady = readiness
+		}
+		desired += want
+		if !deploymentAvailable(w.deployment) {
+			notReady = append(notReady, fmt.Sprintf("%s worker %s ready", w.workerType, readiness))
+		}
+		for i := range w.pods {
+			ws := podWorkerStatus(&w.pods[i], roleOf(w.workerType), previous, now)
+			if ws.Phase == string(corev1.PodRunning) {
+				active++
+			}
+			s.Workers = append(s.Workers, ws)
+		}
+	}
+	sort.Slice(s.Workers, func(i, j int) bool { return s.Workers[i].Name < s.Workers[j].Name })
+	s.Active = active
+	s.Failed = max(desired-active, 0)
+
+	cond := metav1.Condition{Type: ConditionReady, ObservedGeneration: ji.Generation}
+	switch {
+	case len(conflicts) > 0:
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonNameConflict
+		cond.Message = "not owned by this service: " + strings.Join(conflicts, ", ")
+	case blocked != nil:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, blocked.reason, blocked.message
+	case len(notReady) > 0:
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonWorkersNotAvailable
+		cond.Message = strings.Join(notReady, "; ")
+	default:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, ReasonWorkersAvailable, "both workers are available"
+	}
+	setCondition(&s.Conditions, cond, now)
+	return s
+}
+
+// setCondition sets c, keeping the transition time when the status did not change.
+func setCondition(conds *[]metav1.Condition, c metav1.Condition, now metav1.Time) {
+	c.LastTransitionTime = now
+	if old := meta.FindStatusCondition(*conds, c.Type); old != nil && old.Status == c.Status {
+		c.LastTransitionTime = old.LastTransitionTime
+	}
+	meta.SetStatusCondition(conds, c)
+}
+
+// deploymentReadiness is (ready pods, desired pods).
+func deploymentReadiness(d *appsv1.Deployment) (int32, int32) {
+	if d == nil {
+		return 0, 1
+	}
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	return d.Status.ReadyReplicas, want
+}
+
+// deploymentAvailable is true when the Deployment controller has seen the latest spec, rolled it out to every
+// replica, and they are available.
+func deploymentAvailable(d *appsv1.Deployment) bool {
+	if d == nil || d.Status.ObservedGeneration < d.Generation {
+		return false
+	}
+	_, want := deploymentReadiness(d)
+	return d.Status.UpdatedReplicas >= want && d.Status.AvailableReplicas >= want && d.Status.Replicas == d.Status.UpdatedReplicas
+}
+
+func roleOf(workerType string) v1alpha1.WorkerRole {
+	if workerType == workerEdge {
+		return v1alpha1.WorkerRoleEdge
+	}
+	return v1alpha1.WorkerRoleCloud
+}
+
+// podWorkerStatus is the status entry of one worker pod as the API server reports it.
+func podWorkerStatus(p *corev1.Pod, role v1alpha1.WorkerRole, previous map[string]v1alpha1.WorkerStatus, now metav1.Time) v1alpha1.WorkerStatus {
+	ws := v1alpha1.WorkerStatus{
+		Name:     p.Name,
+		Role:     role,
+		Node:     p.Spec.NodeName,
+		Phase:    string(p.Status.Phase),
+		Source:   v1alpha1.StatusSourceAPIServer,
+		Liveness: v1alpha1.LivenessUnknown,
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			ws.Ready = c.Status == corev1.ConditionTrue
+		}
+		if ws.LastSeen == nil || c.LastTransitionTime.After(ws.LastSeen.Time) {
+			t := c.LastTransitionTime
+			ws.LastSeen = &t
+		}
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		ws.Restarts += c.RestartCount
+		if c.State.Terminated != nil {
+			ws.Message = fmt.Sprintf("container %s exited %d (%s)", c.Name, c.State.Terminated.ExitCode, c.State.Terminated.Reason)
+		}
+	}
+	switch p.Status.Phase {
+	case corev1.PodRunning:
+		ws.Liveness = v1alpha1.LivenessAlive
+	case corev1.PodFailed, corev1.PodSucceeded:
+		ws.Liveness = v1alpha1.LivenessDead
+	}
+	ws.LastTransitionTime = &now
+	if old, ok := previous[p.Name]; ok && old.Phase == ws.Phase && old.Liveness == ws.Liveness {
+		ws.LastTransitionTime = old.LastTransitionTime
+	}
+	return ws
+}
