@@ -47,7 +47,7 @@ test-integration: tools ## Integration tests against the real control plane (and
 	$(GO) test -race -count=1 ./...
 
 # Packages that hold benchmarks; each starts its own control plane.
-BENCH_PKGS := ./cloud/jointinference/
+BENCH_PKGS := ./cloud/jointinference/ ./cloud/federatedlearning/
 
 .PHONY: bench
 bench: tools ## Benchmarks, each printed beside an anchor measured in the same run.

@@ -36,20 +36,12 @@ var jiFixtures = []string{
 	"jointinference_hpa.yaml",
 }
 
-func newNamespace(t testing.TB) string {
-	t.Helper()
-	ns, err := kube.CoreV1().Namespaces().Create(context.Background(),
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ji-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
-}
+func newNamespace(t testing.TB) string { return env.NewNamespace(t, "ji") }
 
 func createModel(t testing.TB, ns, name, url string) *v1alpha1.Model {
 	t.Helper()
 	m := &v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.ModelSpec{URL: url, Format: "pb"}}
-	if err := k8s.Create(context.Background(), m); err != nil {
+	if err := env.Client.Create(context.Background(), m); err != nil {
 		t.Fatalf("creating model %s: %v", name, err)
 	}
 	return m
@@ -81,7 +73,7 @@ func createService(t testing.TB, file string) *v1alpha1.JointInferenceService {
 	ji := loadJI(t, file, ns)
 	createModel(t, ns, ji.Spec.EdgeWorker.Model.Name, "/models/little.pb")
 	createModel(t, ns, ji.Spec.CloudWorker.Model.Name, "/models/big.pb")
-	if err := k8s.Create(context.Background(), ji); err != nil {
+	if err := env.Client.Create(context.Background(), ji); err != nil {
 		t.Fatalf("creating %s: %v", ji.Name, err)
 	}
 	return ji
@@ -92,11 +84,11 @@ func readyCondition(ji *v1alpha1.JointInferenceService) *metav1.Condition {
 }
 
 // waitReady waits for Ready=True at the service's current generation.
-func waitReady(t *testing.T, ji *v1alpha1.JointInferenceService) *v1alpha1.JointInferenceService {
+func waitReady(t testing.TB, ji *v1alpha1.JointInferenceService) *v1alpha1.JointInferenceService {
 	t.Helper()
 	got := &v1alpha1.JointInferenceService{}
 	eventually(t, readyWithin, ji.Name+" to be Ready", func(ctx context.Context) (bool, error) {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(ji), got); err != nil {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ji), got); err != nil {
 			return false, err
 		}
 		c := readyCondition(got)
@@ -114,7 +106,7 @@ func waitReady(t *testing.T, ji *v1alpha1.JointInferenceService) *v1alpha1.Joint
 func deployment(t *testing.T, ji *v1alpha1.JointInferenceService, workerType string) *appsv1.Deployment {
 	t.Helper()
 	d := &appsv1.Deployment{}
-	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ji.Namespace,
+	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ji.Namespace,
 		Name: jointinference.DeploymentName(ji.Name, workerType)}, d); err != nil {
 		t.Fatalf("reading %s deployment: %v", workerType, err)
 	}
@@ -155,14 +147,14 @@ func TestFixturesReachTheirChildren(t *testing.T) {
 				t.Errorf("cloud env = %v", env)
 			}
 			svc := &corev1.Service{}
-			if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ji.Namespace, Name: ji.Name + "-cloud"}, svc); err != nil {
+			if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ji.Namespace, Name: ji.Name + "-cloud"}, svc); err != nil {
 				t.Fatalf("cloud service: %v", err)
 			}
 			if p := svc.Spec.Ports[0]; p.Name != "tcp-0" || p.Port != 5000 {
 				t.Errorf("service port = %+v", p)
 			}
 			hpas := &autoscalingv2.HorizontalPodAutoscalerList{}
-			if err := k8s.List(context.Background(), hpas, client.InNamespace(ji.Namespace)); err != nil {
+			if err := env.Client.List(context.Background(), hpas, client.InNamespace(ji.Namespace)); err != nil {
 				t.Fatal(err)
 			}
 			wantHPAs := 0
@@ -174,7 +166,7 @@ func TestFixturesReachTheirChildren(t *testing.T) {
 			}
 			// The pods the Deployment controller made carry the contract, the edge one the disconnection tolerations.
 			pods := &corev1.PodList{}
-			if err := k8s.List(context.Background(), pods, client.InNamespace(ji.Namespace),
+			if err := env.Client.List(context.Background(), pods, client.InNamespace(ji.Namespace),
 				client.MatchingLabels{contract.RoleLabel: "edge"}); err != nil || len(pods.Items) == 0 {
 				t.Fatalf("edge pods: %d, %v", len(pods.Items), err)
 			}
@@ -217,15 +209,15 @@ func TestDeletedChildrenComeBack(t *testing.T) {
 		t.Run(kind+"/"+child.GetName(), func(t *testing.T) {
 			child.SetNamespace(ji.Namespace)
 			key := client.ObjectKeyFromObject(child)
-			if err := k8s.Get(context.Background(), key, child); err != nil {
+			if err := env.Client.Get(context.Background(), key, child); err != nil {
 				t.Fatal(err)
 			}
 			oldUID := child.GetUID()
-			if err := k8s.Delete(context.Background(), child); err != nil {
+			if err := env.Client.Delete(context.Background(), child); err != nil {
 				t.Fatal(err)
 			}
 			eventually(t, reconcileBound, "a new "+child.GetName(), func(ctx context.Context) (bool, error) {
-				if err := k8s.Get(ctx, key, child); err != nil {
+				if err := env.Client.Get(ctx, key, child); err != nil {
 					return false, err
 				}
 				return child.GetUID() != oldUID && metav1.IsControlledBy(child, ji), nil
@@ -242,7 +234,7 @@ func TestTemplateEditRollsTheWorker(t *testing.T) {
 	ji = waitReady(t, ji)
 	ji.Spec.EdgeWorker.Template.Spec.Containers[0].Env = append(ji.Spec.EdgeWorker.Template.Spec.Containers[0].Env,
 		corev1.EnvVar{Name: "threshold", Value: "0.7"})
-	if err := k8s.Update(context.Background(), ji); err != nil {
+	if err := env.Client.Update(context.Background(), ji); err != nil {
 		t.Fatal(err)
 	}
 	assertRolledOut(t, ji, "edge", "threshold", "0.7")
@@ -255,7 +247,7 @@ func assertRolledOut(t *testing.T, ji *v1alpha1.JointInferenceService, workerTyp
 	t.Helper()
 	eventually(t, readyWithin, fmt.Sprintf("a %s pod with %s=%s", workerType, name, value), func(ctx context.Context) (bool, error) {
 		rss := &appsv1.ReplicaSetList{}
-		if err := k8s.List(ctx, rss, client.InNamespace(ji.Namespace), client.MatchingLabels{
+		if err := env.Client.List(ctx, rss, client.InNamespace(ji.Namespace), client.MatchingLabels{
 			contract.LabelPrefix(jointinference.Kind) + "worker-type": workerType}); err != nil {
 			return false, err
 		}
@@ -263,7 +255,7 @@ func assertRolledOut(t *testing.T, ji *v1alpha1.JointInferenceService, workerTyp
 			return false, fmt.Errorf("%d ReplicaSets", len(rss.Items))
 		}
 		pods := &corev1.PodList{}
-		if err := k8s.List(ctx, pods, client.InNamespace(ji.Namespace), client.MatchingLabels{contract.RoleLabel: workerType}); err != nil {
+		if err := env.Client.List(ctx, pods, client.InNamespace(ji.Namespace), client.MatchingLabels{contract.RoleLabel: workerType}); err != nil {
 			return false, err
 		}
 		for _, p := range pods.Items {
@@ -279,10 +271,10 @@ func TestEditWhileControllerIsDownIsAppliedOnStart(t *testing.T) {
 	cluster.SkipIfShort(t)
 	ji := createService(t, "jointinferenceservice_v1alpha1.yaml")
 	ji = waitReady(t, ji)
-	withControllerStopped(t, func() {
+	env.WithControllerStopped(t, func() {
 		ji.Spec.CloudWorker.Template.Spec.Containers[0].Env = append(ji.Spec.CloudWorker.Template.Spec.Containers[0].Env,
 			corev1.EnvVar{Name: "batch", Value: "8"})
-		if err := k8s.Update(context.Background(), ji); err != nil {
+		if err := env.Client.Update(context.Background(), ji); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -294,11 +286,11 @@ func TestModelEditRollsItsWorkers(t *testing.T) {
 	ji := createService(t, "helmet_detection_inference.yaml")
 	waitReady(t, ji)
 	m := &v1alpha1.Model{}
-	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ji.Namespace, Name: ji.Spec.EdgeWorker.Model.Name}, m); err != nil {
+	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ji.Namespace, Name: ji.Spec.EdgeWorker.Model.Name}, m); err != nil {
 		t.Fatal(err)
 	}
 	m.Spec.URL = "/models/v2/little.pb"
-	if err := k8s.Update(context.Background(), m); err != nil {
+	if err := env.Client.Update(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
 	assertRolledOut(t, ji, "edge", contract.EnvModelURL, "/home/data/models/v2/little.pb")
@@ -309,12 +301,12 @@ func TestMissingModelIsReportedThenResolved(t *testing.T) {
 	ns := newNamespace(t)
 	ji := loadJI(t, "helmet_detection_inference.yaml", ns)
 	createModel(t, ns, ji.Spec.CloudWorker.Model.Name, "/models/big.pb")
-	if err := k8s.Create(context.Background(), ji); err != nil {
+	if err := env.Client.Create(context.Background(), ji); err != nil {
 		t.Fatal(err)
 	}
 	got := &v1alpha1.JointInferenceService{}
 	eventually(t, reconcileBound, "Ready=False ModelNotFound", func(ctx context.Context) (bool, error) {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(ji), got); err != nil {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ji), got); err != nil {
 			return false, err
 		}
 		c := readyCondition(got)
@@ -332,14 +324,14 @@ func TestDeletionCascades(t *testing.T) {
 		t.Run(string(policy), func(t *testing.T) {
 			ji := createService(t, "jointinference_hpa.yaml")
 			waitReady(t, ji)
-			if err := k8s.Delete(context.Background(), ji, client.PropagationPolicy(policy)); err != nil {
+			if err := env.Client.Delete(context.Background(), ji, client.PropagationPolicy(policy)); err != nil {
 				t.Fatal(err)
 			}
 			eventually(t, readyWithin, "every child gone", func(ctx context.Context) (bool, error) {
 				left := []string{}
 				for _, list := range []client.ObjectList{&appsv1.DeploymentList{}, &appsv1.ReplicaSetList{}, &corev1.PodList{},
 					&corev1.ServiceList{}, &autoscalingv2.HorizontalPodAutoscalerList{}, &v1alpha1.JointInferenceServiceList{}} {
-					if err := k8s.List(ctx, list, client.InNamespace(ji.Namespace)); err != nil {
+					if err := env.Client.List(ctx, list, client.InNamespace(ji.Namespace)); err != nil {
 						return false, err
 					}
 					if n := meta.LenList(list); n > 0 {
@@ -360,12 +352,12 @@ func TestRecreatingTheSameNameRightAfterDeletionWorks(t *testing.T) {
 	ji := createService(t, "helmet_detection_inference.yaml")
 	waitReady(t, ji)
 	oldUID := ji.UID
-	if err := k8s.Delete(context.Background(), ji); err != nil {
+	if err := env.Client.Delete(context.Background(), ji); err != nil {
 		t.Fatal(err)
 	}
 	again := loadJI(t, "helmet_detection_inference.yaml", ji.Namespace)
 	eventually(t, reconcileBound, "re-creating "+ji.Name, func(ctx context.Context) (bool, error) {
-		err := k8s.Create(ctx, again)
+		err := env.Client.Create(ctx, again)
 		return err == nil, err
 	})
 	got := waitReady(t, again)
@@ -388,31 +380,31 @@ func TestNameConflictIsReportedAndTheForeignObjectLeftAlone(t *testing.T) {
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "someone-else"},
 			Ports: []corev1.ServicePort{{Port: 80}}},
 	}
-	if err := k8s.Create(context.Background(), foreign); err != nil {
+	if err := env.Client.Create(context.Background(), foreign); err != nil {
 		t.Fatal(err)
 	}
 	createModel(t, ns, ji.Spec.EdgeWorker.Model.Name, "/models/little.pb")
 	createModel(t, ns, ji.Spec.CloudWorker.Model.Name, "/models/big.pb")
-	if err := k8s.Create(context.Background(), ji); err != nil {
+	if err := env.Client.Create(context.Background(), ji); err != nil {
 		t.Fatal(err)
 	}
 	got := &v1alpha1.JointInferenceService{}
 	eventually(t, reconcileBound, "Ready=False NameConflict", func(ctx context.Context) (bool, error) {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(ji), got); err != nil {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ji), got); err != nil {
 			return false, err
 		}
 		c := readyCondition(got)
 		return c != nil && c.Reason == jointinference.ReasonNameConflict && strings.Contains(c.Message, foreign.Name), nil
 	})
 	after := &corev1.Service{}
-	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(foreign), after); err != nil {
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(foreign), after); err != nil {
 		t.Fatal(err)
 	}
 	if after.Spec.Selector["app"] != "someone-else" || len(after.OwnerReferences) != 0 || after.Spec.Ports[0].Port != 80 {
 		t.Errorf("foreign service was changed: %+v", after)
 	}
 	eventually(t, reconcileBound, "a NameConflict event", func(ctx context.Context) (bool, error) {
-		evs, err := kube.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		evs, err := env.Kube.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -434,19 +426,19 @@ func TestSednaChildrenAreAdoptedWithoutRestart(t *testing.T) {
 	createModel(t, ns, ji.Spec.EdgeWorker.Model.Name, "/models/little.pb")
 	createModel(t, ns, ji.Spec.CloudWorker.Model.Name, "/models/big.pb")
 	var podUIDs []types.UID
-	withControllerStopped(t, func() {
-		if err := k8s.Create(context.Background(), ji); err != nil {
+	env.WithControllerStopped(t, func() {
+		if err := env.Client.Create(context.Background(), ji); err != nil {
 			t.Fatal(err)
 		}
 		for _, wt := range []string{"edge", "cloud"} {
 			d := sednaDeployment(ji, wt)
-			if err := k8s.Create(context.Background(), d); err != nil {
+			if err := env.Client.Create(context.Background(), d); err != nil {
 				t.Fatal(err)
 			}
 		}
 		eventually(t, readyWithin, "Sedna's pods running", func(ctx context.Context) (bool, error) {
 			pods := &corev1.PodList{}
-			if err := k8s.List(ctx, pods, client.InNamespace(ns)); err != nil {
+			if err := env.Client.List(ctx, pods, client.InNamespace(ns)); err != nil {
 				return false, err
 			}
 			podUIDs = nil
@@ -465,7 +457,7 @@ func TestSednaChildrenAreAdoptedWithoutRestart(t *testing.T) {
 		}
 	}
 	pods := &corev1.PodList{}
-	if err := k8s.List(context.Background(), pods, client.InNamespace(ns)); err != nil {
+	if err := env.Client.List(context.Background(), pods, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
 	if len(pods.Items) != 2 || !containsUID(podUIDs, pods.Items[0].UID) || !containsUID(podUIDs, pods.Items[1].UID) {

@@ -9,12 +9,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/conditions"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 )
 
@@ -129,17 +129,8 @@ func computeStatus(ji *v1alpha1.JointInferenceService, workers []workerObservati
 	default:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, ReasonWorkersAvailable, "both workers are available"
 	}
-	setCondition(&s.Conditions, cond, now)
+	conditions.Set(&s.Conditions, cond, now)
 	return s
-}
-
-// setCondition sets c, keeping the transition time when the status did not change.
-func setCondition(conds *[]metav1.Condition, c metav1.Condition, now metav1.Time) {
-	c.LastTransitionTime = now
-	if old := meta.FindStatusCondition(*conds, c.Type); old != nil && old.Status == c.Status {
-		c.LastTransitionTime = old.LastTransitionTime
-	}
-	meta.SetStatusCondition(conds, c)
 }
 
 // deploymentReadiness is (ready pods, desired pods).

@@ -20,6 +20,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
 )
 
@@ -85,6 +86,14 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 	if err := ji.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the JointInferenceService controller: %w", err)
+	}
+	fl := &federatedlearning.Reconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("lifeline-controller"),
+		LCServer: opts.LCServer,
+	}
+	if err := fl.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the FederatedLearningJob controller: %w", err)
 	}
 	return mgr, nil
 }

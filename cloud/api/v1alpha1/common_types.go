@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // ModelRef names a Model in the same namespace.
@@ -106,9 +107,17 @@ type WorkerStatus struct {
 	// Restarts counts container restarts of the current pod.
 	// +optional
 	Restarts int32 `json:"restarts,omitempty"`
-	// Failures counts pods of this identity that failed and were replaced.
+	// Failures counts this identity's failures charged to the retry budgets: failed pods (not those ended by a
+	// disruption such as eviction or node loss) and the container restarts of earlier pods.
 	// +optional
 	Failures int32 `json:"failures,omitempty"`
+	// LastFailureTime is when the latest charged failure was counted; the retry backoff runs from it.
+	// +optional
+	LastFailureTime *metav1.Time `json:"lastFailureTime,omitempty"`
+	// CountedPodUID is the last pod of this identity whose end has been counted. The controller counts a pod's
+	// end once, and lets the pod go (removes its finalizer) only after this record is stored.
+	// +optional
+	CountedPodUID types.UID `json:"countedPodUID,omitempty"`
 	// Liveness as last observed.
 	// +optional
 	Liveness Liveness `json:"liveness,omitempty"`

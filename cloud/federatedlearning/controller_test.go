@@ -1,0 +1,534 @@
+package federatedlearning_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/contract"
+	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
+	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/fixtures"
+)
+
+const within = 30 * time.Second
+
+var flFixtures = []string{
+	"federatedlearningjob_v1alpha1.yaml",
+	"federatedlearningjob_v1alpha2.yaml",
+	"federatedlearningjob_yolo_v1alpha1.yaml",
+}
+
+// loadJob reads a fixture job into ns and creates the Models, Datasets and Secret it names.
+func loadJob(t testing.TB, file, ns string) *v1alpha1.FederatedLearningJob {
+	t.Helper()
+	dir, err := fixtures.SednaDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := fixtures.Load(filepath.Join(dir, file), fixtures.DefaultVars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := &v1alpha1.FederatedLearningJob{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs[0].Object, job); err != nil {
+		t.Fatal(err)
+	}
+	job.Namespace = ns
+	ctx := context.Background()
+	create := func(o client.Object) {
+		if err := env.Client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
+		}
+	}
+	create(&v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: job.Spec.AggregationWorker.Model.Name},
+		Spec: v1alpha1.ModelSpec{URL: "/models/fl/model.pb", Format: "pb"}})
+	if pm := job.Spec.PretrainedModel; pm != nil {
+		create(&v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pm.Name},
+			Spec: v1alpha1.ModelSpec{URL: "/models/fl/pretrained.pb", Format: "pb"}})
+	}
+	for i, tw := range job.Spec.TrainingWorkers {
+		create(&v1alpha1.Dataset{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tw.Dataset.Name},
+			Spec: v1alpha1.DatasetSpec{URL: fmt.Sprintf("/data/set%d/train.txt", i), Format: "txt", NodeName: "edge-node"}})
+	}
+	if t := job.Spec.Transmitter; t != nil && t.S3 != nil && t.S3.CredentialName != "" {
+		create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: t.S3.CredentialName,
+			Annotations: map[string]string{contract.AnnotationS3Endpoint: "minio:9000"}},
+			StringData: map[string]string{contract.EnvAccessKeyID: "ak", contract.EnvSecretAccessKey: "sk"}})
+	}
+	return job
+}
+
+// startJob creates a fixture job, optionally edited, and waits for its workers to run.
+func startJob(t testing.TB, file string, edit func(*v1alpha1.FederatedLearningJob)) *v1alpha1.FederatedLearningJob {
+	t.Helper()
+	job := loadJob(t, file, env.NewNamespace(t, "fl"))
+	if edit != nil {
+		edit(job)
+	}
+	if err := env.Client.Create(context.Background(), job); err != nil {
+		t.Fatalf("creating job: %v", err)
+	}
+	waitRunning(t, job, 1+len(job.Spec.TrainingWorkers))
+	return job
+}
+
+func waitRunning(t testing.TB, job *v1alpha1.FederatedLearningJob, n int) map[string]*corev1.Pod {
+	t.Helper()
+	var pods map[string]*corev1.Pod
+	eventually(t, within, fmt.Sprintf("%d running workers", n), func(ctx context.Context) (bool, error) {
+		pods = workerPods(t, job)
+		running := 0
+		for _, p := range pods {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				running++
+			}
+		}
+		if running != n {
+			return false, fmt.Errorf("%d of %d running", running, n)
+		}
+		return true, nil
+	})
+	return pods
+}
+
+// workerPods lists the pods of a job by name.
+func workerPods(t testing.TB, job *v1alpha1.FederatedLearningJob) map[string]*corev1.Pod {
+	t.Helper()
+	list := &corev1.PodList{}
+	if err := env.Client.List(context.Background(), list, client.InNamespace(job.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	pods := map[string]*corev1.Pod{}
+	for i := range list.Items {
+		pods[list.Items[i].Name] = &list.Items[i]
+	}
+	return pods
+}
+
+func getJob(t testing.TB, job *v1alpha1.FederatedLearningJob) *v1alpha1.FederatedLearningJob {
+	t.Helper()
+	got := &v1alpha1.FederatedLearningJob{}
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(job), got); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// waitCondition waits for condition cond to be True with the given reason.
+func waitCondition(t testing.TB, job *v1alpha1.FederatedLearningJob, cond, reason string) *v1alpha1.FederatedLearningJob {
+	t.Helper()
+	got := &v1alpha1.FederatedLearningJob{}
+	eventually(t, within, cond+"/"+reason, func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(job), got); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, cond)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != reason {
+			return false, fmt.Errorf("conditions %+v", got.Status.Conditions)
+		}
+		return true, nil
+	})
+	return got
+}
+
+// endPod sets a running pod's phase through the status subresource, as a kubelet reports a container's end.
+func endPod(t testing.TB, pod *corev1.Pod, phase corev1.PodPhase, exitCode int32, extra ...corev1.PodCondition) {
+	t.Helper()
+	env.Kubelet.Hold(pod.UID)
+	current := &corev1.Pod{}
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), current); err != nil {
+		t.Fatal(err)
+	}
+	current.Status.Phase = phase
+	current.Status.Conditions = append(current.Status.Conditions, extra...)
+	for i := range current.Status.ContainerStatuses {
+		current.Status.ContainerStatuses[i].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: exitCode, Reason: map[bool]string{true: "Completed", false: "Error"}[exitCode == 0]}}
+		current.Status.ContainerStatuses[i].Ready = false
+	}
+	if err := env.Client.Status().Update(context.Background(), current); err != nil {
+		t.Fatalf("setting %s %s: %v", pod.Name, phase, err)
+	}
+}
+
+func envOf(pod *corev1.Pod) map[string]string {
+	m := map[string]string{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		m[e.Name] = e.Value
+	}
+	return m
+}
+
+func workerRecord(job *v1alpha1.FederatedLearningJob, name string) v1alpha1.WorkerStatus {
+	for _, w := range job.Status.Workers {
+		if w.Name == name {
+			return w
+		}
+	}
+	return v1alpha1.WorkerStatus{}
+}
+
+func TestFixturesCreateNamedWorkersWithTheContract(t *testing.T) {
+	cluster.SkipIfShort(t)
+	for _, file := range flFixtures {
+		t.Run(file, func(t *testing.T) {
+			job := startJob(t, file, nil)
+			pods := workerPods(t, job)
+			agg := pods[fl.AggregatorName(job.Name)]
+			if agg == nil {
+				t.Fatalf("no aggregator %s among %v", fl.AggregatorName(job.Name), keys(pods))
+			}
+			aggEnv := envOf(agg)
+			for k, want := range map[string]string{
+				contract.EnvWorkerName: agg.Name, contract.EnvJobName: job.Name, contract.EnvNamespace: job.Namespace,
+				contract.EnvAggBindPort: "7363", contract.EnvParticipantsCount: "2", contract.EnvModelURL: "/home/data/models/fl/model.pb",
+			} {
+				if aggEnv[k] != want {
+					t.Errorf("aggregator env %s = %q, want %q", k, aggEnv[k], want)
+				}
+			}
+			for i := range job.Spec.TrainingWorkers {
+				name := fl.TrainerName(job.Name, i)
+				tr := pods[name]
+				if tr == nil {
+					t.Fatalf("no trainer %s among %v", name, keys(pods))
+				}
+				e := envOf(tr)
+				for k, want := range map[string]string{
+					contract.EnvWorkerName: name, contract.EnvAggIP: job.Name + "-aggregation." + job.Namespace,
+					contract.EnvAggPort: "7363", contract.EnvParticipantsCount: "2", contract.EnvLCServer: contract.DefaultLCServer,
+					contract.EnvTrainDatasetURL: fmt.Sprintf("/home/data/data/set%d/train.txt", i),
+					contract.EnvDatasetName:     job.Spec.TrainingWorkers[i].Dataset.Name,
+				} {
+					if e[k] != want {
+						t.Errorf("%s env %s = %q, want %q", name, k, e[k], want)
+					}
+				}
+				if !tr.Spec.HostNetwork || tr.Spec.RestartPolicy != corev1.RestartPolicyOnFailure {
+					t.Errorf("%s hostNetwork=%v restartPolicy=%s", name, tr.Spec.HostNetwork, tr.Spec.RestartPolicy)
+				}
+				if job.Spec.Transmitter != nil && job.Spec.Transmitter.S3 != nil {
+					if e[contract.EnvTransmitter] != "s3" || e[contract.EnvS3EndpointURL] != "https://minio:9000" || e[contract.EnvAccessKeyID] != "ak" {
+						t.Errorf("%s s3 transmitter env = %v", name, e)
+					}
+				}
+				if job.Spec.PretrainedModel != nil && e[contract.EnvPretrainedModelURL] != "/home/data/models/fl/pretrained.pb" {
+					t.Errorf("%s PRETRAINED_MODEL_URL = %q", name, e[contract.EnvPretrainedModelURL])
+				}
+			}
+			for _, p := range pods {
+				if !controllerutilContains(p.Finalizers, fl.WorkerFinalizer) {
+					t.Errorf("%s lacks the accounting finalizer: %v", p.Name, p.Finalizers)
+				}
+			}
+			svc := &corev1.Service{}
+			if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: job.Namespace, Name: fl.ServiceName(job.Name)}, svc); err != nil {
+				t.Fatal(err)
+			}
+			if p := svc.Spec.Ports[0]; p.Port != 7363 || p.Name != "tcp-0" {
+				t.Errorf("service port %+v", p)
+			}
+			eventually(t, within, "phase Running", func(ctx context.Context) (bool, error) {
+				got := getJob(t, job)
+				if got.Status.Phase != v1alpha1.FLJobRunning || got.Status.Active != 3 ||
+					!meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.FLConditionTraining) {
+					return false, fmt.Errorf("status %+v", got.Status)
+				}
+				return true, nil
+			})
+		})
+	}
+}
+
+func keys(m map[string]*corev1.Pod) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func controllerutilContains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDeletedWorkerComesBackOnceAndOnlyAfterTheOldPodIsGone holds a deleted trainer with a test finalizer: no
+// replacement may appear while it exists, and exactly one after, with the same identity.
+func TestDeletedWorkerComesBackOnceAndOnlyAfterTheOldPodIsGone(t *testing.T) {
+	cluster.SkipIfShort(t)
+	job := startJob(t, "federatedlearningjob_v1alpha1.yaml", nil)
+	name := fl.TrainerName(job.Name, 0)
+	old := workerPods(t, job)[name]
+	old.Finalizers = append(old.Finalizers, "test.lifeline/hold")
+	if err := env.Client.Update(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, within, "Lifeline to release the deleted pod", func(ctx context.Context) (bool, error) {
+		p := workerPods(t, job)[name]
+		return p != nil && p.UID == old.UID && p.DeletionTimestamp != nil && !controllerutilContains(p.Finalizers, fl.WorkerFinalizer), nil
+	})
+	time.Sleep(2 * time.Second) // several passes: none may create a second pod
+	if p := workerPods(t, job)[name]; p == nil || p.UID != old.UID {
+		t.Fatalf("the terminating pod was replaced or lost while it still existed: %+v", p)
+	}
+	held := workerPods(t, job)[name]
+	held.Finalizers = []string{}
+	if err := env.Client.Update(context.Background(), held); err != nil {
+		t.Fatal(err)
+	}
+	pods := waitRunning(t, job, 3)
+	fresh := pods[name]
+	if fresh.UID == old.UID || envOf(fresh)[contract.EnvWorkerName] != name {
+		t.Errorf("replacement %s uid %s (old %s) WORKER_NAME %q", fresh.Name, fresh.UID, old.UID, envOf(fresh)[contract.EnvWorkerName])
+	}
+	if rec := workerRecord(getJob(t, job), name); rec.Failures != 0 {
+		t.Errorf("a deletion was charged as a failure: %+v", rec)
+	}
+	assertCreatedOnce(t, job, name, 2)
+}
+
+// assertCreatedOnce checks the events: the identity was created exactly `times` times over the test.
+func assertCreatedOnce(t testing.TB, job *v1alpha1.FederatedLearningJob, name string, times int) {
+	t.Helper()
+	evs, err := env.Kube.EventsV1().Events(job.Namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs.Items {
+		if e.Reason == fl.ReasonSuccessfulCreate && strings.HasSuffix(e.Note, "pod "+name) {
+			n += int(max(e.DeprecatedCount, 1))
+			if e.Series != nil {
+				n += int(e.Series.Count) - 1
+			}
+		}
+	}
+	if n != times {
+		t.Errorf("%s was created %d times, want %d", name, n, times)
+	}
+}
+
+func TestFailedWorkerIsRetriedWithGrowingBackoffUntilTheBudgetIsSpent(t *testing.T) {
+	cluster.SkipIfShort(t)
+	job := startJob(t, "federatedlearningjob_v1alpha1.yaml", func(j *v1alpha1.FederatedLearningJob) {
+		j.Spec.RunPolicy = &v1alpha1.RunPolicy{BackoffSeconds: ptr.To[int32](1), MaxBackoffSeconds: ptr.To[int32](8),
+			BackoffLimitPerWorker: ptr.To[int32](2), BackoffLimit: ptr.To[int32](10)}
+	})
+	name := fl.TrainerName(job.Name, 1)
+	var gaps []time.Duration
+	for attempt := 1; attempt <= 3; attempt++ {
+		pod := waitRunning(t, job, 3)[name]
+		failedAt := time.Now()
+		endPod(t, pod, corev1.PodFailed, 1)
+		if attempt == 3 {
+			break
+		}
+		eventually(t, within, fmt.Sprintf("retry %d of %s", attempt, name), func(ctx context.Context) (bool, error) {
+			p := workerPods(t, job)[name]
+			return p != nil && p.UID != pod.UID, nil
+		})
+		gaps = append(gaps, time.Since(failedAt))
+	}
+	if gaps[0] < time.Second || gaps[1] < 2*time.Second {
+		t.Errorf("retries came after %v, want at least 1s then 2s", gaps)
+	}
+	got := waitCondition(t, job, v1alpha1.FLConditionFailed, fl.ReasonBackoffLimitExceeded)
+	if got.Status.Phase != v1alpha1.FLJobFailed || workerRecord(got, name).Failures != 3 || got.Status.Failed != 3 {
+		t.Errorf("status after the budget: phase %s, %s failures %d, failed %d", got.Status.Phase, name,
+			workerRecord(got, name).Failures, got.Status.Failed)
+	}
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.FLConditionFailed); !strings.Contains(c.Message, name) {
+		t.Errorf("Failed message %q does not name the worker", c.Message)
+	}
+	eventually(t, within, "every active worker stopped", func(ctx context.Context) (bool, error) {
+		for _, p := range workerPods(t, job) {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				return false, fmt.Errorf("%s still running", p.Name)
+			}
+		}
+		return true, nil
+	})
+	// Terminal: the failed job is still Failed a moment later and created nothing more.
+	time.Sleep(time.Second)
+	if again := getJob(t, job); !meta.IsStatusConditionTrue(again.Status.Conditions, v1alpha1.FLConditionFailed) {
+		t.Errorf("Failed reverted: %+v", again.Status.Conditions)
+	}
+}
+
+func TestDisruptedWorkerIsReplacedWithoutCharge(t *testing.T) {
+	cluster.SkipIfShort(t)
+	job := startJob(t, "federatedlearningjob_v1alpha1.yaml", func(j *v1alpha1.FederatedLearningJob) {
+		j.Spec.RunPolicy = &v1alpha1.RunPolicy{BackoffSeconds: ptr.To[int32](120)}
+	})
+	name := fl.TrainerName(job.Name, 0)
+	pod := workerPods(t, job)[name]
+	endPod(t, pod, corev1.PodFailed, 137, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+		Reason: "EvictionByEvictionAPI", LastTransitionTime: metav1.Now()})
+	// A charged failure would wait 120 s; a disruption is replaced at once.
+	eventually(t, 15*time.Second, "the disrupted trainer replaced", func(ctx context.Context) (bool, error) {
+		p := workerPods(t, job)[name]
+		return p != nil && p.UID != pod.UID, nil
+	})
+	got := getJob(t, job)
+	if rec := workerRecord(got, name); rec.Failures != 0 || got.Status.Failed != 0 {
+		t.Errorf("disruption was charged: %+v, failed %d", rec, got.Status.Failed)
+	}
+}
+
+func TestAggregatorSuccessCompletesTheJobForGood(t *testing.T) {
+	cluster.SkipIfShort(t)
+	job := startJob(t, "federatedlearningjob_v1alpha2.yaml", nil)
+	pods := workerPods(t, job)
+	agg := pods[fl.AggregatorName(job.Name)]
+	endPod(t, agg, corev1.PodSucceeded, 0)
+	got := waitCondition(t, job, v1alpha1.FLConditionComplete, fl.ReasonCompleted)
+	if got.Status.Phase != v1alpha1.FLJobSucceeded || got.Status.CompletionTime == nil || got.Status.Succeeded < 1 {
+		t.Errorf("status after completion: %+v", got.Status)
+	}
+	eventually(t, within, "trainers stopped and the aggregator released", func(ctx context.Context) (bool, error) {
+		ps := workerPods(t, job)
+		for i := range job.Spec.TrainingWorkers {
+			if _, ok := ps[fl.TrainerName(job.Name, i)]; ok {
+				return false, fmt.Errorf("trainer %d still there", i)
+			}
+		}
+		a := ps[agg.Name]
+		return a != nil && !controllerutilContains(a.Finalizers, fl.WorkerFinalizer), nil
+	})
+	if err := env.Client.Delete(context.Background(), agg); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if ps := workerPods(t, job); len(ps) != 0 {
+		t.Errorf("a finished job ran workers again: %v", keys(ps))
+	}
+	if again := getJob(t, job); again.Status.Phase != v1alpha1.FLJobSucceeded {
+		t.Errorf("phase after deleting the finished pod: %s", again.Status.Phase)
+	}
+}
+
+func TestActiveDeadlineFailsTheJob(t *testing.T) {
+	cluster.SkipIfShort(t)
+	job := startJob(t, "federatedlearningjob_v1alpha1.yaml", func(j *v1alpha1.FederatedLearningJob) {
+		j.Spec.RunPolicy = &v1alpha1.RunPolicy{ActiveDeadlineSeconds: ptr.To[int64](3)}
+	})
+	got := waitCondition(t, job, v1alpha1.FLConditionFailed, fl.ReasonDeadlineExceeded)
+	if got.Status.Phase != v1alpha1.FLJobFailed {
+		t.Errorf("phase %s", got.Status.Phase)
+	}
+	eventually(t, within, "workers stopped", func(ctx context.Context) (bool, error) {
+		return len(workerPods(t, job)) == 0, nil
+	})
+}
+
+func TestTTLDeletesTheFinishedJob(t *testing.T) {
+	cluster.SkipIfShort(t)
+	job := startJob(t, "federatedlearningjob_v1alpha1.yaml", func(j *v1alpha1.FederatedLearningJob) {
+		j.Spec.RunPolicy = &v1alpha1.RunPolicy{TTLSecondsAfterFinished: ptr.To[int32](2)}
+	})
+	endPod(t, workerPods(t, job)[fl.AggregatorName(job.Name)], corev1.PodSucceeded, 0)
+	waitCondition(t, job, v1alpha1.FLConditionComplete, fl.ReasonCompleted)
+	eventually(t, within, "the job deleted after its TTL, with its pods", func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(job), &v1alpha1.FederatedLearningJob{})
+		return apierrors.IsNotFound(err) && len(workerPods(t, job)) == 0, nil
+	})
+}
+
+func TestJobsSideBySideNeverTouchEachOther(t *testing.T) {
+	cluster.SkipIfShort(t)
+	a := startJob(t, "federatedlearningjob_v1alpha1.yaml", func(j *v1alpha1.FederatedLearningJob) {
+		j.Spec.RunPolicy = &v1alpha1.RunPolicy{ActiveDeadlineSeconds: ptr.To[int64](3)}
+	})
+	b := loadJob(t, "federatedlearningjob_v1alpha1.yaml", a.Namespace)
+	b.Name = "neighbour"
+	if err := env.Client.Create(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	before := waitRunning(t, b, 3)
+	// Job a fails by its deadline and stops its workers; b's must stay as they are.
+	waitCondition(t, a, v1alpha1.FLConditionFailed, fl.ReasonDeadlineExceeded)
+	eventually(t, within, "a's workers stopped", func(ctx context.Context) (bool, error) {
+		for name := range workerPods(t, a) {
+			if strings.HasPrefix(name, a.Name+"-") {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	after := workerPods(t, b)
+	for name, p := range before {
+		if !strings.HasPrefix(name, "neighbour-") {
+			continue
+		}
+		if q := after[name]; q == nil || q.UID != p.UID || q.DeletionTimestamp != nil {
+			t.Errorf("neighbour's %s was touched", name)
+		}
+	}
+}
+
+func TestControllerRestartMidJobCreatesNothingTwice(t *testing.T) {
+	cluster.SkipIfShort(t)
+	job := startJob(t, "federatedlearningjob_v1alpha1.yaml", nil)
+	before := workerPods(t, job)
+	env.WithControllerStopped(t, func() {})
+	time.Sleep(2 * time.Second)
+	after := workerPods(t, job)
+	for name, p := range before {
+		if q := after[name]; q == nil || q.UID != p.UID {
+			t.Errorf("%s changed across a controller restart", name)
+		}
+	}
+	if len(after) != len(before) {
+		t.Errorf("pods %v after restart, %v before", keys(after), keys(before))
+	}
+	for name := range before {
+		assertCreatedOnce(t, job, name, 1)
+	}
+}
+
+func TestRecreatingTheSameNameRightAfterDeletionWorks(t *testing.T) {
+	cluster.SkipIfShort(t)
+	job := startJob(t, "federatedlearningjob_v1alpha1.yaml", nil)
+	old := workerPods(t, job)
+	if err := env.Client.Delete(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	again := loadJob(t, "federatedlearningjob_v1alpha1.yaml", job.Namespace)
+	eventually(t, within, "re-creating the job", func(ctx context.Context) (bool, error) {
+		err := env.Client.Create(ctx, again)
+		return err == nil, err
+	})
+	pods := waitRunning(t, again, 3)
+	for name, p := range pods {
+		if o := old[name]; o != nil && o.UID == p.UID {
+			t.Errorf("%s is still the old job's pod", name)
+		}
+		if !metav1.IsControlledBy(p, again) {
+			t.Errorf("%s is not owned by the new job", name)
+		}
+	}
+}

@@ -1,0 +1,307 @@
+package federatedlearning
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/conditions"
+)
+
+// Condition reasons and event reasons, stable for alerting.
+const (
+	ReasonSuccessfulCreate     = "SuccessfulCreate"
+	ReasonSuccessfulDelete     = "SuccessfulDelete"
+	ReasonWorkerFailed         = "WorkerFailed"
+	ReasonWorkerDisrupted      = "WorkerDisrupted"
+	ReasonBackoffLimitExceeded = "BackoffLimitExceeded"
+	ReasonDeadlineExceeded     = "DeadlineExceeded"
+	ReasonCompleted            = "Completed"
+	ReasonWorkersRunning       = "WorkersRunning"
+	ReasonWaitingForWorkers    = "WaitingForWorkers"
+	ReasonNameConflict         = "NameConflict"
+	ReasonInputsNotFound       = "InputsNotFound"
+)
+
+// worker is one identity with the pod the cache shows under its name and the record the job's status keeps.
+type worker struct {
+	id     identity
+	pod    *corev1.Pod           // nil: no pod of this job under the name
+	record v1alpha1.WorkerStatus // as stored; zero when the status has none yet
+}
+
+// event is an Event to emit once the pass's writes succeeded.
+type event struct {
+	eventType, reason, note string
+}
+
+// plan is what one pass decides, computed without I/O from the job, its workers and the clock.
+type plan struct {
+	status  v1alpha1.FederatedLearningJobStatus
+	create  []identity    // missing workers to create now
+	release []*corev1.Pod // pods to let go: their end is stored, or they are being deleted
+	remove  []*corev1.Pod // pods to delete: counted failures (to make room), or active pods of a finished job
+	retryAt time.Time     // when a waiting retry or the deadline falls due; zero when nothing waits
+	events  []event
+}
+
+// finished tells whether a status carries a terminal condition.
+func finished(s v1alpha1.FederatedLearningJobStatus) bool {
+	return conditions.IsTrue(s.Conditions, v1alpha1.FLConditionComplete) || conditions.IsTrue(s.Conditions, v1alpha1.FLConditionFailed)
+}
+
+// decide is the heart of the controller: it counts how pods ended (each exactly once), charges failures to the
+// budgets, and decides what to create, delete and release, and what the status becomes.
+func decide(job *v1alpha1.FederatedLearningJob, workers []worker, p runPolicy, now time.Time) plan {
+	out := plan{status: *job.Status.DeepCopy()}
+	s := &out.status
+	mnow := metav1.NewTime(now)
+	s.ObservedGeneration = job.Generation
+	if s.StartTime == nil {
+		s.StartTime = &mnow
+	}
+	wasFinished := finished(job.Status)
+
+	var charged, active, succeeded int32
+	var running bool
+	var failReason, failMessage string
+	aggregatorDone := false
+	s.Workers = s.Workers[:0:0]
+	for _, w := range workers {
+		rec := observeWorker(w, mnow)
+		if w.pod != nil {
+			pod := w.pod
+			counted := w.record.CountedPodUID == pod.UID
+			switch {
+			case isTerminal(pod) && rec.CountedPodUID != pod.UID:
+				out.events = append(out.events, countEnd(&rec, pod, mnow)...)
+			case isTerminal(pod) && counted:
+				if hasFinalizer(pod) {
+					out.release = append(out.release, pod)
+				}
+				if pod.Status.Phase == corev1.PodFailed && pod.DeletionTimestamp == nil && !wasFinished {
+					out.remove = append(out.remove, pod) // make room for the retry
+				}
+			case pod.DeletionTimestamp != nil:
+				// Deleted while running (by a person, a drain, the node lifecycle): not the worker's failure.
+				if hasFinalizer(pod) {
+					out.release = append(out.release, pod)
+				}
+			default:
+				active++
+				running = running || pod.Status.Phase == corev1.PodRunning
+			}
+		}
+		if rec.Phase == string(corev1.PodSucceeded) {
+			succeeded++
+			if w.id.role == v1alpha1.WorkerRoleAggregator {
+				aggregatorDone = true
+			}
+		}
+		if w.pod == nil && rec.Phase != string(corev1.PodSucceeded) && !wasFinished {
+			rec.Phase = string(corev1.PodPending)
+			at := retryTime(rec, p)
+			if !at.After(now) {
+				out.create = append(out.create, w.id)
+			} else {
+				rec.Message = fmt.Sprintf("retrying after %s (failure %d)", at.UTC().Format(time.RFC3339), rec.Failures)
+				out.retryAt = earliest(out.retryAt, at)
+			}
+		}
+		spent := rec.Failures + rec.Restarts
+		charged += spent
+		if spent > p.backoffLimitPerWorker && failReason == "" {
+			failReason = ReasonBackoffLimitExceeded
+			failMessage = fmt.Sprintf("worker %s failed %d times, more than backoffLimitPerWorker %d", rec.Name, spent, p.backoffLimitPerWorker)
+		}
+		s.Workers = append(s.Workers, rec)
+	}
+	if charged > p.backoffLimit && failReason == "" {
+		failReason = ReasonBackoffLimitExceeded
+		failMessage = fmt.Sprintf("workers failed %d times, more than backoffLimit %d", charged, p.backoffLimit)
+	}
+	if p.activeDeadline != nil && failReason == "" {
+		deadline := s.StartTime.Add(*p.activeDeadline)
+		if !now.Before(deadline) {
+			failReason = ReasonDeadlineExceeded
+			failMessage = fmt.Sprintf("job ran longer than activeDeadlineSeconds (%s)", p.activeDeadline)
+		} else {
+			out.retryAt = earliest(out.retryAt, deadline)
+		}
+	}
+
+	switch {
+	case wasFinished:
+	case aggregatorDone:
+		conditions.Set(&s.Conditions, metav1.Condition{Type: v1alpha1.FLConditionComplete, Status: metav1.ConditionTrue,
+			Reason: ReasonCompleted, Message: "the aggregator finished successfully", ObservedGeneration: job.Generation}, mnow)
+		s.CompletionTime = &mnow
+		out.events = append(out.events, event{corev1.EventTypeNormal, ReasonCompleted, "Job completed"})
+	case failReason != "":
+		conditions.Set(&s.Conditions, metav1.Condition{Type: v1alpha1.FLConditionFailed, Status: metav1.ConditionTrue,
+			Reason: failReason, Message: failMessage, ObservedGeneration: job.Generation}, mnow)
+		out.events = append(out.events, event{corev1.EventTypeWarning, failReason, failMessage})
+	}
+	if finished(*s) {
+		out.create, out.retryAt = nil, time.Time{}
+		out.remove = append(out.remove, podsToStop(workers, *s, p)...)
+	}
+
+	s.Active, s.Succeeded, s.Failed = active, succeeded, charged
+	s.Phase = jobPhase(*s, running)
+	training := metav1.Condition{Type: v1alpha1.FLConditionTraining, ObservedGeneration: job.Generation}
+	switch {
+	case finished(*s):
+		training.Status, training.Reason, training.Message = metav1.ConditionFalse, ReasonCompleted, "the job has finished"
+		if c := findCondition(s.Conditions, v1alpha1.FLConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
+			training.Reason, training.Message = c.Reason, c.Message
+		}
+	case running:
+		training.Status, training.Reason, training.Message = metav1.ConditionTrue, ReasonWorkersRunning, "workers are running"
+	default:
+		training.Status, training.Reason, training.Message = metav1.ConditionFalse, ReasonWaitingForWorkers, "no worker is running yet"
+	}
+	conditions.Set(&s.Conditions, training, mnow)
+	return out
+}
+
+// observeWorker refreshes an identity's record from its pod, keeping what the pod cannot tell (failures, the
+// counted pod, transition times).
+func observeWorker(w worker, now metav1.Time) v1alpha1.WorkerStatus {
+	rec := w.record
+	rec.Name, rec.Role = w.id.name, w.id.role
+	old := w.record
+	if pod := w.pod; pod != nil {
+		rec.Node = pod.Spec.NodeName
+		rec.Phase = string(pod.Status.Phase)
+		rec.Restarts = containerRestarts(pod)
+		rec.Ready = false
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				rec.Ready = c.Status == corev1.ConditionTrue
+			}
+			if rec.LastSeen == nil || c.LastTransitionTime.After(rec.LastSeen.Time) {
+				t := c.LastTransitionTime
+				rec.LastSeen = &t
+			}
+		}
+		rec.Source = v1alpha1.StatusSourceAPIServer
+		rec.Message = ""
+		switch pod.Status.Phase {
+		case corev1.PodRunning:
+			rec.Liveness = v1alpha1.LivenessAlive
+		case corev1.PodSucceeded, corev1.PodFailed:
+			rec.Liveness = v1alpha1.LivenessDead
+		default:
+			rec.Liveness = v1alpha1.LivenessUnknown
+		}
+	} else if rec.Phase != string(corev1.PodSucceeded) {
+		rec.Liveness, rec.Ready, rec.Restarts, rec.Source = v1alpha1.LivenessUnknown, false, 0, v1alpha1.StatusSourceNone
+	}
+	if rec.LastTransitionTime == nil || old.Phase != rec.Phase || old.Liveness != rec.Liveness {
+		rec.LastTransitionTime = &now
+	}
+	return rec
+}
+
+// countEnd records the end of a terminal pod in its identity's record: a success marks the identity done, a
+// failure not caused by a disruption is charged, with the restarts it went through.
+func countEnd(rec *v1alpha1.WorkerStatus, pod *corev1.Pod, now metav1.Time) []event {
+	rec.CountedPodUID = pod.UID
+	restarts := containerRestarts(pod)
+	rec.Restarts = 0
+	switch {
+	case pod.Status.Phase == corev1.PodSucceeded:
+		rec.Failures += restarts
+		return nil
+	case endedByDisruption(pod):
+		rec.Failures += restarts
+		rec.Message = "ended by a disruption (" + pod.Status.Reason + "); not counted"
+		return []event{{corev1.EventTypeNormal, ReasonWorkerDisrupted, fmt.Sprintf("Worker %s was disrupted; re-creating it", pod.Name)}}
+	default:
+		rec.Failures += 1 + restarts
+		// The API stores whole seconds; rounding up keeps a retry from coming early.
+		failedAt := metav1.NewTime(now.Add(time.Second - 1).Truncate(time.Second))
+		rec.LastFailureTime = &failedAt
+		rec.Message = exitMessage(pod)
+		return []event{{corev1.EventTypeWarning, ReasonWorkerFailed, fmt.Sprintf("Worker %s failed: %s", pod.Name, rec.Message)}}
+	}
+}
+
+func exitMessage(pod *corev1.Pod) string {
+	for _, c := range pod.Status.ContainerStatuses {
+		if t := c.State.Terminated; t != nil && t.ExitCode != 0 {
+			return fmt.Sprintf("container %s exited %d (%s)", c.Name, t.ExitCode, t.Reason)
+		}
+	}
+	if pod.Status.Message != "" {
+		return pod.Status.Message
+	}
+	return "pod failed"
+}
+
+// retryTime is when a missing identity may be created: at once, unless its last charged failure asks for a
+// backoff.
+func retryTime(rec v1alpha1.WorkerStatus, p runPolicy) time.Time {
+	if rec.LastFailureTime == nil {
+		return time.Time{}
+	}
+	return rec.LastFailureTime.Add(p.retryDelay(rec.Failures))
+}
+
+// podsToStop are the active pods a finished job ends: every one after a failure; the trainers after success
+// unless the policy lets them finish.
+func podsToStop(workers []worker, s v1alpha1.FederatedLearningJobStatus, p runPolicy) []*corev1.Pod {
+	failed := conditions.IsTrue(s.Conditions, v1alpha1.FLConditionFailed)
+	if !failed && p.trainersOnCompletion == v1alpha1.TrainersWait {
+		return nil
+	}
+	var stop []*corev1.Pod
+	for _, w := range workers {
+		if w.pod != nil && !isTerminal(w.pod) && w.pod.DeletionTimestamp == nil {
+			stop = append(stop, w.pod)
+		}
+	}
+	return stop
+}
+
+func jobPhase(s v1alpha1.FederatedLearningJobStatus, running bool) v1alpha1.FLJobPhase {
+	switch {
+	case conditions.IsTrue(s.Conditions, v1alpha1.FLConditionFailed):
+		return v1alpha1.FLJobFailed
+	case conditions.IsTrue(s.Conditions, v1alpha1.FLConditionComplete):
+		return v1alpha1.FLJobSucceeded
+	case running:
+		return v1alpha1.FLJobRunning
+	default:
+		return v1alpha1.FLJobPending
+	}
+}
+
+func hasFinalizer(pod *corev1.Pod) bool {
+	for _, f := range pod.Finalizers {
+		if f == WorkerFinalizer {
+			return true
+		}
+	}
+	return false
+}
+
+func findCondition(conds []metav1.Condition, t string) *metav1.Condition {
+	for i := range conds {
+		if conds[i].Type == t {
+			return &conds[i]
+		}
+	}
+	return nil
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,330 @@
+package federatedlearning
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/conditions"
+	"github.com/lifeline-edge/lifeline/cloud/contract"
+)
+
+// Reconciler runs FederatedLearningJobs like batch Jobs with named workers.
+type Reconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	// LCServer is the LC_SERVER handed to trainers: the node-local report endpoint.
+	LCServer string
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Reconcile runs one pass: observe the job's pods, decide (decide.go), act, write status once.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	job := &v1alpha1.FederatedLearningJob{}
+	err := r.Get(ctx, req.NamespacedName, job)
+	if client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, err
+	}
+	// Pods being deleted by the garbage collector — of this job if it is going, or of an earlier job of the same
+	// name — are let go, or they would hold their deletion, and their names, forever.
+	if err := r.releaseOrphans(ctx, req.NamespacedName, job); err != nil {
+		return ctrl.Result{}, err
+	}
+	if apierrors.IsNotFound(err) || job.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+
+	workers, err := r.observe(ctx, job)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	now := r.now()
+	p := decide(job, workers, effectivePolicy(job), now)
+
+	if !finished(p.status) {
+		if err := r.ensureService(ctx, job, &p); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if err := r.createWorkers(ctx, job, &p); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.removePods(ctx, job, p.remove); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.releasePods(ctx, p.release); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.writeStatus(ctx, job, p.status); err != nil {
+		return ctrl.Result{}, err
+	}
+	for _, e := range p.events {
+		r.event(job, nil, e.eventType, e.reason, e.note)
+	}
+	return r.afterFinish(ctx, job, p, now)
+}
+
+// observe pairs each identity with its pod in the cache. Pods of an earlier job of the same name (another UID)
+// are not this job's.
+func (r *Reconciler) observe(ctx context.Context, job *v1alpha1.FederatedLearningJob) ([]worker, error) {
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels(selectorLabels(job))); err != nil {
+		return nil, fmt.Errorf("listing worker pods: %w", err)
+	}
+	byName := map[string]*corev1.Pod{}
+	for i := range pods.Items {
+		if metav1.IsControlledBy(&pods.Items[i], job) {
+			byName[pods.Items[i].Name] = &pods.Items[i]
+		}
+	}
+	records := map[string]v1alpha1.WorkerStatus{}
+	for _, w := range job.Status.Workers {
+		records[w.Name] = w
+	}
+	ids := identities(job)
+	workers := make([]worker, 0, len(ids))
+	for _, id := range ids {
+		workers = append(workers, worker{id: id, pod: byName[id.name], record: records[id.name]})
+	}
+	return workers, nil
+}
+
+// createWorkers creates the missing workers decide chose. A name still taken in the API (the previous pod is
+// not fully gone, or the cache is behind) is retried on the next pass: there is never more than one pod per
+// identity.
+func (r *Reconciler) createWorkers(ctx context.Context, job *v1alpha1.FederatedLearningJob, p *plan) error {
+	if len(p.create) == 0 {
+		return nil
+	}
+	in, problem := r.readInputs(ctx, job)
+	if problem != "" {
+		conditions.Set(&p.status.Conditions, metav1.Condition{Type: v1alpha1.FLConditionTraining, Status: metav1.ConditionFalse,
+			Reason: ReasonInputsNotFound, Message: problem, ObservedGeneration: job.Generation}, metav1.NewTime(r.now()))
+		p.retryAt = time.Time{}
+		return nil
+	}
+	for _, id := range p.create {
+		pod, err := renderWorker(in, id)
+		if err != nil {
+			return fmt.Errorf("rendering %s: %w", id.name, err)
+		}
+		if err := r.Create(ctx, pod); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				p.retryAt = earliest(p.retryAt, r.now().Add(time.Second))
+				continue
+			}
+			return fmt.Errorf("creating worker %s: %w", id.name, err)
+		}
+		log.FromContext(ctx).V(2).Info("created worker", "pod", pod.Name)
+		r.event(job, pod, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created pod %s", pod.Name)
+	}
+	return nil
+}
+
+// readInputs reads the Models, Datasets and Secrets the job names; the message says what is missing.
+func (r *Reconciler) readInputs(ctx context.Context, job *v1alpha1.FederatedLearningJob) (inputs, string) {
+	in := inputs{job: job, secrets: map[string]*corev1.Secret{}, lcServer: r.LCServer}
+	get := func(name string, obj client.Object) string {
+		if err := r.Get(ctx, types.NamespacedName{Namespace: job.Namespace, Name: name}, obj); err != nil {
+			return fmt.Sprintf("%T %s: %v", obj, name, err)
+		}
+		return ""
+	}
+	in.model = &v1alpha1.Model{}
+	if msg := get(job.Spec.AggregationWorker.Model.Name, in.model); msg != "" {
+		return in, msg
+	}
+	credentials := []string{in.model.Spec.CredentialName}
+	if pm := job.Spec.PretrainedModel; pm != nil {
+		in.pretrainedModel = &v1alpha1.Model{}
+		if msg := get(pm.Name, in.pretrainedModel); msg != "" {
+			return in, msg
+		}
+		credentials = append(credentials, in.pretrainedModel.Spec.CredentialName)
+	}
+	for _, tw := range job.Spec.TrainingWorkers {
+		ds := &v1alpha1.Dataset{}
+		if msg := get(tw.Dataset.Name, ds); msg != "" {
+			return in, msg
+		}
+		in.datasets = append(in.datasets, ds)
+		credentials = append(credentials, ds.Spec.CredentialName)
+	}
+	if t := job.Spec.Transmitter; t != nil && t.S3 != nil {
+		credentials = append(credentials, t.S3.CredentialName)
+	}
+	for _, name := range credentials {
+		if name == "" || in.secrets[name] != nil {
+			continue
+		}
+		s := &corev1.Secret{}
+		if msg := get(name, s); msg != "" {
+			return in, msg
+		}
+		in.secrets[name] = s
+	}
+	return in, ""
+}
+
+// ensureService creates the aggregator's Service when it is missing. Its content depends only on the job's
+// name and UID, which never change, so it is never updated.
+func (r *Reconciler) ensureService(ctx context.Context, job *v1alpha1.FederatedLearningJob, p *plan) error {
+	want := renderAggregationService(job)
+	got := &corev1.Service{}
+	err := r.Get(ctx, client.ObjectKeyFromObject(want), got)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := r.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating service %s: %w", want.Name, err)
+		}
+		r.event(job, want, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created service %s", want.Name)
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading service %s: %w", want.Name, err)
+	}
+	owner := metav1.GetControllerOf(got)
+	switch {
+	case owner != nil && owner.UID == job.UID:
+		return nil
+	case owner != nil && owner.Kind == Kind && owner.Name == job.Name:
+		// Left by a deleted job of the same name; remove it and create ours on the next pass.
+		uid := got.UID
+		if err := r.Delete(ctx, got, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting stale service %s: %w", got.Name, err)
+		}
+		p.retryAt = earliest(p.retryAt, r.now().Add(200*time.Millisecond))
+		return nil
+	default:
+		conditions.Set(&p.status.Conditions, metav1.Condition{Type: v1alpha1.FLConditionTraining, Status: metav1.ConditionFalse,
+			Reason: ReasonNameConflict, Message: fmt.Sprintf("service %s exists and is not owned by this job", got.Name),
+			ObservedGeneration: job.Generation}, metav1.NewTime(r.now()))
+		r.event(job, got, corev1.EventTypeWarning, ReasonNameConflict, "Service %s exists and is not owned by this job", got.Name)
+		return nil
+	}
+}
+
+// removePods deletes pods by UID, so a replacement under the same name is never touched.
+func (r *Reconciler) removePods(ctx context.Context, job *v1alpha1.FederatedLearningJob, pods []*corev1.Pod) error {
+	for _, pod := range pods {
+		uid := pod.UID
+		if err := r.Delete(ctx, pod, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting worker %s: %w", pod.Name, err)
+		}
+		r.event(job, pod, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted pod %s", pod.Name)
+	}
+	return nil
+}
+
+// releasePods removes Lifeline's finalizer, with a patch that fails if the pod was replaced meanwhile.
+func (r *Reconciler) releasePods(ctx context.Context, pods []*corev1.Pod) error {
+	for _, pod := range pods {
+		var keep []string
+		for _, f := range pod.Finalizers {
+			if f != WorkerFinalizer {
+				keep = append(keep, f)
+			}
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"uid": pod.UID, "resourceVersion": pod.ResourceVersion, "finalizers": keep,
+		}})
+		if err != nil {
+			return err
+		}
+		err = r.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch))
+		if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return fmt.Errorf("releasing worker %s: %w", pod.Name, err)
+		}
+	}
+	return nil
+}
+
+// releaseOrphans lets go of the deleting pods of a job that is gone or being deleted, and of an earlier job of
+// the same name.
+func (r *Reconciler) releaseOrphans(ctx context.Context, key types.NamespacedName, job *v1alpha1.FederatedLearningJob) error {
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(key.Namespace),
+		client.MatchingLabels{contract.LabelPrefix(Kind) + "name": nameLabelValue(key.Name)}); err != nil {
+		return fmt.Errorf("listing pods of deleted job: %w", err)
+	}
+	var release []*corev1.Pod
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		// Only pods already being deleted: a pod that still runs is never let go before its end is counted.
+		live := job.UID != "" && job.DeletionTimestamp == nil && metav1.IsControlledBy(pod, job)
+		if hasFinalizer(pod) && pod.DeletionTimestamp != nil && !live {
+			release = append(release, pod)
+		}
+	}
+	return r.releasePods(ctx, release)
+}
+
+// writeStatus patches the status when it changed, failing on a concurrent change: decisions were made on the
+// status read at the start of the pass, so a stale read must not overwrite a newer count.
+func (r *Reconciler) writeStatus(ctx context.Context, job *v1alpha1.FederatedLearningJob, status v1alpha1.FederatedLearningJobStatus) error {
+	if equality.Semantic.DeepEqual(status, job.Status) {
+		return nil
+	}
+	patched := job.DeepCopy()
+	patched.Status = status
+	if err := r.Status().Patch(ctx, patched, client.MergeFromWithOptions(job, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("patching status: %w", err)
+	}
+	return nil
+}
+
+// afterFinish deletes a finished job once its TTL has passed, and schedules the next pass.
+func (r *Reconciler) afterFinish(ctx context.Context, job *v1alpha1.FederatedLearningJob, p plan, now time.Time) (ctrl.Result, error) {
+	pol := effectivePolicy(job)
+	if finished(p.status) && pol.ttlAfterFinished != nil {
+		expires := finishTime(p.status).Add(*pol.ttlAfterFinished)
+		if !now.Before(expires) {
+			uid := job.UID
+			err := r.Delete(ctx, job, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+			if client.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, fmt.Errorf("deleting job after its TTL: %w", err)
+			}
+			return ctrl.Result{}, nil
+		}
+		p.retryAt = earliest(p.retryAt, expires)
+	}
+	if p.retryAt.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{RequeueAfter: max(p.retryAt.Sub(now), 10*time.Millisecond)}, nil
+}
+
+// finishTime is when the job's terminal condition was set.
+func finishTime(s v1alpha1.FederatedLearningJobStatus) time.Time {
+	for _, t := range []string{v1alpha1.FLConditionComplete, v1alpha1.FLConditionFailed} {
+		if c := findCondition(s.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
+
+func (r *Reconciler) event(job *v1alpha1.FederatedLearningJob, related client.Object, eventType, reason, note string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(job, related, eventType, reason, reason, note, args...)
+	}
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
