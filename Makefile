@@ -28,13 +28,20 @@ ALL_TOOLS  := $(KUBE_TOOLS) $(BIN)/etcd $(GEN_TOOLS) $(BIN)/kwok
 help: ## Show this list.
 	@awk 'BEGIN {FS = ":.*## "} /^##@/ {printf "\n%s\n", substr($$0, 5)} /^[a-z-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+DEMO_PID := $(CURDIR)/.demo.pid
+
 .PHONY: demo
-demo: ## Run the demo (not available yet).
-	@echo "make demo: the demo needs the hollow edge node and the controllers, which are not built yet." >&2
-	@exit 1
+demo: tools build ## Run Lifeline on a simulated edge and narrate it; leaves it running (Ctrl-C or make demo-down).
+	@echo "==> starting the demo"
+	$(GO) build -o $(BIN)/lifeline-demo ./test/demo
+	$(BIN)/lifeline-demo --pid-file $(DEMO_PID)
+
+.PHONY: demo-down
+demo-down: ## Stop a demo left running, with every process and temp dir.
+	@if [ -f $(DEMO_PID) ]; then kill $$(cat $(DEMO_PID)) && echo "demo stopping"; else echo "no demo running"; fi
 
 .PHONY: test
-test: lint verify-generated tools ## Everything CI runs: lint, generated-code check, unit and integration tests.
+test: lint verify-generated tools build ## Everything CI runs: lint, generated-code check, unit and integration tests.
 	@echo "==> go test -race ./... (integration packages start their own control plane)"
 	$(GO) test -race -count=1 ./...
 
@@ -43,7 +50,7 @@ test-unit: ## Unit tests only (no control plane).
 	$(GO) test -race -count=1 -short ./...
 
 .PHONY: test-integration
-test-integration: tools ## Integration tests against the real control plane (and the unit tests beside them).
+test-integration: tools build ## Integration tests against the real control plane (and the unit tests beside them).
 	$(GO) test -race -count=1 ./...
 
 # Packages that hold benchmarks; each starts its own control plane.
@@ -57,9 +64,10 @@ bench: tools ## Benchmarks, each printed beside an anchor measured in the same r
 ##@ Building
 
 .PHONY: build
-build: ## Compile every package and the binaries into bin/.
+build: ## Compile every package, and into bin/ the binaries and the simulation's (edge nodes, sample workers).
 	$(GO) build ./...
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -o $(BIN)/ ./cmd/... ./test/cmd/...
+	$(GO) build -o $(BIN)/lifeline-sampleworker ./test/workers
 
 .PHONY: lint
 lint: $(BIN)/staticcheck ## gofmt, go vet and staticcheck.

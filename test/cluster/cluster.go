@@ -99,9 +99,11 @@ type ControlPlane struct {
 	// StartupDuration is how long Start took until every component was ready.
 	StartupDuration time.Duration
 
-	components []*component
-	removeDir  bool
-	stopOnce   sync.Once
+	mu               sync.Mutex
+	components       []*Process
+	controlPlaneSize int // the first components are the control plane's own; Healthy checks only those
+	removeDir        bool
+	stopOnce         sync.Once
 }
 
 // Start launches the control plane and waits until each component is ready: etcd answers /health, the API
@@ -252,6 +254,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		step("kube-scheduler ready")
 	}
 
+	cp.controlPlaneSize = len(cp.components)
 	cp.StartupDuration = time.Since(began)
 	step("ready; admin kubeconfig %s", cp.Kubeconfig)
 	return cp, nil
@@ -267,8 +270,10 @@ func (cp *ControlPlane) KeepDir() { cp.removeDir = false }
 
 // Healthy returns an error naming the first component that is no longer running.
 func (cp *ControlPlane) Healthy() error {
-	for _, c := range cp.components {
-		if err := c.running(); err != nil {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	for _, c := range cp.components[:min(len(cp.components), cp.controlPlaneSize)] {
+		if err := c.Exited(); err != nil {
 			return err
 		}
 	}
@@ -281,8 +286,10 @@ func (cp *ControlPlane) Client() (kubernetes.Interface, error) {
 }
 
 func (cp *ControlPlane) stop() {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
 	for i := len(cp.components) - 1; i >= 0; i-- {
-		cp.components[i].stop(10 * time.Second)
+		cp.components[i].Stop(10 * time.Second)
 	}
 	if cp.removeDir {
 		_ = os.RemoveAll(cp.Dir)
@@ -290,12 +297,21 @@ func (cp *ControlPlane) stop() {
 }
 
 // launch starts a component in the control plane's process group.
-func (cp *ControlPlane) launch(name, binary string, args []string) (*component, error) {
+func (cp *ControlPlane) launch(name, binary string, args []string) (*Process, error) {
+	return cp.Launch(name, binary, args, nil)
+}
+
+// Launch starts another process in the control plane's process group, logging to <Dir>/<name>.log (appended,
+// so a process launched again under the same name keeps its history). Stop ends it with the control plane, last
+// launched first. env nil means this process's environment.
+func (cp *ControlPlane) Launch(name, binary string, args, env []string) (*Process, error) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
 	pgid := 0
 	if len(cp.components) > 0 {
 		pgid = cp.components[0].cmd.Process.Pid
 	}
-	c, err := startComponent(name, binary, args, cp.Dir, pgid)
+	c, err := startComponent(name, binary, args, env, cp.Dir, pgid)
 	if err != nil {
 		return nil, err
 	}
@@ -399,7 +415,7 @@ func isRepoRoot(dir string) bool {
 }
 
 // waitUntil polls check until it succeeds, the component exits, or ctx ends; the error says which.
-func waitUntil(ctx context.Context, c *component, what string, check func() error) error {
+func waitUntil(ctx context.Context, c *Process, what string, check func() error) error {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -407,7 +423,7 @@ func waitUntil(ctx context.Context, c *component, what string, check func() erro
 		if lastErr == nil {
 			return nil
 		}
-		if err := c.running(); err != nil {
+		if err := c.Exited(); err != nil {
 			return fmt.Errorf("waiting for %s: %w", what, err)
 		}
 		select {

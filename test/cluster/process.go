@@ -12,9 +12,9 @@ import (
 	"time"
 )
 
-// component is one control-plane binary running as a child process. Its output goes to a log file in the
-// instance's directory, so a failed test can point at it.
-type component struct {
+// Process is a child process of a control plane: a control-plane binary, or anything a test or the demo
+// launches beside it. Its output goes to a log file in the instance's directory, so a failed test can point at it.
+type Process struct {
 	name    string
 	cmd     *exec.Cmd
 	logPath string
@@ -26,13 +26,14 @@ type component struct {
 // startComponent starts binary with args. The first component becomes the leader of a new process group and
 // every later one joins it (pgid != 0), so one signal reaches them all. Each child also gets SIGKILL when this
 // process dies, so a panic or a killed test binary leaves nothing behind.
-func startComponent(name, binary string, args []string, logDir string, pgid int) (*component, error) {
+func startComponent(name, binary string, args, env []string, logDir string, pgid int) (*Process, error) {
 	logPath := filepath.Join(logDir, name+".log")
-	logFile, err := os.Create(logPath)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("creating log file for %s: %w", name, err)
 	}
 	cmd := exec.Command(binary, args...)
+	cmd.Env = env
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid, Pdeathsig: syscall.SIGKILL}
@@ -40,7 +41,7 @@ func startComponent(name, binary string, args []string, logDir string, pgid int)
 		logFile.Close()
 		return nil, fmt.Errorf("starting %s (%s): %w", name, binary, err)
 	}
-	c := &component{name: name, cmd: cmd, logPath: logPath, logFile: logFile, exited: make(chan struct{})}
+	c := &Process{name: name, cmd: cmd, logPath: logPath, logFile: logFile, exited: make(chan struct{})}
 	go func() {
 		c.waitErr = cmd.Wait()
 		logFile.Close()
@@ -49,8 +50,8 @@ func startComponent(name, binary string, args []string, logDir string, pgid int)
 	return c, nil
 }
 
-// running reports an error naming the component and quoting the end of its log when it has exited.
-func (c *component) running() error {
+// Exited reports nil while the process runs, and once it ended an error naming the component and quoting the end of its log when it has exited.
+func (c *Process) Exited() error {
 	select {
 	case <-c.exited:
 		return fmt.Errorf("%s exited (%v); last lines of %s:\n%s", c.name, c.waitErr, c.logPath, tail(c.logPath, 15))
@@ -59,8 +60,8 @@ func (c *component) running() error {
 	}
 }
 
-// stop asks the process to end and kills it after grace.
-func (c *component) stop(grace time.Duration) {
+// Stop asks the process to end and kills it after grace.
+func (c *Process) Stop(grace time.Duration) {
 	select {
 	case <-c.exited:
 		return
@@ -74,6 +75,9 @@ func (c *component) stop(grace time.Duration) {
 		<-c.exited
 	}
 }
+
+// LogPath is the file the process writes to.
+func (c *Process) LogPath() string { return c.logPath }
 
 // tail returns the last n lines of a file, for error messages.
 func tail(path string, n int) string {

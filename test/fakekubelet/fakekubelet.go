@@ -5,21 +5,18 @@ package fakekubelet
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+
+	"github.com/lifeline-edge/lifeline/test/simnode"
 )
 
 // Kubelet serves a set of nodes until its context ends.
@@ -35,10 +32,10 @@ type Kubelet struct {
 func Start(ctx context.Context, client kubernetes.Interface, labels map[string]string, nodes ...string) (*Kubelet, error) {
 	k := &Kubelet{client: client, nodes: nodes, holding: map[types.UID]bool{}}
 	for _, n := range nodes {
-		if err := k.registerNode(ctx, n, labels); err != nil {
+		if err := simnode.Register(ctx, client, n, labels, 40*time.Second); err != nil {
 			return nil, err
 		}
-		go k.heartbeat(ctx, n)
+		go simnode.KeepAlive(ctx, client, n, 5*time.Second, 40*time.Second)
 		go k.servePods(ctx, n)
 	}
 	return k, nil
@@ -55,75 +52,6 @@ func (k *Kubelet) held(uid types.UID) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.holding[uid]
-}
-
-func (k *Kubelet) registerNode(ctx context.Context, name string, labels map[string]string) error {
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Status: corev1.NodeStatus{
-			Capacity: corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("256Gi"),
-				corev1.ResourcePods: resource.MustParse("250"),
-			},
-		},
-	}
-	node.Status.Allocatable = node.Status.Capacity
-	if _, err := k.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("registering node %s: %w", name, err)
-	}
-	return k.reportReady(ctx, name)
-}
-
-func (k *Kubelet) reportReady(ctx context.Context, name string) error {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		node, err := k.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		now := metav1.Now()
-		node.Status.Conditions = []corev1.NodeCondition{{
-			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
-			LastHeartbeatTime: now, LastTransitionTime: now,
-		}}
-		_, err = k.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("reporting node %s ready: %w", name, err)
-	}
-	return k.renewLease(ctx, name)
-}
-
-func (k *Kubelet) renewLease(ctx context.Context, name string) error {
-	leases := k.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
-	now := metav1.NewMicroTime(time.Now())
-	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
-		}, metav1.CreateOptions{})
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	lease.Spec.RenewTime = &now
-	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
-	return err
-}
-
-func (k *Kubelet) heartbeat(ctx context.Context, name string) {
-	tick := time.NewTicker(5 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			_ = k.reportReady(ctx, name)
-		}
-	}
 }
 
 // servePods watches the pods bound to a node and answers each change, re-listing whenever the watch ends.

@@ -1,0 +1,271 @@
+// Package e2e runs Lifeline end to end on the simulated edge: the real control plane, lifeline-controller and
+// hollow edge nodes running the sample workers as processes.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
+	"github.com/lifeline-edge/lifeline/cloud/jointinference"
+	"github.com/lifeline-edge/lifeline/test/controllertest"
+	"github.com/lifeline-edge/lifeline/test/fixtures"
+	"github.com/lifeline-edge/lifeline/test/sim"
+)
+
+var s *sim.Sim
+
+const within = 60 * time.Second
+
+var eventually = controllertest.Eventually
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	var err error
+	s, err = sim.Start(context.Background(), sim.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the simulation:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if code != 0 {
+		s.ControlPlane.KeepDir()
+		fmt.Fprintf(os.Stderr, "simulation logs (control plane, controller, nodes) kept in %s\n", s.ControlPlane.Dir)
+	}
+	s.Stop()
+	os.Exit(code)
+}
+
+func skipShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: needs the simulation (run without -short)")
+	}
+}
+
+// apply creates a shared fixture with its placeholders set to the simulation's nodes, and what it references.
+func apply(t *testing.T, file string, models []string, datasets map[string]string, edits ...func(client.Object)) client.Object {
+	t.Helper()
+	dir, err := fixtures.SednaDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := fixtures.Load(filepath.Join(dir, file), map[string]string{"EDGE_NODE": "edge3", "CLOUD_NODE": "cloud", "API_KEY": "demo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, m := range models {
+		if err := s.Client.Create(ctx, &v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: m},
+			Spec: v1alpha1.ModelSpec{URL: "/tmp/lifeline-models/" + m + ".pb", Format: "pb"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	for name, node := range datasets {
+		if err := s.Client.Create(ctx, &v1alpha1.Dataset{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+			Spec: v1alpha1.DatasetSpec{URL: "/tmp/lifeline-data/" + name + "/train.txt", Format: "txt", NodeName: node}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	var obj client.Object
+	switch objs[0].GetKind() {
+	case "JointInferenceService":
+		obj = &v1alpha1.JointInferenceService{}
+	default:
+		obj = &v1alpha1.FederatedLearningJob{}
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs[0].Object, obj); err != nil {
+		t.Fatal(err)
+	}
+	obj.SetNamespace("default")
+	for _, edit := range edits {
+		edit(obj)
+	}
+	if err := s.Client.Create(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
+func TestJointInferenceServesHardExamplesInTheCloud(t *testing.T) {
+	skipShort(t)
+	ji := apply(t, "helmet_detection_inference.yaml",
+		[]string{"helmet-detection-inference-little-model", "helmet-detection-inference-big-model"}, nil).(*v1alpha1.JointInferenceService)
+	eventually(t, within, "the service Ready", func(ctx context.Context) (bool, error) {
+		got := &v1alpha1.JointInferenceService{}
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(ji), got); err != nil {
+			return false, err
+		}
+		return meta.IsStatusConditionTrue(got.Status.Conditions, jointinference.ConditionReady), nil
+	})
+	eventually(t, within, "the big model to answer hard examples from the little one", func(ctx context.Context) (bool, error) {
+		served, err := bigModelServed()
+		if err != nil {
+			return false, err
+		}
+		return served >= 3, nil
+	})
+}
+
+func bigModelServed() (int, error) {
+	resp, err := http.Get("http://127.0.0.1:5000/stats")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var stats struct {
+		Served int `json:"served"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&stats)
+	return stats.Served, err
+}
+
+// littleModelPod is the edge worker's pod of the helmet service.
+func littleModelPod(t *testing.T) *corev1.Pod {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := s.Client.List(context.Background(), pods, client.InNamespace("default"),
+		client.MatchingLabels{"lifeline.sedna.io/role": "edge", "jointinferenceservice.sedna.io/name": "helmet-detection-inference-example"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range pods.Items {
+		if pods.Items[i].DeletionTimestamp == nil {
+			return &pods.Items[i]
+		}
+	}
+	t.Fatal("no edge worker pod")
+	return nil
+}
+
+func TestKilledWorkerProcessRunsAgain(t *testing.T) {
+	skipShort(t)
+	pod := littleModelPod(t)
+	if err := s.KillWorker("edge3", "default", pod.Name, "little-model"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, within, "the little model restarted by its node", func(ctx context.Context) (bool, error) {
+		got := &corev1.Pod{}
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+			return false, err
+		}
+		cs := got.Status.ContainerStatuses
+		return len(cs) == 1 && cs[0].RestartCount >= 1 && cs[0].State.Running != nil &&
+			s.WorkerRunning("edge3", "default", pod.Name, "little-model"), nil
+	})
+}
+
+func TestRestartedEdgeNodeBringsItsWorkersBack(t *testing.T) {
+	skipShort(t)
+	pod := littleModelPod(t)
+	if err := s.RestartNode("edge3"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, within, "the little model running again after the node restart", func(ctx context.Context) (bool, error) {
+		return s.WorkerRunning("edge3", "default", pod.Name, "little-model"), nil
+	})
+	before, _ := bigModelServed()
+	eventually(t, within, "hard examples flowing again", func(ctx context.Context) (bool, error) {
+		now, err := bigModelServed()
+		return err == nil && now > before, err
+	})
+}
+
+func TestDeletingTheServiceStopsEveryWorkerProcess(t *testing.T) {
+	skipShort(t)
+	pod := littleModelPod(t)
+	ji := &v1alpha1.JointInferenceService{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "helmet-detection-inference-example"}}
+	if err := s.Client.Delete(context.Background(), ji); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, within, "the workers' processes gone", func(ctx context.Context) (bool, error) {
+		_, err := bigModelServed()
+		return err != nil && !s.WorkerRunning("edge3", "default", pod.Name, "little-model"), nil
+	})
+}
+
+func TestFederatedLearningRunsToComplete(t *testing.T) {
+	skipShort(t)
+	job := apply(t, "federatedlearningjob_v1alpha1.yaml", []string{"surface-defect-detection-model"},
+		map[string]string{"edge1-surface-defect-detection-dataset": "edge1", "edge2-surface-defect-detection-dataset": "edge2"}).(*v1alpha1.FederatedLearningJob)
+	eventually(t, 2*within, "the job Complete", func(ctx context.Context) (bool, error) {
+		got := &v1alpha1.FederatedLearningJob{}
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(job), got); err != nil {
+			return false, err
+		}
+		if meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.FLConditionFailed) {
+			return false, fmt.Errorf("job failed: %+v", got.Status.Conditions)
+		}
+		return got.Status.Phase == v1alpha1.FLJobSucceeded, nil
+	})
+	if err := s.Client.Delete(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDeletedTrainerComesBackWithItsWorkerName(t *testing.T) {
+	skipShort(t)
+	// Many rounds, so the job is still training when its trainer is deleted.
+	job := apply(t, "federatedlearningjob_v1alpha1.yaml", []string{"surface-defect-detection-model"},
+		map[string]string{"edge1-surface-defect-detection-dataset": "edge1", "edge2-surface-defect-detection-dataset": "edge2"},
+		func(o client.Object) {
+			o.(*v1alpha1.FederatedLearningJob).Spec.AggregationWorker.Template.Spec.Containers[0].Env =
+				[]corev1.EnvVar{{Name: "exit_round", Value: "100000"}}
+		}).(*v1alpha1.FederatedLearningJob)
+	name := fl.TrainerName(job.GetName(), 0)
+	var old *corev1.Pod
+	eventually(t, within, "trainer 0 running", func(ctx context.Context) (bool, error) {
+		old = &corev1.Pod{}
+		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, old); err != nil {
+			return false, err
+		}
+		return old.Status.Phase == corev1.PodRunning, nil
+	})
+	if err := s.Client.Delete(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, within, "trainer 0 back under its name", func(ctx context.Context) (bool, error) {
+		p := &corev1.Pod{}
+		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, p); err != nil {
+			return false, err
+		}
+		if p.UID == old.UID {
+			return false, nil
+		}
+		for _, e := range p.Spec.Containers[0].Env {
+			if e.Name == "WORKER_NAME" && e.Value != name {
+				return false, fmt.Errorf("WORKER_NAME %q", e.Value)
+			}
+		}
+		return p.Status.Phase == corev1.PodRunning && s.WorkerRunning("edge1", "default", name, "train-worker"), nil
+	})
+	if err := s.Client.Delete(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, within, "every worker process of the job gone", func(ctx context.Context) (bool, error) {
+		for _, n := range []string{"cloud", "edge1", "edge2"} {
+			for _, w := range []string{fl.AggregatorName(job.GetName()), fl.TrainerName(job.GetName(), 0), fl.TrainerName(job.GetName(), 1)} {
+				if s.WorkerRunning(n, "default", w, "train-worker") || s.WorkerRunning(n, "default", w, "agg-worker") {
+					return false, fmt.Errorf("%s still runs on %s", w, n)
+				}
+			}
+		}
+		return true, nil
+	})
+}

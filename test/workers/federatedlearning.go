@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// roundState is the aggregator's view: the current round and who has sent an update for it.
+type roundState struct {
+	Round   int      `json:"round"`
+	Rounds  int      `json:"rounds"`
+	Done    bool     `json:"done"`
+	Clients []string `json:"clients"`
+}
+
+// runAggregator waits for PARTICIPANTS_COUNT distinct clients (by WORKER_NAME) to send an update for a round,
+// then starts the next; after exit_round rounds it answers "done" for a while and exits 0.
+func runAggregator(env contractEnv) error {
+	port, err := env.require("AGG_BIND_PORT")
+	if err != nil {
+		return err
+	}
+	participants, err := strconv.Atoi(env.or("PARTICIPANTS_COUNT", "1"))
+	if err != nil {
+		return fmt.Errorf("PARTICIPANTS_COUNT: %w", err)
+	}
+	rounds, err := strconv.Atoi(env.or("exit_round", "3"))
+	if err != nil {
+		return fmt.Errorf("exit_round: %w", err)
+	}
+	var mu sync.Mutex
+	state := roundState{Round: 1, Rounds: rounds}
+	seen := map[string]bool{}
+	finished := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /round", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = json.NewEncoder(w).Encode(state)
+	})
+	mux.HandleFunc("POST /update", func(w http.ResponseWriter, r *http.Request) {
+		var u struct {
+			Worker string `json:"worker"`
+			Round  int    `json:"round"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&u); err != nil || u.Worker == "" {
+			http.Error(w, "bad update", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if u.Round == state.Round && !state.Done && !seen[u.Worker] {
+			seen[u.Worker] = true
+			state.Clients = append(state.Clients, u.Worker)
+			if len(seen) >= participants {
+				log.Printf("round %d aggregated from %v", state.Round, state.Clients)
+				if state.Round >= rounds {
+					state.Done = true
+					close(finished)
+				} else {
+					state.Round++
+					seen, state.Clients = map[string]bool{}, nil
+				}
+			}
+		}
+		_ = json.NewEncoder(w).Encode(state)
+	})
+	srv := &http.Server{Addr: net.JoinHostPort("", port), Handler: mux}
+	go func() {
+		<-finished
+		time.Sleep(3 * time.Second) // let the trainers read "done"
+		_ = srv.Close()
+	}()
+	log.Printf("aggregator %s waiting for %d clients, %d rounds", env.get("WORKER_NAME"), participants, rounds)
+	if err := srv.ListenAndServe(); err != http.ErrServerClosed {
+		return err
+	}
+	log.Printf("training finished after %d rounds", rounds)
+	return nil
+}
+
+// runTrainer sends one update per round, retrying until the aggregator answers, reports each round to
+// LC_SERVER, and exits 0 when the aggregator says the training is done.
+func runTrainer(env contractEnv) error {
+	host, err := env.require("AGG_IP")
+	if err != nil {
+		return err
+	}
+	port, err := env.require("AGG_PORT")
+	if err != nil {
+		return err
+	}
+	name, err := env.require("WORKER_NAME")
+	if err != nil {
+		return err
+	}
+	base := "http://" + net.JoinHostPort(host, port)
+	reported := 0
+	for {
+		var state roundState
+		resp, err := httpClient.Get(base + "/round")
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&state)
+			resp.Body.Close()
+		}
+		if err != nil {
+			time.Sleep(300 * time.Millisecond) // the aggregator is not up yet, or gone
+			continue
+		}
+		if state.Done {
+			_ = report(env.get("LC_SERVER"), trainReport(env, name, state.Round, "completed"))
+			log.Printf("training done after round %d", state.Round)
+			return nil
+		}
+		body, _ := json.Marshal(map[string]any{"worker": name, "round": state.Round})
+		if resp, err := httpClient.Post(base+"/update", "application/json", bytes.NewReader(body)); err == nil {
+			resp.Body.Close()
+		}
+		if state.Round > reported {
+			reported = state.Round
+			_ = report(env.get("LC_SERVER"), trainReport(env, name, state.Round, "running"))
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+func trainReport(env contractEnv, name string, round int, status string) workerReport {
+	return workerReport{
+		Name: name, Namespace: env.get("NAMESPACE"), OwnerName: env.get("JOB_NAME"),
+		OwnerKind: "federatedlearningjob", Kind: "train", Status: status,
+		Results: []map[string]any{{"round": round, "loss": 1.0 / float64(round+1)}},
+	}
+}

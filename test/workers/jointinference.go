@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// runBigModel serves /sedna/predict on BIG_MODEL_BIND_PORT and counts what it answered on /stats.
+func runBigModel(env contractEnv) error {
+	port, err := env.require("BIG_MODEL_BIND_PORT")
+	if err != nil {
+		return err
+	}
+	var served atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /sedna/predict", func(w http.ResponseWriter, r *http.Request) {
+		var example map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&example); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		n := served.Add(1)
+		_ = json.NewEncoder(w).Encode(map[string]any{"label": "helmet", "confidence": 0.97, "served": n})
+	})
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"served": served.Load(), "worker": env.get("WORKER_NAME")})
+	})
+	log.Printf("big model %s serving on :%s", env.get("WORKER_NAME"), port)
+	return http.ListenAndServe(net.JoinHostPort("", port), mux)
+}
+
+// runLittleModel infers locally every 200 ms, sends every third example (the "hard" ones) to the big model, and
+// reports its counters to LC_SERVER every 3 s. It keeps inferring when the cloud cannot be reached.
+func runLittleModel(env contractEnv) error {
+	host, err := env.require("BIG_MODEL_IP")
+	if err != nil {
+		return err
+	}
+	port, err := env.require("BIG_MODEL_PORT")
+	if err != nil {
+		return err
+	}
+	name := env.or("WORKER_NAME", "little")
+	url := fmt.Sprintf("http://%s/sedna/predict", net.JoinHostPort(host, port))
+	var inferred, hard, uploaded int
+	lastReport := time.Now()
+	for {
+		time.Sleep(200 * time.Millisecond)
+		inferred++
+		if inferred%3 == 0 {
+			hard++
+			body, _ := json.Marshal(map[string]any{"example": inferred, "worker": name})
+			if resp, err := httpClient.Post(url, "application/json", bytes.NewReader(body)); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					uploaded++
+				}
+			}
+		}
+		if time.Since(lastReport) >= 3*time.Second {
+			lastReport = time.Now()
+			err := report(env.get("LC_SERVER"), workerReport{
+				Name: name, Namespace: env.get("NAMESPACE"), OwnerName: env.get("SERVICE_NAME"),
+				OwnerKind: "jointinferenceservice", Kind: "inference", Status: "running",
+				OwnerInfo: map[string]any{"inferenceNumber": inferred, "hardExampleNumber": hard, "uploadCloudRatio": ratio(uploaded, inferred)},
+			})
+			if err != nil {
+				log.Printf("report: %v", err)
+			}
+			log.Printf("inferred %d, hard %d, answered by the cloud %d", inferred, hard, uploaded)
+		}
+	}
+}
+
+func ratio(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}

@@ -1,0 +1,54 @@
+// Command lifeline-sampleworker stands in for Sedna's worker images in the simulation. It honours the worker
+// contract (environment, ports, the LC report API) with trivial "models", so the controllers, the hollow edge
+// nodes and the agents can be exercised end to end without a container engine.
+//
+// Roles: ji-big (the cloud model), ji-little (the edge model), fl-aggregator, fl-trainer.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: lifeline-sampleworker ji-big|ji-little|fl-aggregator|fl-trainer")
+		os.Exit(2)
+	}
+	env := contractEnv{get: os.Getenv}
+	var err error
+	switch os.Args[1] {
+	case "ji-big":
+		err = runBigModel(env)
+	case "ji-little":
+		err = runLittleModel(env)
+	case "fl-aggregator":
+		err = runAggregator(env)
+	case "fl-trainer":
+		err = runTrainer(env)
+	default:
+		err = fmt.Errorf("unknown role %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lifeline-sampleworker:", err)
+		os.Exit(1)
+	}
+}
+
+// contractEnv reads the worker contract's variables.
+type contractEnv struct{ get func(string) string }
+
+func (e contractEnv) require(name string) (string, error) {
+	v := e.get(name)
+	if v == "" {
+		return "", fmt.Errorf("%s is not set", name)
+	}
+	return v, nil
+}
+
+func (e contractEnv) or(name, fallback string) string {
+	if v := e.get(name); v != "" {
+		return v
+	}
+	return fallback
+}

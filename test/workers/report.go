@@ -1,0 +1,44 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// workerReport is the body a Sedna worker POSTs to LC_SERVER.
+type workerReport struct {
+	Name      string           `json:"name"`
+	Namespace string           `json:"namespace"`
+	OwnerName string           `json:"ownerName"`
+	OwnerKind string           `json:"ownerKind"`
+	Kind      string           `json:"kind"`
+	Status    string           `json:"status"`
+	OwnerInfo map[string]any   `json:"ownerInfo,omitempty"`
+	Results   []map[string]any `json:"results,omitempty"`
+}
+
+var httpClient = &http.Client{Timeout: 2 * time.Second}
+
+// report sends a report to the node's LC endpoint; like Sedna's worker library it does not stop the worker when
+// nobody listens.
+func report(lcServer string, r workerReport) error {
+	if lcServer == "" {
+		return nil
+	}
+	body, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	resp, err := httpClient.Post(fmt.Sprintf("%s/sedna/workers/%s/info", lcServer, r.Name), "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("report: %s", resp.Status)
+	}
+	return nil
+}
