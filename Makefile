@@ -41,9 +41,18 @@ demo-down: ## Stop a demo left running, with every process and temp dir.
 	@if [ -f $(DEMO_PID) ]; then kill $$(cat $(DEMO_PID)) && echo "demo stopping"; else echo "no demo running"; fi
 
 .PHONY: test
-test: lint verify-generated tools build ## Everything CI runs: lint, generated-code check, unit and integration tests.
-	@echo "==> go test -race ./... (integration packages start their own control plane)"
+test: lint verify-generated tools build fuzz ## Everything CI runs: lint, generated code, fuzzing, unit, integration, e2e.
+	@echo "==> go test -race ./... (integration and e2e packages start their own control plane)"
 	$(GO) test -race -count=1 ./...
+
+# Fuzz targets run briefly in every test run; run one longer with FUZZTIME=10m make fuzz.
+FUZZTIME ?= 10s
+FUZZ_TARGETS := FuzzParseTopic FuzzDecodeWorkerState
+
+.PHONY: fuzz
+fuzz: ## Fuzz the protocol's topic parser and decoders ($(FUZZTIME) each).
+	@for f in $(FUZZ_TARGETS); do echo "==> fuzz $$f for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./proto/lifeline/v1/ || exit 1; done
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (no control plane).
@@ -79,13 +88,17 @@ lint: $(BIN)/staticcheck ## gofmt, go vet and staticcheck.
 	$(BIN)/staticcheck ./...
 
 # Everything `make generate` writes; verify-generated compares these paths with what git has.
-GENERATED := cloud/api deploy/crds
+GENERATED := cloud/api deploy/crds proto
 
 .PHONY: generate
-generate: $(BIN)/controller-gen ## Regenerate deepcopy code, CRDs and protobuf code.
+generate: $(BIN)/controller-gen $(BIN)/protoc-gen-go ## Regenerate deepcopy code, CRDs and protobuf code.
 	@echo "==> controller-gen: deepcopy and CRDs"
 	$(BIN)/controller-gen object paths=./cloud/api/...
 	$(BIN)/controller-gen crd:generateEmbeddedObjectMeta=true paths=./cloud/api/... output:crd:artifacts:config=deploy/crds
+	@echo "==> protoc: the liveness protocol"
+	@command -v protoc >/dev/null || { echo "protoc is missing: apt-get install protobuf-compiler"; exit 1; }
+	protoc --plugin=protoc-gen-go=$(BIN)/protoc-gen-go --go_out=. --go_opt=module=github.com/lifeline-edge/lifeline \
+		proto/lifeline/v1/*.proto
 
 .PHONY: verify-generated
 verify-generated: generate ## Fail when generated files differ from what is committed.
