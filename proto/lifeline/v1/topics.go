@@ -57,18 +57,22 @@ func (t Topic) String() string {
 }
 
 // NodeTopic is the topic of kind k for a node.
-func NodeTopic(cluster, node string, k Kind) Topic { return Topic{Cluster: cluster, Node: node, Kind: k} }
+func NodeTopic(cluster, node string, k Kind) Topic {
+	return Topic{Cluster: cluster, Node: node, Kind: k}
+}
 
 // WorkerTopic is the retained state topic of one worker.
 func WorkerTopic(cluster, node, namespace, pod string) Topic {
 	return Topic{Cluster: cluster, Node: node, Kind: KindWorkerState, Namespace: namespace, Pod: pod}
 }
 
-// Subscription filters: what the controller reads from every node, and what one agent reads.
+// ControllerFilter is the subscription that reads every node of a cluster.
 func ControllerFilter(cluster string) string { return Root + "/" + cluster + "/nodes/+/#" }
 
 // AgentCommandTopic is the only topic an agent subscribes to.
-func AgentCommandTopic(cluster, node string) string { return NodeTopic(cluster, node, KindCommand).String() }
+func AgentCommandTopic(cluster, node string) string {
+	return NodeTopic(cluster, node, KindCommand).String()
+}
 
 // ParseTopic parses and validates a topic; names must be DNS-1123 (node, cluster, namespace: labels or
 // subdomains as Kubernetes requires), so a forged topic cannot smuggle wildcards or path tricks [P-TOPIC-3].
