@@ -1,0 +1,192 @@
+// Package journal keeps on disk what an edge agent has not yet got acknowledged by the broker: the latest state
+// of each worker, and a bounded log of reports. Entries come back in the order they were put, and leave only
+// when acknowledged, so a broker outage or an agent restart loses nothing but what the bound drops — and that
+// is counted. [P-JRN-1]
+package journal
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Entry is one message waiting for the broker.
+type Entry struct {
+	// Seq orders entries; the journal assigns it.
+	Seq      uint64 `json:"seq"`
+	Topic    string `json:"topic"`
+	Payload  []byte `json:"payload"`
+	QoS      byte   `json:"qos"`
+	Retained bool   `json:"retained"`
+	// Key, when set, makes the entry replace any pending entry with the same key: only the latest state of a
+	// worker matters. Entries without a key form the bounded log.
+	Key string `json:"key,omitempty"`
+}
+
+var (
+	entriesBucket = []byte("entries") // seq -> entry
+	keysBucket    = []byte("keys")    // key -> seq of its pending entry
+	metaBucket    = []byte("meta")    // counters that survive restarts
+	nextSeqKey    = []byte("next-seq")
+	droppedKey    = []byte("dropped")
+)
+
+// Journal is a bbolt file. It is safe for concurrent use.
+type Journal struct {
+	db      *bolt.DB
+	maxLog  int
+	logSize atomic.Int64
+	dropped atomic.Uint64
+}
+
+// Open opens (or creates) the journal at path; at most maxLog keyless entries are kept.
+func Open(path string, maxLog int) (*Journal, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("opening journal %s: %w", path, err)
+	}
+	j := &Journal{db: db, maxLog: maxLog}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{entriesBucket, keysBucket, metaBucket} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		j.dropped.Store(readUint(tx.Bucket(metaBucket), droppedKey))
+		var n int64
+		err := tx.Bucket(entriesBucket).ForEach(func(_, v []byte) error {
+			var e Entry
+			if json.Unmarshal(v, &e) == nil && e.Key == "" {
+				n++
+			}
+			return nil
+		})
+		j.logSize.Store(n)
+		return err
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("initialising journal %s: %w", path, err)
+	}
+	return j, nil
+}
+
+// Close closes the file.
+func (j *Journal) Close() error { return j.db.Close() }
+
+// Put stores e with the next sequence number and returns it.
+func (j *Journal) Put(e Entry) (uint64, error) {
+	err := j.db.Update(func(tx *bolt.Tx) error {
+		entries, keys, meta := tx.Bucket(entriesBucket), tx.Bucket(keysBucket), tx.Bucket(metaBucket)
+		e.Seq = readUint(meta, nextSeqKey) + 1
+		if err := writeUint(meta, nextSeqKey, e.Seq); err != nil {
+			return err
+		}
+		if e.Key != "" {
+			if old := keys.Get([]byte(e.Key)); old != nil {
+				if err := entries.Delete(old); err != nil {
+					return err
+				}
+			}
+			if err := keys.Put([]byte(e.Key), seqKey(e.Seq)); err != nil {
+				return err
+			}
+		} else if int(j.logSize.Load()) >= j.maxLog {
+			if err := j.dropOldestLogEntry(entries, meta); err != nil {
+				return err
+			}
+		} else {
+			j.logSize.Add(1)
+		}
+		data, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		return entries.Put(seqKey(e.Seq), data)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("journaling %s: %w", e.Topic, err)
+	}
+	return e.Seq, nil
+}
+
+// dropOldestLogEntry makes room in a full log: the oldest keyless entry goes, and is counted.
+func (j *Journal) dropOldestLogEntry(entries, meta *bolt.Bucket) error {
+	c := entries.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		var e Entry
+		if json.Unmarshal(v, &e) == nil && e.Key == "" {
+			if err := entries.Delete(k); err != nil {
+				return err
+			}
+			d := j.dropped.Add(1)
+			return writeUint(meta, droppedKey, d)
+		}
+	}
+	return errors.New("log full but no keyless entry found")
+}
+
+// Pending returns the entries not yet acknowledged, in the order they were put.
+func (j *Journal) Pending() ([]Entry, error) {
+	var out []Entry
+	err := j.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(entriesBucket).ForEach(func(_, v []byte) error {
+			var e Entry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return err
+			}
+			out = append(out, e)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Ack removes an entry the broker acknowledged. A key's entry is removed only if it is still the latest one.
+func (j *Journal) Ack(seq uint64) error {
+	return j.db.Update(func(tx *bolt.Tx) error {
+		entries, keys := tx.Bucket(entriesBucket), tx.Bucket(keysBucket)
+		v := entries.Get(seqKey(seq))
+		if v == nil {
+			return nil
+		}
+		var e Entry
+		if err := json.Unmarshal(v, &e); err != nil {
+			return err
+		}
+		if e.Key != "" {
+			if cur := keys.Get([]byte(e.Key)); cur != nil && binary.BigEndian.Uint64(cur) == seq {
+				if err := keys.Delete([]byte(e.Key)); err != nil {
+					return err
+				}
+			}
+		} else {
+			j.logSize.Add(-1)
+		}
+		return entries.Delete(seqKey(seq))
+	})
+}
+
+// Dropped counts log entries dropped because the log was full, over the journal's whole life.
+func (j *Journal) Dropped() uint64 { return j.dropped.Load() }
+
+// seqKey encodes seq big-endian, so bbolt's byte order is sequence order.
+func seqKey(seq uint64) []byte {
+	k := make([]byte, 8)
+	binary.BigEndian.PutUint64(k, seq)
+	return k
+}
+
+func readUint(b *bolt.Bucket, key []byte) uint64 {
+	if v := b.Get(key); len(v) == 8 {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
+}
+
+func writeUint(b *bolt.Bucket, key []byte, v uint64) error { return b.Put(key, seqKey(v)) }

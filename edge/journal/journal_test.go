@@ -1,0 +1,95 @@
+package journal
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+)
+
+func topics(es []Entry) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Topic)
+	}
+	return out
+}
+
+func TestJournalKeepsOrderLatestStateAndBound(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j, err := Open(path, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(topic, key string) uint64 {
+		seq, err := j.Put(Entry{Topic: topic, Key: key, QoS: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seq
+	}
+	put("state-a-1", "a")
+	put("report-1", "")
+	put("state-b-1", "b")
+	put("state-a-2", "a") // replaces state-a-1
+	put("report-2", "")
+	put("report-3", "")
+	put("report-4", "") // the log holds 3: report-1 is dropped
+	pending, err := j.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"state-b-1", "state-a-2", "report-2", "report-3", "report-4"}
+	if fmt.Sprint(topics(pending)) != fmt.Sprint(want) {
+		t.Fatalf("pending %v, want %v", topics(pending), want)
+	}
+	if j.Dropped() != 1 {
+		t.Errorf("dropped %d, want 1", j.Dropped())
+	}
+	if err := j.Ack(pending[0].Seq); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Ack(pending[2].Seq); err != nil {
+		t.Fatal(err)
+	}
+	// Reopened, as after an agent restart: what was not acknowledged is still there, in order, and the counters
+	// continue.
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j, err = Open(path, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	pending, _ = j.Pending()
+	want = []string{"state-a-2", "report-3", "report-4"}
+	if fmt.Sprint(topics(pending)) != fmt.Sprint(want) {
+		t.Fatalf("after reopen pending %v, want %v", topics(pending), want)
+	}
+	if seq := put("report-5", ""); seq != 8 {
+		t.Errorf("sequence after reopen = %d, want 8", seq)
+	}
+	if j.Dropped() != 1 {
+		t.Errorf("dropped after reopen %d, want 1", j.Dropped())
+	}
+}
+
+func TestAckOfASupersededStateKeepsTheNewer(t *testing.T) {
+	j, err := Open(filepath.Join(t.TempDir(), "j.db"), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	first, _ := j.Put(Entry{Topic: "s1", Key: "w"})
+	if _, err := j.Put(Entry{Topic: "s2", Key: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	// The broker acknowledges the first state after the second replaced it.
+	if err := j.Ack(first); err != nil {
+		t.Fatal(err)
+	}
+	pending, _ := j.Pending()
+	if fmt.Sprint(topics(pending)) != "[s2]" {
+		t.Errorf("pending %v, want the newer state", topics(pending))
+	}
+}

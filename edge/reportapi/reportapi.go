@@ -1,0 +1,157 @@
+// Package reportapi serves the Sedna worker report API on the node (`POST /sedna/workers/<name>/info`), so
+// unmodified Sedna worker images report through Lifeline. It answers at once and never blocks a worker: valid
+// reports go into a bounded queue that a single goroutine hands to the publisher; when the queue is full the
+// report is dropped and counted.
+package reportapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/lifeline-edge/lifeline/edge/journal"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+)
+
+// MaxBodyBytes bounds one report; Sedna's reports are a few hundred bytes.
+const MaxBodyBytes = 64 << 10
+
+// Sink takes a journal entry for the broker (the publisher's Enqueue).
+type Sink interface {
+	Enqueue(journal.Entry) error
+}
+
+// Report is the body Sedna workers POST.
+type Report struct {
+	Name      string          `json:"name"`
+	Namespace string          `json:"namespace"`
+	OwnerName string          `json:"ownerName"`
+	OwnerKind string          `json:"ownerKind"`
+	Kind      string          `json:"kind"`
+	Status    string          `json:"status"`
+	OwnerInfo json.RawMessage `json:"ownerInfo,omitempty"`
+	Results   json.RawMessage `json:"results,omitempty"`
+}
+
+// Server is the report endpoint of one node.
+type Server struct {
+	cluster, node string
+	sink          Sink
+	birthSeq      func() uint64
+	queue         chan *lifelinev1.WorkerReport
+	log           logr.Logger
+	seq           uint64 // touched by the consumer goroutine only
+
+	received *prometheus.CounterVec
+}
+
+// New returns a server with a queue of capacity reports; register its metrics with reg (nil: not registered).
+func New(cluster, node string, sink Sink, birthSeq func() uint64, capacity int, reg prometheus.Registerer, log logr.Logger) *Server {
+	s := &Server{cluster: cluster, node: node, sink: sink, birthSeq: birthSeq, log: log,
+		queue: make(chan *lifelinev1.WorkerReport, capacity),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lifeline_agent_reports_total",
+			Help: "Worker reports received by the node's report endpoint, by outcome (queued, dropped, rejected_*).",
+		}, []string{"outcome"}),
+	}
+	if reg != nil {
+		reg.MustRegister(s.received)
+	}
+	return s
+}
+
+// Handler is the HTTP handler of the report API.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /sedna/workers/{name}/info", s.receive)
+	return mux
+}
+
+func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		s.reject(w, "too_large", http.StatusRequestEntityTooLarge, fmt.Sprintf("report body over %d bytes", MaxBodyBytes))
+		return
+	}
+	var rep Report
+	if err := json.Unmarshal(body, &rep); err != nil {
+		s.reject(w, "malformed", http.StatusBadRequest, "report body is not the worker report JSON: "+err.Error())
+		return
+	}
+	if rep.Name != name {
+		s.reject(w, "name_mismatch", http.StatusBadRequest, fmt.Sprintf("report for %q posted to the path of %q", rep.Name, name))
+		return
+	}
+	if errs := validation.IsDNS1123Label(rep.Namespace); len(errs) > 0 {
+		s.reject(w, "malformed", http.StatusBadRequest, "namespace: "+errs[0])
+		return
+	}
+	msg := &lifelinev1.WorkerReport{Namespace: rep.Namespace, Worker: rep.Name, Body: body,
+		ReceivedUnixNano: time.Now().UnixNano()}
+	select {
+	case s.queue <- msg:
+		s.received.WithLabelValues("queued").Inc()
+		writeReply(w, http.StatusOK, "OK")
+	default:
+		s.received.WithLabelValues("dropped").Inc()
+		writeReply(w, http.StatusServiceUnavailable, "report queue full; report dropped")
+	}
+}
+
+func (s *Server) reject(w http.ResponseWriter, reason string, code int, message string) {
+	s.received.WithLabelValues("rejected_" + reason).Inc()
+	writeReply(w, code, message)
+}
+
+// writeReply answers as Sedna's LC does: {"status": <code>, "message": "..."}.
+func writeReply(w http.ResponseWriter, code int, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]any{"status": code, "message": message})
+}
+
+// Run hands queued reports to the sink, in arrival order, until ctx ends.
+func (s *Server) Run(ctx context.Context) {
+	topic := lifelinev1.NodeTopic(s.cluster, s.node, lifelinev1.KindReport).String()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case msg := <-s.queue:
+			s.seq++
+			msg.Seq, msg.BirthSeq = s.seq, s.birthSeq()
+			payload, err := proto.Marshal(msg)
+			if err == nil {
+				err = s.sink.Enqueue(journal.Entry{Topic: topic, Payload: payload, QoS: 1})
+			}
+			if err != nil {
+				s.log.Error(err, "journaling a report", "worker", msg.Worker)
+			}
+		}
+	}
+}
+
+// ListenAndServe serves the API on addr until ctx ends.
+func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
+	srv := &http.Server{Addr: addr, Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving the report API on %s: %w", addr, err)
+	}
+	return nil
+}

@@ -1,0 +1,139 @@
+package reportapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lifeline-edge/lifeline/edge/journal"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+)
+
+const validBody = `{"name":"sdd-trainworker-0","namespace":"default","ownerName":"sdd","ownerKind":"federatedlearningjob",
+"kind":"train","status":"running","results":[{"round":3,"loss":0.25}]}`
+
+func post(t *testing.T, url, name, body string) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Post(url+"/sedna/workers/"+name+"/info", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var reply map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&reply)
+	return resp.StatusCode, reply
+}
+
+func TestReportAPI(t *testing.T) {
+	j, err := journal.Open(filepath.Join(t.TempDir(), "journal.db"), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	s := New("c", "edge-1", sinkFunc(func(e journal.Entry) error { _, err := j.Put(e); return err }),
+		func() uint64 { return 7 }, 10, nil, logr.Discard())
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx)
+
+	cases := []struct {
+		name, path, body string
+		wantCode         int
+		wantMessage      string
+		outcome          string
+	}{
+		{"valid", "sdd-trainworker-0", validBody, 200, "OK", "queued"},
+		{"name differs from the path", "sdd-trainworker-1", validBody, 400, `report for "sdd-trainworker-0" posted to the path of "sdd-trainworker-1"`, "rejected_name_mismatch"},
+		{"garbage", "w", "\x00\xffnot json", 400, "is not the worker report JSON", "rejected_malformed"},
+		{"bad namespace", "w", `{"name":"w","namespace":"../etc"}`, 400, "namespace:", "rejected_malformed"},
+		{"too large", "w", `{"name":"w","namespace":"d","results":"` + strings.Repeat("x", MaxBodyBytes) + `"}`, 413, "over", "rejected_too_large"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := testutil.ToFloat64(s.received.WithLabelValues(tc.outcome))
+			code, reply := post(t, srv.URL, tc.path, tc.body)
+			if code != tc.wantCode || !strings.Contains(reply["message"].(string), tc.wantMessage) || int(reply["status"].(float64)) != code {
+				t.Errorf("reply %d %v, want %d with %q", code, reply, tc.wantCode, tc.wantMessage)
+			}
+			if after := testutil.ToFloat64(s.received.WithLabelValues(tc.outcome)); after != before+1 {
+				t.Errorf("counter %s went %v -> %v", tc.outcome, before, after)
+			}
+		})
+	}
+	// The valid report reaches the journal as a WorkerReport on the node's reports topic.
+	var pending []journal.Entry
+	for i := 0; i < 100 && len(pending) == 0; i++ {
+		pending, _ = j.Pending()
+		if len(pending) == 0 {
+			waitABit()
+		}
+	}
+	if len(pending) != 1 || pending[0].Topic != "lifeline/v1/c/nodes/edge-1/reports" || pending[0].QoS != 1 {
+		t.Fatalf("journal %+v, want the report", pending)
+	}
+	rep := &lifelinev1.WorkerReport{}
+	if err := proto.Unmarshal(pending[0].Payload, rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Worker != "sdd-trainworker-0" || rep.Namespace != "default" || rep.Seq != 1 || rep.BirthSeq != 7 || string(rep.Body) != validBody {
+		t.Errorf("report %+v", rep)
+	}
+}
+
+// A flood never blocks a worker and never grows memory past the queue: what does not fit is dropped and
+// counted.
+func TestFloodIsBoundedAndCounted(t *testing.T) {
+	blocked := make(chan struct{})
+	s := New("c", "edge-1", sinkFunc(func(journal.Entry) error { <-blocked; return nil }), func() uint64 { return 1 }, 16, nil, logr.Discard())
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx)
+	defer close(blocked)
+
+	const floods = 500
+	var wg sync.WaitGroup
+	codes := make(chan int, floods)
+	for i := 0; i < floods; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, _ := post(t, srv.URL, "sdd-trainworker-0", validBody)
+			codes <- code
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	counts := map[int]int{}
+	for c := range codes {
+		counts[c]++
+	}
+	queued := testutil.ToFloat64(s.received.WithLabelValues("queued"))
+	dropped := testutil.ToFloat64(s.received.WithLabelValues("dropped"))
+	// The consumer holds one report in the blocked sink; the queue holds 16.
+	if queued > 17 || queued+dropped != floods || counts[503] != int(dropped) || counts[200] != int(queued) {
+		t.Errorf("queued %v dropped %v replies %v", queued, dropped, counts)
+	}
+	if len(s.queue) > cap(s.queue) {
+		t.Errorf("queue grew past its bound")
+	}
+}
+
+type sinkFunc func(journal.Entry) error
+
+func (f sinkFunc) Enqueue(e journal.Entry) error { return f(e) }
+
+func waitABit() { <-time.After(10 * time.Millisecond) }
