@@ -172,6 +172,19 @@ func (j *Journal) Ack(seq uint64) error {
 	})
 }
 
+// NextCounter increments and returns a named counter kept in the journal's file, for sequence numbers that
+// must grow across restarts (worker state seq [P-WS-2]).
+func (j *Journal) NextCounter(name string) (uint64, error) {
+	var v uint64
+	err := j.db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(metaBucket)
+		key := []byte("counter/" + name)
+		v = readUint(meta, key) + 1
+		return writeUint(meta, key, v)
+	})
+	return v, err
+}
+
 // Dropped counts log entries dropped because the log was full, over the journal's whole life.
 func (j *Journal) Dropped() uint64 { return j.dropped.Load() }
 

@@ -3,74 +3,19 @@ package publisher
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/go-logr/logr"
-	mochi "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/hooks/auth"
-	"github.com/mochi-mqtt/server/v2/listeners"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+	"github.com/lifeline-edge/lifeline/test/mqtttest"
 	"github.com/lifeline-edge/lifeline/test/netproxy"
 )
-
-// startBroker runs an embedded mochi-mqtt broker on a free loopback port.
-func startBroker(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	server := mochi.New(&mochi.Options{InlineClient: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err := server.AddHook(new(auth.AllowHook), nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := server.AddListener(listeners.NewTCP(listeners.Config{ID: "tcp", Address: addr})); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = server.Serve() }()
-	t.Cleanup(func() { server.Close() })
-	return addr
-}
-
-type message struct {
-	topic   lifelinev1.Topic
-	payload []byte
-}
-
-// subscribe reads everything the cluster's nodes publish, retained messages included.
-func subscribe(t *testing.T, broker, id string) <-chan message {
-	t.Helper()
-	ch := make(chan message, 1000)
-	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + broker).SetClientID(id))
-	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscriber connect: %v", tok.Error())
-	}
-	tok := c.Subscribe(lifelinev1.ControllerFilter("c"), 1, func(_ mqtt.Client, m mqtt.Message) {
-		topic, err := lifelinev1.ParseTopic(m.Topic())
-		if err != nil {
-			t.Errorf("unparsable topic %q", m.Topic())
-			return
-		}
-		ch <- message{topic: topic, payload: append([]byte(nil), m.Payload()...)}
-	})
-	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe: %v", tok.Error())
-	}
-	t.Cleanup(func() { c.Disconnect(0) })
-	return ch
-}
 
 func report(i int) journal.Entry {
 	return journal.Entry{Topic: lifelinev1.NodeTopic("c", "edge-1", lifelinev1.KindReport).String(), QoS: 1,
@@ -79,16 +24,16 @@ func report(i int) journal.Entry {
 
 // collect reads messages until it has the reports up to last (in the order first seen) or the timeout passes,
 // and returns the reports, births and deaths seen.
-func collect(t *testing.T, ch <-chan message, last int, timeout time.Duration) (reports []int, births, deaths []uint64) {
+func collect(t *testing.T, ch <-chan mqtttest.Message, last int, timeout time.Duration) (reports []int, births, deaths []uint64) {
 	t.Helper()
 	seen := map[int]bool{}
 	deadline := time.After(timeout)
 	for {
 		select {
 		case m := <-ch:
-			switch m.topic.Kind {
+			switch m.Topic.Kind {
 			case lifelinev1.KindReport:
-				n, _ := strconv.Atoi(string(m.payload))
+				n, _ := strconv.Atoi(string(m.Payload))
 				if !seen[n] { // QoS 1 may deliver twice
 					seen[n] = true
 					reports = append(reports, n)
@@ -98,13 +43,13 @@ func collect(t *testing.T, ch <-chan message, last int, timeout time.Duration) (
 				}
 			case lifelinev1.KindBirth:
 				b := &lifelinev1.NodeBirth{}
-				if err := proto.Unmarshal(m.payload, b); err != nil {
+				if err := proto.Unmarshal(m.Payload, b); err != nil {
 					t.Fatal(err)
 				}
 				births = append(births, b.BirthSeq)
 			case lifelinev1.KindDeath:
 				d := &lifelinev1.NodeDeath{}
-				if err := proto.Unmarshal(m.payload, d); err != nil {
+				if err := proto.Unmarshal(m.Payload, d); err != nil {
 					t.Fatal(err)
 				}
 				deaths = append(deaths, d.BirthSeq)
@@ -126,13 +71,13 @@ func seq(from, to int) []int {
 // [P-JRN-1] [P-BIRTH-2] [P-DEATH-1] A cut link loses nothing: what was journaled meanwhile arrives in order
 // after a new birth, and the broker publishes the old session's death.
 func TestJournalIsReplayedInOrderAfterAnOutage_P_JRN_1(t *testing.T) {
-	broker := startBroker(t)
+	broker := mqtttest.StartBroker(t)
 	link, err := netproxy.Start(broker)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer link.Close()
-	received := subscribe(t, broker, "controller")
+	received := mqtttest.Subscribe(t, broker, "c", "controller")
 
 	dir := t.TempDir()
 	j, err := journal.Open(filepath.Join(dir, "journal.db"), 1000)
@@ -186,7 +131,7 @@ func TestJournalIsReplayedInOrderAfterAnOutage_P_JRN_1(t *testing.T) {
 	}
 
 	// A subscriber arriving later sees the retained birth and death, which it orders by birth sequence.
-	_, births, deaths = collect(t, subscribe(t, broker, "late"), -1, time.Second)
+	_, births, deaths = collect(t, mqtttest.Subscribe(t, broker, "c", "late"), -1, time.Second)
 	if len(births) != 1 || len(deaths) != 1 || births[0] <= deaths[0] {
 		t.Errorf("retained birth %v and death %v: the birth must be newer", births, deaths)
 	}

@@ -1,0 +1,164 @@
+// Package agent holds the edge agent's loops: the observer that turns what the container runtime shows into
+// worker states, published the moment they change.
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lifeline-edge/lifeline/edge/cri"
+	"github.com/lifeline-edge/lifeline/edge/journal"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+)
+
+// WorkerSource is what the observer reads: the pods the container runtime has.
+type WorkerSource interface {
+	Pods(ctx context.Context) ([]cri.Pod, error)
+}
+
+// Publisher takes messages for the broker.
+type Publisher interface {
+	Enqueue(journal.Entry) error
+	BirthSeq() uint64
+}
+
+// Counter hands out sequence numbers that grow across restarts.
+type Counter interface {
+	NextCounter(name string) (uint64, error)
+}
+
+// Observer publishes a worker's state whenever it changes [P-WS-1].
+type Observer struct {
+	Cluster, Node string
+	Source        WorkerSource
+	Publisher     Publisher
+	Seq           Counter
+	// Interval between polls of the runtime (default 500 ms).
+	Interval time.Duration
+	// IsWorker selects the pods that are Lifeline workers; nil selects every pod.
+	IsWorker func(cri.Pod) bool
+	Log      logr.Logger
+
+	last map[string]*lifelinev1.WorkerState // by namespace/name; touched by Run's goroutine only
+}
+
+// Run polls until ctx ends.
+func (o *Observer) Run(ctx context.Context) {
+	interval := o.Interval
+	if interval == 0 {
+		interval = 500 * time.Millisecond
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		if err := o.ObserveOnce(ctx); err != nil {
+			o.Log.V(2).Info("observing the runtime", "error", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// ObserveOnce reads the runtime and publishes what changed since the last call, including workers that are gone.
+func (o *Observer) ObserveOnce(ctx context.Context) error {
+	pods, err := o.Source.Pods(ctx)
+	if err != nil {
+		return err
+	}
+	if o.last == nil {
+		o.last = map[string]*lifelinev1.WorkerState{}
+	}
+	seen := map[string]bool{}
+	for _, p := range pods {
+		if o.IsWorker != nil && !o.IsWorker(p) {
+			continue
+		}
+		key := p.Namespace + "/" + p.Name
+		seen[key] = true
+		if err := o.publishIfChanged(key, workerState(p)); err != nil {
+			return err
+		}
+	}
+	for key, prev := range o.last {
+		if !seen[key] && prev.Phase != lifelinev1.Phase_PHASE_GONE {
+			gone := &lifelinev1.WorkerState{Namespace: prev.Namespace, Name: prev.Name, Uid: prev.Uid, Phase: lifelinev1.Phase_PHASE_GONE}
+			if err := o.publishIfChanged(key, gone); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (o *Observer) publishIfChanged(key string, ws *lifelinev1.WorkerState) error {
+	if prev := o.last[key]; prev != nil && sameState(prev, ws) {
+		return nil
+	}
+	seq, err := o.Seq.NextCounter("worker-state")
+	if err != nil {
+		return err
+	}
+	ws.Seq, ws.BirthSeq, ws.ObservedUnixNano = seq, o.Publisher.BirthSeq(), time.Now().UnixNano()
+	payload, err := proto.Marshal(ws)
+	if err != nil {
+		return err
+	}
+	topic := lifelinev1.WorkerTopic(o.Cluster, o.Node, ws.Namespace, ws.Name).String()
+	if err := o.Publisher.Enqueue(journal.Entry{Topic: topic, Payload: payload, QoS: 1, Retained: true, Key: key}); err != nil {
+		return err
+	}
+	o.last[key] = ws
+	return nil
+}
+
+// workerState summarises a pod as the runtime shows it.
+func workerState(p cri.Pod) *lifelinev1.WorkerState {
+	ws := &lifelinev1.WorkerState{Namespace: p.Namespace, Name: p.Name, Uid: p.UID}
+	running, failed, exited := false, false, 0
+	var lastFinished time.Time
+	for _, c := range p.Containers {
+		cs := &lifelinev1.ContainerState{Name: c.Name, Running: c.Running, Restarts: int32(c.Attempt), ExitCode: c.ExitCode}
+		if !c.StartedAt.IsZero() {
+			cs.StartedUnixNano = c.StartedAt.UnixNano()
+		}
+		if !c.FinishedAt.IsZero() {
+			cs.FinishedUnixNano = c.FinishedAt.UnixNano()
+		}
+		ws.Containers = append(ws.Containers, cs)
+		ws.Restarts += int32(c.Attempt)
+		running = running || c.Running
+		if c.Exited {
+			exited++
+			failed = failed || c.ExitCode != 0
+			if !c.FinishedAt.Before(lastFinished) {
+				lastFinished, ws.LastExitCode = c.FinishedAt, c.ExitCode
+			}
+		}
+	}
+	switch {
+	case running:
+		ws.Phase = lifelinev1.Phase_PHASE_RUNNING
+	case exited > 0 && exited == len(p.Containers) && failed:
+		ws.Phase = lifelinev1.Phase_PHASE_FAILED
+	case exited > 0 && exited == len(p.Containers):
+		ws.Phase = lifelinev1.Phase_PHASE_SUCCEEDED
+	default:
+		ws.Phase = lifelinev1.Phase_PHASE_PENDING
+	}
+	return ws
+}
+
+// sameState compares what a receiver cares about, not the observation time or sequence numbers.
+func sameState(a, b *lifelinev1.WorkerState) bool {
+	x, y := proto.Clone(a).(*lifelinev1.WorkerState), proto.Clone(b).(*lifelinev1.WorkerState)
+	for _, ws := range []*lifelinev1.WorkerState{x, y} {
+		ws.Seq, ws.BirthSeq, ws.ObservedUnixNano = 0, 0, 0
+	}
+	return proto.Equal(x, y)
+}

@@ -1,0 +1,155 @@
+// Package cri observes a node's workers through the container runtime's CRI socket (containerd by default), the
+// way the kubelet sees them, and stops a container when the agent heals a worker. Every call has its own
+// timeout and what comes back is validated.
+package cri
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// DefaultSocket is containerd's CRI socket, where edgecore's runtime listens on a keadm-joined node.
+const DefaultSocket = "/run/containerd/containerd.sock"
+
+// Labels the kubelet (edged) puts on every container it creates.
+const (
+	labelPodName       = "io.kubernetes.pod.name"
+	labelPodNamespace  = "io.kubernetes.pod.namespace"
+	labelPodUID        = "io.kubernetes.pod.uid"
+	labelContainerName = "io.kubernetes.container.name"
+)
+
+// Container is the current attempt of one container of a pod.
+type Container struct {
+	ID       string
+	Name     string
+	Running  bool
+	Exited   bool
+	ExitCode int32
+	// Attempt counts the container's restarts: the kubelet creates attempt n+1 after attempt n ended.
+	Attempt    uint32
+	StartedAt  time.Time
+	FinishedAt time.Time
+}
+
+// Pod is what the runtime has of one pod.
+type Pod struct {
+	Namespace, Name, UID string
+	Containers           []Container
+}
+
+// Client talks to a CRI runtime.
+type Client struct {
+	conn    *grpc.ClientConn
+	runtime runtimeapi.RuntimeServiceClient
+	timeout time.Duration
+}
+
+// Dial connects to the runtime's unix socket; timeout bounds every call.
+func Dial(socket string, timeout time.Duration) (*Client, error) {
+	conn, err := grpc.NewClient("unix://"+strings.TrimPrefix(socket, "unix://"),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("connecting to CRI socket %s: %w", socket, err)
+	}
+	return &Client{conn: conn, runtime: runtimeapi.NewRuntimeServiceClient(conn), timeout: timeout}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Pods lists the pods that have containers in the runtime, with the latest attempt of each container.
+func (c *Client) Pods(ctx context.Context) ([]Pod, error) {
+	list, err := call(ctx, c.timeout, func(ctx context.Context) (*runtimeapi.ListContainersResponse, error) {
+		return c.runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing containers: %w", err)
+	}
+	latest := map[string]*runtimeapi.Container{} // pod uid + container name -> latest attempt
+	for _, ctr := range list.GetContainers() {
+		l := ctr.GetLabels()
+		if l[labelPodUID] == "" || l[labelContainerName] == "" || ctr.GetId() == "" {
+			continue // not a pod's container, or a runtime answer we cannot use
+		}
+		key := l[labelPodUID] + "/" + l[labelContainerName]
+		if cur, ok := latest[key]; !ok || ctr.GetMetadata().GetAttempt() >= cur.GetMetadata().GetAttempt() {
+			latest[key] = ctr
+		}
+	}
+	pods := map[string]*Pod{}
+	for _, ctr := range latest {
+		l := ctr.GetLabels()
+		p := pods[l[labelPodUID]]
+		if p == nil {
+			p = &Pod{Namespace: l[labelPodNamespace], Name: l[labelPodName], UID: l[labelPodUID]}
+			pods[p.UID] = p
+		}
+		container, err := c.describe(ctx, ctr)
+		if err != nil {
+			return nil, err
+		}
+		p.Containers = append(p.Containers, container)
+	}
+	out := make([]Pod, 0, len(pods))
+	for _, p := range pods {
+		sort.Slice(p.Containers, func(i, j int) bool { return p.Containers[i].Name < p.Containers[j].Name })
+		out = append(out, *p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name })
+	return out, nil
+}
+
+// describe completes a listed container with its status: the exit code is only in ContainerStatus.
+func (c *Client) describe(ctx context.Context, ctr *runtimeapi.Container) (Container, error) {
+	out := Container{ID: ctr.GetId(), Name: ctr.GetLabels()[labelContainerName], Attempt: ctr.GetMetadata().GetAttempt(),
+		Running: ctr.GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING}
+	if ctr.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED && !out.Running {
+		return out, nil
+	}
+	st, err := call(ctx, c.timeout, func(ctx context.Context) (*runtimeapi.ContainerStatusResponse, error) {
+		return c.runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: ctr.GetId()})
+	})
+	if err != nil {
+		return out, fmt.Errorf("reading status of container %s: %w", ctr.GetId(), err)
+	}
+	s := st.GetStatus()
+	if s == nil {
+		return out, fmt.Errorf("runtime returned no status for container %s", ctr.GetId())
+	}
+	out.Exited = s.GetState() == runtimeapi.ContainerState_CONTAINER_EXITED
+	out.Running = s.GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING
+	out.ExitCode = s.GetExitCode()
+	if s.GetStartedAt() > 0 {
+		out.StartedAt = time.Unix(0, s.GetStartedAt())
+	}
+	if s.GetFinishedAt() > 0 {
+		out.FinishedAt = time.Unix(0, s.GetFinishedAt())
+	}
+	return out, nil
+}
+
+// StopContainer stops a container; the kubelet (edged) then restarts it by the pod's restart policy.
+func (c *Client) StopContainer(ctx context.Context, id string, grace time.Duration) error {
+	_, err := call(ctx, c.timeout+grace, func(ctx context.Context) (*runtimeapi.StopContainerResponse, error) {
+		return c.runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: int64(grace / time.Second)})
+	})
+	if err != nil {
+		return fmt.Errorf("stopping container %s: %w", id, err)
+	}
+	return nil
+}
+
+// call runs one RPC with its own timeout.
+func call[T any](ctx context.Context, timeout time.Duration, rpc func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return rpc(ctx)
+}
