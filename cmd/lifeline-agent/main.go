@@ -1,0 +1,117 @@
+// Command lifeline-agent runs on every edge node: it watches the node's workers through the container runtime,
+// publishes their states and the workers' Sedna reports over MQTT, and journals what it cannot send.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/lifeline-edge/lifeline/edge/agent"
+	"github.com/lifeline-edge/lifeline/edge/cri"
+	"github.com/lifeline-edge/lifeline/edge/journal"
+	"github.com/lifeline-edge/lifeline/edge/publisher"
+	"github.com/lifeline-edge/lifeline/edge/reportapi"
+)
+
+// version is set at build time.
+var version = "dev"
+
+func main() {
+	var (
+		node       = flag.String("node-name", os.Getenv("NODE_NAME"), "this node's name")
+		cluster    = flag.String("cluster", "default", "cluster name in the topic tree")
+		broker     = flag.String("broker", "tcp://127.0.0.1:1883", "MQTT broker URL (tcp:// or ssl://)")
+		username   = flag.String("username", os.Getenv("LIFELINE_MQTT_USERNAME"), "MQTT username (default: $LIFELINE_MQTT_USERNAME)")
+		stateDir   = flag.String("state-dir", "/var/lib/lifeline-agent", "directory of the journal and the birth sequence")
+		socket     = flag.String("cri-socket", cri.DefaultSocket, "container runtime CRI socket")
+		poll       = flag.Duration("poll-interval", 500*time.Millisecond, "how often the runtime is read")
+		heartbeat  = flag.Duration("heartbeat-interval", time.Second, "heartbeat period")
+		reportAddr = flag.String("report-address", "127.0.0.1:9100", "address of the Sedna worker report API (LC_SERVER)")
+		metrics    = flag.String("metrics-address", "127.0.0.1:9101", "address of /metrics; empty disables it")
+		maxReports = flag.Int("max-journaled-reports", 10000, "reports kept while the broker is unreachable; older ones are dropped and counted")
+		queue      = flag.Int("report-queue", 256, "reports accepted but not yet journaled; beyond it reports are refused with 503")
+	)
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	log := zap.New(zap.UseFlagOptions(&zapOpts)).WithValues("node", *node)
+	if *node == "" {
+		fmt.Fprintln(os.Stderr, "lifeline-agent: --node-name (or $NODE_NAME) is required")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
+		log.Error(err, "creating the state directory")
+		os.Exit(1)
+	}
+	j, err := journal.Open(filepath.Join(*stateDir, "journal.db"), *maxReports)
+	if err != nil {
+		log.Error(err, "opening the journal")
+		os.Exit(1)
+	}
+	defer j.Close()
+	runtime, err := cri.Dial(*socket, 2*time.Second)
+	if err != nil {
+		log.Error(err, "connecting to the container runtime")
+		os.Exit(1)
+	}
+	defer runtime.Close()
+
+	pub := publisher.New(publisher.Config{Broker: *broker, Username: *username, Password: os.Getenv("LIFELINE_MQTT_PASSWORD"),
+		Cluster: *cluster, Node: *node, AgentVersion: version, BootID: bootID(), StateDir: *stateDir,
+		Log: log.WithName("publisher")}, j)
+	reg := prometheus.NewRegistry()
+	reports := reportapi.New(*cluster, *node, pub, pub.BirthSeq, *queue, reg, log.WithName("reports"))
+	observer := &agent.Observer{Cluster: *cluster, Node: *node, Source: runtime, Publisher: pub, Seq: j,
+		Interval: *poll, Log: log.WithName("observer")}
+
+	published := make(chan struct{})
+	go func() { pub.Run(ctx); close(published) }()
+	go reports.Run(ctx)
+	go observer.Run(ctx)
+	// The agent does not watch the API server yet, so it never claims to reach it.
+	go agent.Heartbeats(ctx, *cluster, *node, *heartbeat, pub, func() bool { return false })
+	if *metrics != "" {
+		go func() {
+			srv := &http.Server{Addr: *metrics, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+			go func() { <-ctx.Done(); _ = srv.Close() }()
+			if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+				log.Error(err, "serving metrics")
+			}
+		}()
+	}
+	log.Info("started", "broker", *broker, "reportAddress", *reportAddr, "criSocket", *socket)
+	if err := reports.ListenAndServe(ctx, *reportAddr); err != nil {
+		log.Error(err, "report API")
+		os.Exit(1)
+	}
+	<-ctx.Done()
+	// The publisher ends with its own death message [P-DEATH-1].
+	select {
+	case <-published:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// bootID identifies this boot of the node, so the controller can tell a node reboot from an agent restart.
+func bootID() string {
+	data, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(data))
+}
