@@ -3,7 +3,6 @@ package federatedlearning_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,16 +34,8 @@ var flFixtures = []string{
 // loadJob reads a fixture job into ns and creates the Models, Datasets and Secret it names.
 func loadJob(t testing.TB, file, ns string) *v1alpha1.FederatedLearningJob {
 	t.Helper()
-	dir, err := fixtures.SednaDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := fixtures.Load(filepath.Join(dir, file), fixtures.DefaultVars)
-	if err != nil {
-		t.Fatal(err)
-	}
 	job := &v1alpha1.FederatedLearningJob{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs[0].Object, job); err != nil {
+	if err := fixtures.LoadObject(file, fixtures.DefaultVars, job); err != nil {
 		t.Fatal(err)
 	}
 	job.Namespace = ns

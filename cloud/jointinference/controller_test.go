@@ -3,7 +3,6 @@ package jointinference_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -50,16 +48,8 @@ func createModel(t testing.TB, ns, name, url string) *v1alpha1.Model {
 // loadJI reads a shared fixture into namespace ns.
 func loadJI(t testing.TB, file, ns string) *v1alpha1.JointInferenceService {
 	t.Helper()
-	dir, err := fixtures.SednaDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := fixtures.Load(filepath.Join(dir, file), fixtures.DefaultVars)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ji := &v1alpha1.JointInferenceService{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs[0].Object, ji); err != nil {
+	if err := fixtures.LoadObject(file, fixtures.DefaultVars, ji); err != nil {
 		t.Fatal(err)
 	}
 	ji.Namespace = ns
@@ -490,5 +480,49 @@ func sednaDeployment(ji *v1alpha1.JointInferenceService, workerType string) *app
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(ji, v1alpha1.GroupVersion.WithKind(jointinference.Kind))},
 		},
 		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: *tmpl},
+	}
+}
+
+// TestMissingCredentialIsReportedThenResolved: a Model whose credential Secret is missing blocks its worker with
+// SecretNotFound; creating the Secret (watched through the Model) makes the service Ready, and the worker gets
+// the storage initializer with the Secret's keys.
+func TestMissingCredentialIsReportedThenResolved(t *testing.T) {
+	cluster.SkipIfShort(t)
+	ns := newNamespace(t)
+	ji := loadJI(t, "helmet_detection_inference.yaml", ns)
+	createModel(t, ns, ji.Spec.CloudWorker.Model.Name, "/models/big.pb")
+	m := &v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ji.Spec.EdgeWorker.Model.Name},
+		Spec: v1alpha1.ModelSpec{URL: "s3://models/little.pb", Format: "pb", CredentialName: "s3-cred"}}
+	if err := env.Client.Create(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(context.Background(), ji); err != nil {
+		t.Fatal(err)
+	}
+	got := &v1alpha1.JointInferenceService{}
+	eventually(t, reconcileBound, "Ready=False SecretNotFound", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ji), got); err != nil {
+			return false, err
+		}
+		c := readyCondition(got)
+		return c != nil && c.Reason == jointinference.ReasonSecretNotFound && strings.Contains(c.Message, "s3-cred"), nil
+	})
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-cred",
+		Annotations: map[string]string{contract.AnnotationS3Endpoint: "minio.storage:9000"}},
+		StringData: map[string]string{contract.EnvAccessKeyID: "ak", contract.EnvSecretAccessKey: "sk"}}
+	if err := env.Client.Create(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ji)
+	edge := deployment(t, ji, "edge")
+	inits := edge.Spec.Template.Spec.InitContainers
+	if len(inits) != 1 || inits[0].Image != contract.StorageInitializerImage {
+		t.Fatalf("init containers %+v, want the storage initializer", inits)
+	}
+	if env := containerEnv(inits[0]); env[contract.EnvS3EndpointURL] != "https://minio.storage:9000" || env[contract.EnvAccessKeyID] != "ak" {
+		t.Errorf("initializer env %v", env)
+	}
+	if env := containerEnv(edge.Spec.Template.Spec.Containers[0]); env[contract.EnvModelURL] != "/downloads/models/little.pb" {
+		t.Errorf("MODEL_URL = %q", env[contract.EnvModelURL])
 	}
 }

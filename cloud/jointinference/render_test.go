@@ -1,14 +1,12 @@
 package jointinference
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
@@ -20,16 +18,8 @@ import (
 // fixtureJI loads a shared Sedna example as a typed service.
 func fixtureJI(t *testing.T, file string) *v1alpha1.JointInferenceService {
 	t.Helper()
-	dir, err := fixtures.SednaDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := fixtures.Load(filepath.Join(dir, file), fixtures.DefaultVars)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ji := &v1alpha1.JointInferenceService{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs[0].Object, ji); err != nil {
+	if err := fixtures.LoadObject(file, fixtures.DefaultVars, ji); err != nil {
 		t.Fatal(err)
 	}
 	ji.UID = "ji-uid-1"

@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
@@ -189,18 +188,13 @@ func (d *demo) applyFL() (*v1alpha1.FederatedLearningJob, error) {
 	return job, d.create(job)
 }
 
-func (d *demo) loadFixture(file string, into runtime.Object) error {
-	dir, err := fixtures.SednaDir()
-	if err != nil {
+func (d *demo) loadFixture(file string, into client.Object) error {
+	if err := fixtures.LoadObject(file, sim.FixtureVars, into); err != nil {
 		return err
 	}
-	objs, err := fixtures.Load(filepath.Join(dir, file), map[string]string{"EDGE_NODE": "edge3", "CLOUD_NODE": "cloud", "API_KEY": "demo"})
-	if err != nil {
-		return err
-	}
-	say("  applying %s (%s %s)", file, objs[0].GetKind(), objs[0].GetName())
-	objs[0].SetNamespace("default")
-	return runtime.DefaultUnstructuredConverter.FromUnstructured(objs[0].Object, into)
+	say("  applying %s (%s)", file, into.GetName())
+	into.SetNamespace("default")
+	return nil
 }
 
 func (d *demo) create(obj client.Object) error {

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
@@ -63,14 +62,6 @@ func skipShort(t *testing.T) {
 // apply creates a shared fixture with its placeholders set to the simulation's nodes, and what it references.
 func apply(t *testing.T, file string, models []string, datasets map[string]string, edits ...func(client.Object)) client.Object {
 	t.Helper()
-	dir, err := fixtures.SednaDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := fixtures.Load(filepath.Join(dir, file), map[string]string{"EDGE_NODE": "edge3", "CLOUD_NODE": "cloud", "API_KEY": "demo"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	for _, m := range models {
 		if err := s.Client.Create(ctx, &v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: m},
@@ -84,14 +75,11 @@ func apply(t *testing.T, file string, models []string, datasets map[string]strin
 			t.Fatal(err)
 		}
 	}
-	var obj client.Object
-	switch objs[0].GetKind() {
-	case "JointInferenceService":
+	var obj client.Object = &v1alpha1.FederatedLearningJob{}
+	if strings.Contains(file, "inference") {
 		obj = &v1alpha1.JointInferenceService{}
-	default:
-		obj = &v1alpha1.FederatedLearningJob{}
 	}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs[0].Object, obj); err != nil {
+	if err := fixtures.LoadObject(file, sim.FixtureVars, obj); err != nil {
 		t.Fatal(err)
 	}
 	obj.SetNamespace("default")

@@ -55,6 +55,10 @@ type Sim struct {
 	controller *cluster.Process
 }
 
+// FixtureVars place the shared Sedna examples on the simulation's nodes: the JI edge worker on edge3, the cloud
+// worker on the cloud node.
+var FixtureVars = map[string]string{"EDGE_NODE": "edge3", "CLOUD_NODE": "cloud", "API_KEY": "demo"}
+
 // SampleImages maps the images of the shared Sedna fixtures to the sample worker's roles.
 var SampleImages = map[string]string{
 	"kubeedge/sedna-example-joint-inference-helmet-detection-big":                    "ji-big",
