@@ -57,8 +57,10 @@ type Node struct {
 	pods map[types.UID]*podRuntime
 }
 
-// podRuntime is a pod the node runs, with its processes by container name.
+// podRuntime is a pod the node runs, with its processes by container name. mu guards every field; the node's
+// lock, when both are taken, is taken first.
 type podRuntime struct {
+	mu        sync.Mutex
 	pod       *corev1.Pod
 	procs     map[string]*process
 	restarts  map[string]int32
@@ -171,7 +173,9 @@ func (n *Node) upsert(pod *corev1.Pod) {
 			lastExit: map[string]*corev1.ContainerStateTerminated{}, started: time.Now()}
 		n.pods[pod.UID] = rt
 	}
+	rt.mu.Lock()
 	rt.pod = pod.DeepCopy()
+	rt.mu.Unlock()
 	n.savePod(pod)
 }
 
@@ -215,6 +219,7 @@ func (n *Node) syncAll(ctx context.Context) {
 }
 
 func (n *Node) syncPod(ctx context.Context, rt *podRuntime) {
+	rt.mu.Lock()
 	pod := rt.pod
 	if pod.DeletionTimestamp != nil {
 		if !rt.stopping {
@@ -222,9 +227,11 @@ func (n *Node) syncPod(ctx context.Context, rt *podRuntime) {
 			grace := time.Duration(ptr.Deref(pod.DeletionGracePeriodSeconds, 30)) * time.Second
 			go n.finishDeletion(ctx, rt, grace)
 		}
+		rt.mu.Unlock()
 		return
 	}
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		rt.mu.Unlock()
 		return // terminal: containers are not run again
 	}
 	policy := pod.Spec.RestartPolicy
@@ -259,7 +266,9 @@ func (n *Node) syncPod(ctx context.Context, rt *podRuntime) {
 			rt.nextStart[c.Name] = now.Add(n.cfg.CrashBackoff)
 		}
 	}
-	n.reportStatus(ctx, rt)
+	status := n.podStatus(rt)
+	rt.mu.Unlock()
+	n.reportStatus(ctx, rt, pod, status)
 }
 
 func exitReason(code int) string {
@@ -336,10 +345,11 @@ func (n *Node) isServiceHost(ctx context.Context, v string) bool {
 }
 
 // reportStatus writes the pod's status through the API when it changed.
-func (n *Node) reportStatus(ctx context.Context, rt *podRuntime) {
-	pod := rt.pod
-	status := n.podStatus(rt)
-	if rt.reported != nil && equality.Semantic.DeepEqual(*rt.reported, status) {
+func (n *Node) reportStatus(ctx context.Context, rt *podRuntime, pod *corev1.Pod, status corev1.PodStatus) {
+	rt.mu.Lock()
+	unchanged := rt.reported != nil && equality.Semantic.DeepEqual(*rt.reported, status)
+	rt.mu.Unlock()
+	if unchanged {
 		return
 	}
 	update := pod.DeepCopy()
@@ -353,7 +363,9 @@ func (n *Node) reportStatus(ctx context.Context, rt *podRuntime) {
 		}
 		return // retried on the next pass; while cut off the node keeps running its pods
 	}
+	rt.mu.Lock()
 	rt.reported = &status
+	rt.mu.Unlock()
 	n.upsert(got)
 }
 
@@ -420,7 +432,9 @@ func transitionTime(old []corev1.PodCondition, c corev1.PodCondition) metav1.Tim
 // same-name replacement may already exist and must not be touched.
 func (n *Node) finishDeletion(ctx context.Context, rt *podRuntime, grace time.Duration) {
 	stopProcesses(rt, grace)
+	rt.mu.Lock()
 	pod := rt.pod
+	rt.mu.Unlock()
 	for ctx.Err() == nil {
 		err := n.cfg.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 			GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &pod.UID},
@@ -433,8 +447,14 @@ func (n *Node) finishDeletion(ctx context.Context, rt *podRuntime, grace time.Du
 }
 
 func stopProcesses(rt *podRuntime, grace time.Duration) {
-	var wg sync.WaitGroup
+	rt.mu.Lock()
+	procs := make([]*process, 0, len(rt.procs))
 	for _, p := range rt.procs {
+		procs = append(procs, p)
+	}
+	rt.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range procs {
 		wg.Add(1)
 		go func(p *process) {
 			defer wg.Done()
@@ -446,8 +466,12 @@ func stopProcesses(rt *podRuntime, grace time.Duration) {
 
 func (n *Node) stopAll() {
 	n.mu.Lock()
-	defer n.mu.Unlock()
+	rts := make([]*podRuntime, 0, len(n.pods))
 	for _, rt := range n.pods {
+		rts = append(rts, rt)
+	}
+	n.mu.Unlock()
+	for _, rt := range rts {
 		stopProcesses(rt, 2*time.Second)
 	}
 }

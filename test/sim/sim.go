@@ -165,10 +165,14 @@ func (s *Sim) writeImageMap() error {
 // NodeDir is the state directory of a hollow node: its pods, container logs and pid files.
 func (s *Sim) NodeDir(node string) string { return filepath.Join(s.ControlPlane.Dir, "nodes", node) }
 
+// CRISocket is where a hollow node serves its CRI subset, for the node's agent.
+func (s *Sim) CRISocket(node string) string { return filepath.Join(s.NodeDir(node), "cri.sock") }
+
 // StartNode launches (or launches again) the hollow node called name.
 func (s *Sim) StartNode(name string, cloud bool) error {
 	args := []string{"--kubeconfig=" + s.ControlPlane.Kubeconfig, "--node-name=" + name, "--state-dir=" + s.NodeDir(name),
-		"--images=" + s.imagesFile, "--crash-backoff=" + s.opts.CrashBackoff.String(), "--heartbeat-interval=5s"}
+		"--images=" + s.imagesFile, "--crash-backoff=" + s.opts.CrashBackoff.String(), "--heartbeat-interval=5s",
+		"--cri-socket=" + s.CRISocket(name)}
 	if cloud {
 		args = append(args, "--cloud")
 	}

@@ -24,13 +24,14 @@ func main() {
 		stateDir   = flag.String("state-dir", "", "directory for the node's pods, logs and pid files")
 		imagesFile = flag.String("images", "", `JSON file mapping images (without tag) to commands: {"image": ["/path/bin", "arg"]}`)
 		cloud      = flag.Bool("cloud", false, "register a cloud node (no edge labels)")
+		criSocket  = flag.String("cri-socket", "", "serve the node's CRI subset (what the edge agent reads) on this unix socket")
 		heartbeat  = flag.Duration("heartbeat-interval", 10*time.Second, "how often the node renews its lease and status")
 		lease      = flag.Duration("lease-duration", 40*time.Second, "duration of the node's lease")
 		backoff    = flag.Duration("crash-backoff", 10*time.Second, "first restart delay of a crashing container")
 		maxBackoff = flag.Duration("max-crash-backoff", 5*time.Minute, "longest restart delay")
 	)
 	flag.Parse()
-	if err := run(*kubeconfig, *nodeName, *stateDir, *imagesFile, *cloud, edgesim.Config{
+	if err := run(*kubeconfig, *nodeName, *stateDir, *imagesFile, *criSocket, *cloud, edgesim.Config{
 		HeartbeatInterval: *heartbeat, LeaseDuration: *lease, CrashBackoff: *backoff, MaxCrashBackoff: *maxBackoff,
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-edgesim:", err)
@@ -38,7 +39,7 @@ func main() {
 	}
 }
 
-func run(kubeconfig, nodeName, stateDir, imagesFile string, cloud bool, cfg edgesim.Config) error {
+func run(kubeconfig, nodeName, stateDir, imagesFile, criSocket string, cloud bool, cfg edgesim.Config) error {
 	if nodeName == "" || stateDir == "" || imagesFile == "" {
 		return fmt.Errorf("--node-name, --state-dir and --images are required")
 	}
@@ -63,5 +64,13 @@ func run(kubeconfig, nodeName, stateDir, imagesFile string, cloud bool, cfg edge
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	return edgesim.New(cfg).Run(ctx)
+	node := edgesim.New(cfg)
+	if criSocket != "" {
+		go func() {
+			if err := node.ServeCRI(ctx, criSocket); err != nil {
+				fmt.Fprintln(os.Stderr, "lifeline-edgesim:", err)
+			}
+		}()
+	}
+	return node.Run(ctx)
 }
