@@ -63,10 +63,10 @@ test-integration: tools build ## Integration tests against the real control plan
 	$(GO) test -race -count=1 ./...
 
 # Packages that hold benchmarks; each starts its own control plane.
-BENCH_PKGS := ./cloud/jointinference/ ./cloud/federatedlearning/
+BENCH_PKGS := ./cloud/jointinference/ ./cloud/federatedlearning/ ./edge/agent/
 
 .PHONY: bench
-bench: tools ## Benchmarks, each printed beside an anchor measured in the same run.
+bench: tools build ## Benchmarks, each printed beside an anchor measured in the same run.
 	@echo "==> benchmarks (each package starts a control plane first)"
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
 

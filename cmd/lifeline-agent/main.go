@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
@@ -14,9 +15,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/lifeline-edge/lifeline/edge/agent"
 	"github.com/lifeline-edge/lifeline/edge/cri"
@@ -43,10 +44,11 @@ func main() {
 		maxReports = flag.Int("max-journaled-reports", 10000, "reports kept while the broker is unreachable; older ones are dropped and counted")
 		queue      = flag.Int("report-queue", 256, "reports accepted but not yet journaled; beyond it reports are refused with 503")
 	)
-	zapOpts := zap.Options{}
-	zapOpts.BindFlags(flag.CommandLine)
+	verbosity := flag.Int("v", 0, "log verbosity: 2 logs actions, 4 details")
 	flag.Parse()
-	log := zap.New(zap.UseFlagOptions(&zapOpts)).WithValues("node", *node)
+	// The standard library's JSON logger: the agent stays small, without the controller's logging stack.
+	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-*verbosity)})).
+		WithValues("node", *node)
 	if *node == "" {
 		fmt.Fprintln(os.Stderr, "lifeline-agent: --node-name (or $NODE_NAME) is required")
 		os.Exit(2)

@@ -107,11 +107,15 @@ func (c *Client) Pods(ctx context.Context) ([]Pod, error) {
 	return out, nil
 }
 
-// describe completes a listed container with its status: the exit code is only in ContainerStatus.
+// describe completes a listed container. Only an exited one needs ContainerStatus (its exit code is only
+// there), so an idle node with running workers costs one call per poll.
 func (c *Client) describe(ctx context.Context, ctr *runtimeapi.Container) (Container, error) {
 	out := Container{ID: ctr.GetId(), Name: ctr.GetLabels()[labelContainerName], Attempt: ctr.GetMetadata().GetAttempt(),
 		Running: ctr.GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING}
-	if ctr.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED && !out.Running {
+	if ctr.GetCreatedAt() > 0 {
+		out.StartedAt = time.Unix(0, ctr.GetCreatedAt())
+	}
+	if ctr.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED {
 		return out, nil
 	}
 	st, err := call(ctx, c.timeout, func(ctx context.Context) (*runtimeapi.ContainerStatusResponse, error) {

@@ -1,0 +1,158 @@
+package agent_test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/fakecri"
+	"github.com/lifeline-edge/lifeline/test/mqtttest"
+)
+
+// BenchmarkAgentIdle runs the built lifeline-agent against a runtime with 10 running workers and an embedded
+// broker, and measures its resident memory and CPU once idle, beside the anchor of an idle mosquitto broker in
+// the same run; and the bytes on the wire of a heartbeat and of a worker state.
+func BenchmarkAgentIdle(b *testing.B) {
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	agentBin := filepath.Join(root, "bin", "lifeline-agent")
+	if _, err := os.Stat(agentBin); err != nil {
+		b.Fatalf("%s: run make build", agentBin)
+	}
+	dir := b.TempDir()
+	rt, err := fakecri.Start(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Stop()
+	for i := 0; i < 10; i++ {
+		rt.Set(fakecri.Container{ID: fmt.Sprintf("c%d", i), PodNamespace: "default", PodName: fmt.Sprintf("worker-%d", i),
+			PodUID: fmt.Sprintf("uid-%d", i), Name: "main", State: runtimeapi.ContainerState_CONTAINER_RUNNING})
+	}
+	broker := mqtttest.StartBroker(b)
+	received := mqtttest.Subscribe(b, broker, "production-eu", "bench")
+	agent := exec.Command(agentBin, "--node-name=edge-node-0042", "--cluster=production-eu", "--broker=tcp://"+broker,
+		"--state-dir="+filepath.Join(dir, "state"), "--cri-socket="+rt.Socket, "--report-address="+freeAddr(b), "--metrics-address=")
+	if err := agent.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = agent.Process.Kill(); _ = agent.Wait() }()
+
+	anchor := startIdleMosquitto(b, dir)
+	defer func() { _ = anchor.Process.Kill(); _ = anchor.Wait() }()
+
+	time.Sleep(3 * time.Second) // start-up and the first states are not idle
+	const window = 10 * time.Second
+	agentCPU0, anchorCPU0 := cpuTicks(b, agent.Process.Pid), cpuTicks(b, anchor.Process.Pid)
+	time.Sleep(window)
+	agentCPU := cpuShare(cpuTicks(b, agent.Process.Pid)-agentCPU0, window)
+	anchorCPU := cpuShare(cpuTicks(b, anchor.Process.Pid)-anchorCPU0, window)
+	agentRSS, anchorRSS := rssKiB(b, agent.Process.Pid), rssKiB(b, anchor.Process.Pid)
+
+	hbBytes, wsBytes := wireSizes(b, received)
+	b.ReportMetric(float64(agentRSS)/1024, "agent-rss-MiB")
+	b.ReportMetric(agentCPU*100, "agent-cpu-%core")
+	b.ReportMetric(float64(hbBytes), "heartbeat-bytes")
+	b.ReportMetric(float64(wsBytes), "worker-state-bytes")
+	fmt.Printf("\nEdge agent idle with 10 running workers, measured over %v\n", window)
+	fmt.Printf("  %-34s RSS %6.1f MiB   CPU %.3f %% of a core\n", "lifeline-agent", float64(agentRSS)/1024, agentCPU*100)
+	fmt.Printf("  %-34s RSS %6.1f MiB   CPU %.3f %% of a core\n", "anchor: mosquitto, idle", float64(anchorRSS)/1024, anchorCPU*100)
+	fmt.Printf("  ratio agent/mosquitto: RSS %.1fx\n", float64(agentRSS)/float64(max(anchorRSS, 1)))
+	fmt.Printf("  on the wire (MQTT PUBLISH, topic included): heartbeat %d bytes, worker state %d bytes (goals: RSS <= 20 MiB, CPU <= 0.5 %%, heartbeat <= 100 bytes)\n",
+		hbBytes, wsBytes)
+}
+
+// wireSizes reads one heartbeat and one worker state and returns their MQTT PUBLISH sizes (fixed header,
+// topic, packet id for QoS 1, payload).
+func wireSizes(b *testing.B, ch <-chan mqtttest.Message) (heartbeat, workerState int) {
+	deadline := time.After(10 * time.Second)
+	for heartbeat == 0 || workerState == 0 {
+		select {
+		case m := <-ch:
+			topic := m.Topic.String()
+			switch m.Topic.Kind {
+			case lifelinev1.KindHeartbeat:
+				hb := &lifelinev1.Heartbeat{}
+				if proto.Unmarshal(m.Payload, hb) == nil {
+					heartbeat = 2 + 2 + len(topic) + len(m.Payload)
+				}
+			case lifelinev1.KindWorkerState:
+				workerState = 2 + 2 + len(topic) + 2 + len(m.Payload)
+			}
+		case <-deadline:
+			b.Fatalf("no heartbeat (%d) or worker state (%d) seen", heartbeat, workerState)
+		}
+	}
+	return heartbeat, workerState
+}
+
+func startIdleMosquitto(b *testing.B, dir string) *exec.Cmd {
+	bin, err := exec.LookPath("mosquitto")
+	if err != nil {
+		b.Fatal("the anchor needs mosquitto (apt-get install mosquitto)")
+	}
+	conf := filepath.Join(dir, "anchor.conf")
+	port := strings.Split(freeAddr(b), ":")[1]
+	if err := os.WriteFile(conf, []byte("listener "+port+" 127.0.0.1\nallow_anonymous true\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-c", conf)
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	return cmd
+}
+
+func freeAddr(b *testing.B) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// cpuTicks is user+system time of a process in clock ticks (/proc/<pid>/stat fields 14 and 15).
+func cpuTicks(b *testing.B, pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return utime + stime
+}
+
+// cpuShare turns ticks (100 per second on Linux) over a window into a share of one core.
+func cpuShare(ticks int64, window time.Duration) float64 {
+	return float64(ticks) / 100 / window.Seconds()
+}
+
+func rssKiB(b *testing.B, pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			v, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+			return v
+		}
+	}
+	b.Fatal("no VmRSS")
+	return 0
+}
