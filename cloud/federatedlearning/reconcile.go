@@ -271,16 +271,17 @@ func (r *Reconciler) releaseOrphans(ctx context.Context, key types.NamespacedNam
 	return r.releasePods(ctx, release)
 }
 
-// writeStatus patches the status when it changed, failing on a concurrent change: decisions were made on the
-// status read at the start of the pass, so a stale read must not overwrite a newer count.
+// writeStatus writes the status when it changed, failing on a concurrent change: decisions were made on the
+// status read at the start of the pass, so a stale read must not overwrite a newer count. The whole status is
+// sent (with the read's resourceVersion), so counters that stay 0 are written too.
 func (r *Reconciler) writeStatus(ctx context.Context, job *v1alpha1.FederatedLearningJob, status v1alpha1.FederatedLearningJobStatus) error {
 	if equality.Semantic.DeepEqual(status, job.Status) {
 		return nil
 	}
-	patched := job.DeepCopy()
-	patched.Status = status
-	if err := r.Status().Patch(ctx, patched, client.MergeFromWithOptions(job, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("patching status: %w", err)
+	updated := job.DeepCopy()
+	updated.Status = status
+	if err := r.Status().Update(ctx, updated); err != nil {
+		return fmt.Errorf("writing status: %w", err)
 	}
 	return nil
 }
