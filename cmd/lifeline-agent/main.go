@@ -1,5 +1,6 @@
-// Command lifeline-agent runs on every edge node: it watches the node's workers through the container runtime,
-// publishes their states and the workers' Sedna reports over MQTT, and journals what it cannot send.
+// Command lifeline-agent runs on every edge node: it learns the node's workers from the API server (or KubeEdge's
+// MetaServer) and keeps them on disk, watches them through the container runtime, publishes their states and
+// the workers' Sedna reports over MQTT, and journals what it cannot send.
 package main
 
 import (
@@ -16,11 +17,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/kubeedge/api/apis/common/constants"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/lifeline-edge/lifeline/edge/agent"
 	"github.com/lifeline-edge/lifeline/edge/cri"
+	"github.com/lifeline-edge/lifeline/edge/desired"
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
 	"github.com/lifeline-edge/lifeline/edge/reportapi"
@@ -31,12 +35,15 @@ var version = "dev"
 
 func main() {
 	var (
-		node       = flag.String("node-name", os.Getenv("NODE_NAME"), "this node's name")
-		cluster    = flag.String("cluster", "default", "cluster name in the topic tree")
-		broker     = flag.String("broker", "tcp://127.0.0.1:1883", "MQTT broker URL (tcp:// or ssl://)")
-		username   = flag.String("username", os.Getenv("LIFELINE_MQTT_USERNAME"), "MQTT username (default: $LIFELINE_MQTT_USERNAME)")
-		stateDir   = flag.String("state-dir", "/var/lib/lifeline-agent", "directory of the journal and the birth sequence")
-		socket     = flag.String("cri-socket", cri.DefaultSocket, "container runtime CRI socket")
+		node      = flag.String("node-name", os.Getenv("NODE_NAME"), "this node's name")
+		cluster   = flag.String("cluster", "default", "cluster name in the topic tree")
+		broker    = flag.String("broker", "tcp://127.0.0.1:1883", "MQTT broker URL (tcp:// or ssl://)")
+		username  = flag.String("username", os.Getenv("LIFELINE_MQTT_USERNAME"), "MQTT username (default: $LIFELINE_MQTT_USERNAME)")
+		stateDir  = flag.String("state-dir", "/var/lib/lifeline-agent", "directory of the journal and the birth sequence")
+		socket    = flag.String("cri-socket", cri.DefaultSocket, "container runtime CRI socket")
+		apiServer = flag.String("api-server", "http://"+constants.DefaultMetaServerAddr,
+			"where the node's pods are listed and watched: KubeEdge's MetaServer on the node by default")
+		kubeconfig = flag.String("kubeconfig", "", "kubeconfig of the API server; overrides --api-server")
 		poll       = flag.Duration("poll-interval", 500*time.Millisecond, "how often the runtime is read")
 		heartbeat  = flag.Duration("heartbeat-interval", time.Second, "heartbeat period")
 		reportAddr = flag.String("report-address", "127.0.0.1:9100", "address of the Sedna worker report API (LC_SERVER)")
@@ -73,20 +80,36 @@ func main() {
 	}
 	defer runtime.Close()
 
+	restCfg, err := clientcmd.BuildConfigFromFlags(*apiServer, *kubeconfig)
+	if err != nil {
+		log.Error(err, "loading the API server's configuration")
+		os.Exit(1)
+	}
+	pods, err := desired.NewPodClient(restCfg)
+	if err != nil {
+		log.Error(err, "building the API client")
+		os.Exit(1)
+	}
+	workers, err := desired.New(pods, *node, *stateDir, log.WithName("desired"))
+	if err != nil {
+		log.Error(err, "loading the desired workers")
+		os.Exit(1)
+	}
+
 	pub := publisher.New(publisher.Config{Broker: *broker, Username: *username, Password: os.Getenv("LIFELINE_MQTT_PASSWORD"),
 		Cluster: *cluster, Node: *node, AgentVersion: version, BootID: bootID(), StateDir: *stateDir,
 		Log: log.WithName("publisher")}, j)
 	reg := prometheus.NewRegistry()
 	reports := reportapi.New(*cluster, *node, pub, pub.BirthSeq, *queue, reg, log.WithName("reports"))
 	observer := &agent.Observer{Cluster: *cluster, Node: *node, Source: runtime, Publisher: pub, Seq: j,
-		Interval: *poll, Log: log.WithName("observer")}
+		Interval: *poll, Log: log.WithName("observer"), IsWorker: func(p cri.Pod) bool { return workers.Has(p.UID) }}
 
 	published := make(chan struct{})
 	go func() { pub.Run(ctx); close(published) }()
 	go reports.Run(ctx)
+	go workers.Run(ctx, time.Second)
 	go observer.Run(ctx)
-	// The agent does not watch the API server yet, so it never claims to reach it.
-	go agent.Heartbeats(ctx, *cluster, *node, *heartbeat, pub, func() bool { return false })
+	go agent.Heartbeats(ctx, *cluster, *node, *heartbeat, pub, workers.Reachable)
 	if *metrics != "" {
 		go func() {
 			srv := &http.Server{Addr: *metrics, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}

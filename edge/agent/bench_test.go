@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/lifeline-edge/lifeline/edge/desired"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/cluster"
 	"github.com/lifeline-edge/lifeline/test/fakecri"
@@ -38,14 +40,25 @@ func BenchmarkAgentIdle(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer rt.Stop()
+	// The agent learns its 10 workers from the file it keeps them in; no API server answers in this benchmark.
+	var known []desired.Worker
 	for i := 0; i < 10; i++ {
 		rt.Set(fakecri.Container{ID: fmt.Sprintf("c%d", i), PodNamespace: "default", PodName: fmt.Sprintf("worker-%d", i),
 			PodUID: fmt.Sprintf("uid-%d", i), Name: "main", State: runtimeapi.ContainerState_CONTAINER_RUNNING})
+		known = append(known, desired.Worker{Namespace: "default", Name: fmt.Sprintf("worker-%d", i), UID: fmt.Sprintf("uid-%d", i), Role: "trainer"})
+	}
+	stateDir := filepath.Join(dir, "state")
+	data, _ := json.Marshal(known)
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stateDir, "desired-workers.json"), data, 0o600); err != nil {
+		b.Fatal(err)
 	}
 	broker := mqtttest.StartBroker(b)
 	received := mqtttest.Subscribe(b, broker, "production-eu", "bench")
 	agent := exec.Command(agentBin, "--node-name=edge-node-0042", "--cluster=production-eu", "--broker=tcp://"+broker,
-		"--state-dir="+filepath.Join(dir, "state"), "--cri-socket="+rt.Socket, "--report-address="+freeAddr(b), "--metrics-address=")
+		"--state-dir="+stateDir, "--api-server=http://"+freeAddr(b), "--cri-socket="+rt.Socket, "--report-address="+freeAddr(b), "--metrics-address=")
 	if err := agent.Start(); err != nil {
 		b.Fatal(err)
 	}

@@ -1,0 +1,130 @@
+package desired
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/netproxy"
+)
+
+var controlPlane *cluster.ControlPlane
+
+func TestMain(m *testing.M) {
+	os.Exit(cluster.RunTests(m, cluster.Options{WithoutControllerManager: true, WithoutScheduler: true},
+		func(cp *cluster.ControlPlane) error { controlPlane = cp; return nil }))
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func names(ws []Worker) string {
+	out := ""
+	for _, w := range ws {
+		out += w.Namespace + "/" + w.Name + "(" + w.OfflinePolicy + ") "
+	}
+	return out
+}
+
+// An agent restarted while its link to the API server is cut still knows its workers, from disk, and says the
+// API server is unreachable; once the link is back it catches up with what changed meanwhile.
+func TestWorkersSurviveARestartWhileCutOff(t *testing.T) {
+	cluster.SkipIfShort(t)
+	ctx := context.Background()
+	admin := kubernetes.NewForConfigOrDie(controlPlane.Config)
+	ns := "desired-test"
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// No kube-controller-manager here: make the service account pods need.
+	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name, node string, role bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{},
+			Annotations: map[string]string{contract.OfflinePolicyAnnotation: "Restart"}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "w"}}}}
+		if role {
+			p.Labels[contract.RoleLabel] = "trainer"
+		}
+		got, err := admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	worker := pod("trainer-0", "edge-7", true)
+	pod("not-a-worker", "edge-7", false)
+	pod("elsewhere", "edge-8", true)
+
+	link, err := netproxy.Start(controlPlane.APIServerURL[len("https://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.Close()
+	cfg := rest.CopyConfig(controlPlane.Config)
+	cfg.Host = "https://" + link.Addr()
+	client, err := NewPodClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateDir := t.TempDir()
+
+	run := func() (*Watcher, context.CancelFunc) {
+		w, err := New(client, "edge-7", stateDir, logr.Discard())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go w.Run(ctx, 100*time.Millisecond)
+		return w, cancel
+	}
+	w, stop := run()
+	waitFor(t, "the worker seen and the API server reachable", func() bool {
+		return w.Reachable() && names(w.Workers()) == ns+"/trainer-0(Restart) "
+	})
+	if !w.Has(string(worker.UID)) {
+		t.Errorf("Has(%s) = false", worker.UID)
+	}
+
+	link.Cut()
+	waitFor(t, "the API server unreachable", func() bool { return !w.Reachable() })
+	stop()
+
+	// The agent restarts while still cut off.
+	w, stop = run()
+	defer stop()
+	if got := names(w.Workers()); got != ns+"/trainer-0(Restart) " {
+		t.Fatalf("after a restart while cut off the agent knows %q", got)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if w.Reachable() {
+		t.Error("reachable through a cut link")
+	}
+
+	// Meanwhile the worker is deleted and another one bound; the agent catches up when the link returns.
+	if err := admin.CoreV1().Pods(ns).Delete(ctx, "trainer-0", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	pod("trainer-1", "edge-7", true)
+	link.Restore()
+	waitFor(t, "the catch-up after the link returned", func() bool {
+		return w.Reachable() && names(w.Workers()) == ns+"/trainer-1(Restart) "
+	})
+}
