@@ -96,6 +96,20 @@ func create(t *testing.T, obj *unstructured.Unstructured) error {
 	return err
 }
 
+// assertAdmission checks the API server's answer: accepted when wantErr is empty, else rejected with a message
+// containing wantErr.
+func assertAdmission(t *testing.T, err error, wantErr string) {
+	t.Helper()
+	switch {
+	case wantErr == "" && err != nil:
+		t.Fatalf("rejected: %v", err)
+	case wantErr != "" && err == nil:
+		t.Fatalf("accepted, want rejection with %q", wantErr)
+	case wantErr != "" && !strings.Contains(err.Error(), wantErr):
+		t.Fatalf("rejected with\n  %v\nwant a message containing\n  %s", err, wantErr)
+	}
+}
+
 func hpa(min, max int64) map[string]any {
 	return map[string]any{"minReplicas": min, "maxReplicas": max}
 }
@@ -179,15 +193,7 @@ func TestAdmissionRules(t *testing.T) {
 			obj := tc.base(t)
 			obj.SetNamespace(ns)
 			tc.mutate(t, obj)
-			err := create(t, obj)
-			switch {
-			case tc.wantErr == "" && err != nil:
-				t.Fatalf("rejected: %v", err)
-			case tc.wantErr != "" && err == nil:
-				t.Fatalf("accepted, want rejection with %q", tc.wantErr)
-			case tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr):
-				t.Fatalf("rejected with\n  %v\nwant a message containing\n  %s", err, tc.wantErr)
-			}
+			assertAdmission(t, create(t, obj), tc.wantErr)
 		})
 	}
 }
@@ -254,14 +260,7 @@ func TestFederatedLearningJobSpecIsImmutable(t *testing.T) {
 			}
 			tc.edit(t, current)
 			_, err = resourceFor(t, current).Update(context.Background(), current, metav1.UpdateOptions{})
-			switch {
-			case tc.wantErr == "" && err != nil:
-				t.Fatalf("edit rejected: %v", err)
-			case tc.wantErr != "" && err == nil:
-				t.Fatalf("edit accepted, want rejection with %q", tc.wantErr)
-			case tc.wantErr != "" && !strings.Contains(err.Error(), tc.wantErr):
-				t.Fatalf("edit rejected with\n  %v\nwant a message containing\n  %s", err, tc.wantErr)
-			}
+			assertAdmission(t, err, tc.wantErr)
 		})
 	}
 }
