@@ -96,13 +96,21 @@ func main() {
 		os.Exit(1)
 	}
 
+	commands := &agent.Commands{Cluster: *cluster, Node: *node, Actuator: &agent.CRIActuator{Runtime: runtime}}
 	pub := publisher.New(publisher.Config{Broker: *broker, Username: *username, Password: os.Getenv("LIFELINE_MQTT_PASSWORD"),
 		Cluster: *cluster, Node: *node, AgentVersion: version, BootID: bootID(), StateDir: *stateDir,
-		Log: log.WithName("publisher")}, j)
+		Log: log.WithName("publisher"),
+		OnCommand: func(payload []byte) {
+			if err := commands.Handle(ctx, payload); err != nil {
+				log.Error(err, "command")
+			}
+		}}, j)
+	commands.Publisher = pub
 	reg := prometheus.NewRegistry()
 	reports := reportapi.New(*cluster, *node, pub, pub.BirthSeq, *queue, reg, log.WithName("reports"))
 	observer := &agent.Observer{Cluster: *cluster, Node: *node, Source: runtime, Publisher: pub, Seq: j,
-		Interval: *poll, Log: log.WithName("observer"), IsWorker: func(p cri.Pod) bool { return workers.Has(p.UID) }}
+		Interval: *poll, Log: log.WithName("observer"), IsWorker: func(p cri.Pod) bool { return workers.Has(p.UID) },
+		OnPublished: commands.Observed}
 
 	published := make(chan struct{})
 	go func() { pub.Run(ctx); close(published) }()

@@ -40,7 +40,9 @@ type Observer struct {
 	Interval time.Duration
 	// IsWorker selects the pods that are Lifeline workers; nil selects every pod.
 	IsWorker func(cri.Pod) bool
-	Log      logr.Logger
+	// OnPublished, when set, is told each state once it is journaled (commands are fenced against it).
+	OnPublished func(*lifelinev1.WorkerState)
+	Log         logr.Logger
 
 	last map[string]*lifelinev1.WorkerState // by namespace/name; touched by Run's goroutine only
 }
@@ -114,6 +116,9 @@ func (o *Observer) publishIfChanged(key string, ws *lifelinev1.WorkerState) erro
 		return err
 	}
 	o.last[key] = ws
+	if o.OnPublished != nil {
+		o.OnPublished(ws)
+	}
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/go-logr/logr"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -112,5 +113,76 @@ func TestWorkerState(t *testing.T) {
 	}
 	if ws := workerState(cri.Pod{Containers: []cri.Container{{Running: true, Attempt: 2}, {Running: true, Attempt: 1}}}); ws.Restarts != 3 {
 		t.Errorf("restarts %d, want the sum of attempts", ws.Restarts)
+	}
+}
+
+// [P-CMD-4] A command published by the controller reaches the agent over its session, is executed through the
+// runtime, and answered on the results topic.
+func TestCommandOverMQTTRestartsTheWorker_P_CMD_4(t *testing.T) {
+	dir := t.TempDir()
+	rt, err := fakecri.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Stop()
+	rt.Set(fakecri.Container{ID: "c1", PodNamespace: "default", PodName: "w", PodUID: "uid-1", Name: "main",
+		State: runtimeapi.ContainerState_CONTAINER_RUNNING})
+	runtime, err := cri.Dial(rt.Socket, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer runtime.Close()
+	broker := mqtttest.StartBroker(t)
+	received := mqtttest.Subscribe(t, broker, "c", "controller")
+	j, err := journal.Open(filepath.Join(dir, "journal.db"), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var pub *publisher.Publisher
+	cmds := &Commands{Cluster: "c", Node: "edge-1", Actuator: &CRIActuator{Runtime: runtime, Grace: time.Second}}
+	pub = publisher.New(publisher.Config{Broker: "tcp://" + broker, Cluster: "c", Node: "edge-1", StateDir: dir,
+		RetryInterval: 50 * time.Millisecond, Log: logr.Discard(),
+		OnCommand: func(payload []byte) { _ = cmds.Handle(ctx, payload) }}, j)
+	cmds.Publisher = pub
+	go pub.Run(ctx)
+	obs := &Observer{Cluster: "c", Node: "edge-1", Source: runtime, Publisher: pub, Seq: j, Interval: 50 * time.Millisecond,
+		Log: logr.Discard(), OnPublished: cmds.Observed}
+	go obs.Run(ctx)
+	state := waitState(t, received, lifelinev1.Phase_PHASE_RUNNING, 5*time.Second)
+
+	controller := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + broker).SetClientID("lifeline-controller"))
+	if tok := controller.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	defer controller.Disconnect(0)
+	cmd, _ := proto.Marshal(&lifelinev1.Command{Id: "restart-1", Namespace: "default", Pod: "w", PodUid: "uid-1",
+		Epoch: state.Seq, Action: lifelinev1.Action_ACTION_RESTART, ExpiresUnixNano: time.Now().Add(time.Minute).UnixNano()})
+	if tok := controller.Publish(lifelinev1.AgentCommandTopic("c", "edge-1"), 1, false, cmd); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case m := <-received:
+			if m.Topic.Kind != lifelinev1.KindResult {
+				continue
+			}
+			res := &lifelinev1.CommandResult{}
+			if err := proto.Unmarshal(m.Payload, res); err != nil {
+				t.Fatal(err)
+			}
+			if res.CommandId != "restart-1" || res.Outcome != lifelinev1.Outcome_OUTCOME_DONE {
+				t.Fatalf("result %v", res)
+			}
+			if s := rt.Stopped(); len(s) != 1 || s[0] != "c1" {
+				t.Errorf("runtime stopped %v, want the worker's container", s)
+			}
+			return
+		case <-deadline:
+			t.Fatal("no command result within 5s")
+		}
 	}
 }

@@ -45,7 +45,10 @@ type Config struct {
 	RetryInterval time.Duration
 	// AckTimeout bounds the wait for the broker's acknowledgement of one message (default 5 s).
 	AckTimeout time.Duration
-	Log        logr.Logger
+	// OnCommand, when set, receives the payload of every message on the node's commands topic, the only topic
+	// an agent subscribes to.
+	OnCommand func(payload []byte)
+	Log       logr.Logger
 }
 
 // Publisher owns the MQTT session.
@@ -169,6 +172,14 @@ func (p *Publisher) connect(ctx context.Context) (<-chan struct{}, error) {
 	if err := p.wait(client.Publish(p.topic(lifelinev1.KindBirth), 1, true, birth)); err != nil {
 		client.Disconnect(0)
 		return nil, fmt.Errorf("publishing birth: %w", err)
+	}
+	if p.cfg.OnCommand != nil {
+		topic := lifelinev1.AgentCommandTopic(p.cfg.Cluster, p.cfg.Node)
+		handler := func(_ mqtt.Client, m mqtt.Message) { p.cfg.OnCommand(m.Payload()) }
+		if err := p.wait(client.Subscribe(topic, 1, handler)); err != nil {
+			client.Disconnect(0)
+			return nil, fmt.Errorf("subscribing to %s: %w", topic, err)
+		}
 	}
 	p.mu.Lock()
 	p.client, p.birthSeq, p.connected = client, seq, true

@@ -1,0 +1,98 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lifeline-edge/lifeline/edge/journal"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+)
+
+type recordingActuator struct {
+	restarted []string
+	fail      error
+}
+
+func (a *recordingActuator) Restart(_ context.Context, ns, pod, uid string) error {
+	a.restarted = append(a.restarted, ns+"/"+pod+"/"+uid)
+	return a.fail
+}
+
+type memPublisher struct{ entries []journal.Entry }
+
+func (p *memPublisher) Enqueue(e journal.Entry) error { p.entries = append(p.entries, e); return nil }
+func (p *memPublisher) BirthSeq() uint64              { return 4 }
+
+// [P-CMD-2] [P-CMD-3] [P-CMD-4] Each command gets exactly one result; stale, expired and repeated ones are
+// refused without acting.
+func TestCommandsAreFenced_P_CMD_2(t *testing.T) {
+	now := time.Unix(1000, 0)
+	restart := func(id, uid string, epoch uint64) *lifelinev1.Command {
+		return &lifelinev1.Command{Id: id, Namespace: "default", Pod: "w", PodUid: uid, Epoch: epoch,
+			Action: lifelinev1.Action_ACTION_RESTART, ExpiresUnixNano: now.Add(time.Minute).UnixNano()}
+	}
+	expired := restart("c-expired", "uid-1", 7)
+	expired.ExpiresUnixNano = now.Add(-time.Second).UnixNano()
+	cases := []struct {
+		name    string
+		cmd     *lifelinev1.Command
+		want    lifelinev1.Outcome
+		actions int
+	}{
+		{"current epoch and uid", restart("c1", "uid-1", 7), lifelinev1.Outcome_OUTCOME_DONE, 1},
+		{"the same id again", restart("c1", "uid-1", 7), lifelinev1.Outcome_OUTCOME_DUPLICATE, 0},
+		{"an older epoch", restart("c2", "uid-1", 6), lifelinev1.Outcome_OUTCOME_REFUSED_STALE, 0},
+		{"another pod of the same name", restart("c3", "uid-0", 7), lifelinev1.Outcome_OUTCOME_REFUSED_STALE, 0},
+		{"expired", expired, lifelinev1.Outcome_OUTCOME_REFUSED_EXPIRED, 0},
+		{"a newer epoch", restart("c4", "uid-1", 9), lifelinev1.Outcome_OUTCOME_DONE, 1},
+	}
+	act := &recordingActuator{}
+	pub := &memPublisher{}
+	c := &Commands{Cluster: "c", Node: "edge-1", Actuator: act, Publisher: pub, Now: func() time.Time { return now }}
+	c.Observed(&lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "uid-1", Seq: 7})
+	for _, tc := range cases {
+		before, results := len(act.restarted), len(pub.entries)
+		payload, _ := proto.Marshal(tc.cmd)
+		if err := c.Handle(context.Background(), payload); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := len(act.restarted) - before; got != tc.actions {
+			t.Errorf("%s: %d actions, want %d", tc.name, got, tc.actions)
+		}
+		if len(pub.entries) != results+1 {
+			t.Fatalf("%s: %d results, want exactly one", tc.name, len(pub.entries)-results)
+		}
+		e := pub.entries[len(pub.entries)-1]
+		res := &lifelinev1.CommandResult{}
+		if err := proto.Unmarshal(e.Payload, res); err != nil {
+			t.Fatal(err)
+		}
+		if res.CommandId != tc.cmd.Id || res.Outcome != tc.want || e.Topic != "lifeline/v1/c/nodes/edge-1/results" || e.QoS != 1 {
+			t.Errorf("%s: result %v on %s, want %s", tc.name, res, e.Topic, tc.want)
+		}
+	}
+}
+
+func TestFailedActionAndMalformedCommand(t *testing.T) {
+	act := &recordingActuator{fail: errors.New("runtime down")}
+	pub := &memPublisher{}
+	c := &Commands{Cluster: "c", Node: "edge-1", Actuator: act, Publisher: pub}
+	c.Observed(&lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u", Seq: 1})
+	payload, _ := proto.Marshal(&lifelinev1.Command{Id: "x", Namespace: "default", Pod: "w", PodUid: "u", Epoch: 1,
+		Action: lifelinev1.Action_ACTION_RESTART})
+	if err := c.Handle(context.Background(), payload); err != nil {
+		t.Fatal(err)
+	}
+	res := &lifelinev1.CommandResult{}
+	_ = proto.Unmarshal(pub.entries[0].Payload, res)
+	if res.Outcome != lifelinev1.Outcome_OUTCOME_FAILED || res.Message != "runtime down" {
+		t.Errorf("result %v", res)
+	}
+	if err := c.Handle(context.Background(), []byte{0xff, 0x01}); err == nil || len(pub.entries) != 1 {
+		t.Errorf("a malformed command was not dropped: %v, %d results", err, len(pub.entries))
+	}
+}
