@@ -74,7 +74,7 @@ func TestReportAPI(t *testing.T) {
 	}
 	// The valid report reaches the journal as a WorkerReport on the node's reports topic.
 	var pending []journal.Entry
-	for i := 0; i < 100 && len(pending) == 0; i++ {
+	for i := 0; i < 500 && len(pending) == 0; i++ { // up to 5 s: bbolt syncs every commit
 		pending, _ = j.Pending()
 		if len(pending) == 0 {
 			waitABit()
