@@ -9,6 +9,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/conditions"
+	"github.com/lifeline-edge/lifeline/cloud/workerstatus"
 )
 
 // Condition reasons and event reasons, stable for alerting.
@@ -173,37 +174,13 @@ func decide(job *v1alpha1.FederatedLearningJob, workers []worker, p runPolicy, n
 func observeWorker(w worker, now metav1.Time) v1alpha1.WorkerStatus {
 	rec := w.record
 	rec.Name, rec.Role = w.id.name, w.id.role
-	old := w.record
-	if pod := w.pod; pod != nil {
-		rec.Node = pod.Spec.NodeName
-		rec.Phase = string(pod.Status.Phase)
-		rec.Restarts = containerRestarts(pod)
-		rec.Ready = false
-		for _, c := range pod.Status.Conditions {
-			if c.Type == corev1.PodReady {
-				rec.Ready = c.Status == corev1.ConditionTrue
-			}
-			if rec.LastSeen == nil || c.LastTransitionTime.After(rec.LastSeen.Time) {
-				t := c.LastTransitionTime
-				rec.LastSeen = &t
-			}
-		}
-		rec.Source = v1alpha1.StatusSourceAPIServer
+	if w.pod != nil {
+		workerstatus.FromPod(&rec, w.pod)
 		rec.Message = ""
-		switch pod.Status.Phase {
-		case corev1.PodRunning:
-			rec.Liveness = v1alpha1.LivenessAlive
-		case corev1.PodSucceeded, corev1.PodFailed:
-			rec.Liveness = v1alpha1.LivenessDead
-		default:
-			rec.Liveness = v1alpha1.LivenessUnknown
-		}
 	} else if rec.Phase != string(corev1.PodSucceeded) {
 		rec.Liveness, rec.Ready, rec.Restarts, rec.Source = v1alpha1.LivenessUnknown, false, 0, v1alpha1.StatusSourceNone
 	}
-	if rec.LastTransitionTime == nil || old.Phase != rec.Phase || old.Liveness != rec.Liveness {
-		rec.LastTransitionTime = &now
-	}
+	workerstatus.Transitioned(&rec, w.record, now)
 	return rec
 }
 

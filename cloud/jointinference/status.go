@@ -16,6 +16,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/conditions"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/workerstatus"
 )
 
 // ConditionReady is true when both workers are available at the service's current generation.
@@ -164,38 +165,13 @@ func roleOf(workerType string) v1alpha1.WorkerRole {
 
 // podWorkerStatus is the status entry of one worker pod as the API server reports it.
 func podWorkerStatus(p *corev1.Pod, role v1alpha1.WorkerRole, previous map[string]v1alpha1.WorkerStatus, now metav1.Time) v1alpha1.WorkerStatus {
-	ws := v1alpha1.WorkerStatus{
-		Name:     p.Name,
-		Role:     role,
-		Node:     p.Spec.NodeName,
-		Phase:    string(p.Status.Phase),
-		Source:   v1alpha1.StatusSourceAPIServer,
-		Liveness: v1alpha1.LivenessUnknown,
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			ws.Ready = c.Status == corev1.ConditionTrue
-		}
-		if ws.LastSeen == nil || c.LastTransitionTime.After(ws.LastSeen.Time) {
-			t := c.LastTransitionTime
-			ws.LastSeen = &t
-		}
-	}
+	ws := v1alpha1.WorkerStatus{Name: p.Name, Role: role}
+	workerstatus.FromPod(&ws, p)
 	for _, c := range p.Status.ContainerStatuses {
-		ws.Restarts += c.RestartCount
 		if c.State.Terminated != nil {
 			ws.Message = fmt.Sprintf("container %s exited %d (%s)", c.Name, c.State.Terminated.ExitCode, c.State.Terminated.Reason)
 		}
 	}
-	switch p.Status.Phase {
-	case corev1.PodRunning:
-		ws.Liveness = v1alpha1.LivenessAlive
-	case corev1.PodFailed, corev1.PodSucceeded:
-		ws.Liveness = v1alpha1.LivenessDead
-	}
-	ws.LastTransitionTime = &now
-	if old, ok := previous[p.Name]; ok && old.Phase == ws.Phase && old.Liveness == ws.Liveness {
-		ws.LastTransitionTime = old.LastTransitionTime
-	}
+	workerstatus.Transitioned(&ws, previous[p.Name], now)
 	return ws
 }
