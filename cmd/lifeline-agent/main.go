@@ -28,6 +28,7 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
 	"github.com/lifeline-edge/lifeline/edge/reportapi"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 // version is set at build time.
@@ -44,6 +45,13 @@ func main() {
 		apiServer = flag.String("api-server", "http://"+constants.DefaultMetaServerAddr,
 			"where the node's pods are listed and watched: KubeEdge's MetaServer on the node by default")
 		kubeconfig = flag.String("kubeconfig", "", "kubeconfig of the API server; overrides --api-server")
+		metaServer = flag.String("metaserver", "http://"+constants.DefaultMetaServerAddr,
+			"KubeEdge's MetaServer on the node, which restarts pods without the API server; empty: restart through the runtime only")
+		healGrace = flag.Duration("heal-api-grace", agent.DefaultHealTiming.APIGrace,
+			"the API server must be out of reach this long before the agent restarts dead workers itself")
+		healDeadFor = flag.Duration("heal-dead-for", agent.DefaultHealTiming.DeadFor, "a worker must stay dead this long before a local restart")
+		healWait    = flag.Duration("heal-controller-wait", agent.DefaultHealTiming.ControllerWait,
+			"while the broker is reachable, how long a dead worker waits for the controller's command before a local restart")
 		poll       = flag.Duration("poll-interval", 500*time.Millisecond, "how often the runtime is read")
 		heartbeat  = flag.Duration("heartbeat-interval", time.Second, "heartbeat period")
 		reportAddr = flag.String("report-address", "127.0.0.1:9100", "address of the Sedna worker report API (LC_SERVER)")
@@ -96,7 +104,12 @@ func main() {
 		os.Exit(1)
 	}
 
-	commands := &agent.Commands{Cluster: *cluster, Node: *node, Actuator: &agent.CRIActuator{Runtime: runtime}}
+	var actuator agent.FirstWorking
+	if *metaServer != "" {
+		actuator = append(actuator, &agent.MetaServerActuator{BaseURL: *metaServer})
+	}
+	actuator = append(actuator, &agent.CRIActuator{Runtime: runtime})
+	commands := &agent.Commands{Cluster: *cluster, Node: *node, Actuator: actuator, Claims: j}
 	pub := publisher.New(publisher.Config{Broker: *broker, Username: *username, Password: os.Getenv("LIFELINE_MQTT_PASSWORD"),
 		Cluster: *cluster, Node: *node, AgentVersion: version, BootID: bootID(), StateDir: *stateDir,
 		Log: log.WithName("publisher"),
@@ -106,17 +119,22 @@ func main() {
 			}
 		}}, j)
 	commands.Publisher = pub
+	timing := agent.DefaultHealTiming
+	timing.APIGrace, timing.DeadFor, timing.ControllerWait = *healGrace, *healDeadFor, *healWait
+	healer := &agent.Healer{Cluster: *cluster, Node: *node, Workers: workers, APIReachable: workers.Reachable,
+		ControllerReachable: pub.Connected, Actuator: actuator, Publisher: pub, Timing: timing, Log: log.WithName("healer")}
 	reg := prometheus.NewRegistry()
 	reports := reportapi.New(*cluster, *node, pub, pub.BirthSeq, *queue, reg, log.WithName("reports"))
 	observer := &agent.Observer{Cluster: *cluster, Node: *node, Source: runtime, Publisher: pub, Seq: j,
 		Interval: *poll, Log: log.WithName("observer"), IsWorker: func(p cri.Pod) bool { return workers.Has(p.UID) },
-		OnPublished: commands.Observed}
+		OnPublished: func(ws *lifelinev1.WorkerState) { commands.Observed(ws); healer.Observed(ws) }}
 
 	published := make(chan struct{})
 	go func() { pub.Run(ctx); close(published) }()
 	go reports.Run(ctx)
 	go workers.Run(ctx, time.Second)
 	go observer.Run(ctx)
+	go healer.Run(ctx, 100*time.Millisecond)
 	go agent.Heartbeats(ctx, *cluster, *node, *heartbeat, pub, workers.Reachable)
 	if *metrics != "" {
 		go func() {

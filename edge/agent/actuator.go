@@ -1,8 +1,14 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"time"
 
 	"github.com/lifeline-edge/lifeline/edge/cri"
@@ -43,4 +49,63 @@ func (a *CRIActuator) Restart(ctx context.Context, namespace, pod, uid string) e
 		return nil
 	}
 	return fmt.Errorf("pod %s/%s (%s) has no containers in the runtime", namespace, pod, uid)
+}
+
+// MetaServerActuator restarts a worker through KubeEdge's MetaServer on the node, the call `keadm ctl restart
+// pod` makes: edged restarts the pod's containers at once (no crash back-off) and without the API server.
+type MetaServerActuator struct {
+	// BaseURL of the MetaServer, e.g. http://127.0.0.1:10550.
+	BaseURL string
+	Client  *http.Client
+}
+
+// Restart asks the MetaServer to restart the pod. The MetaServer knows pods by name only; the caller fenced
+// the UID against the node's desired workers.
+func (a *MetaServerActuator) Restart(ctx context.Context, namespace, pod, _ string) error {
+	body, _ := json.Marshal([]string{pod})
+	url := strings.TrimSuffix(a.BaseURL, "/") + "/api/v1/namespaces/" + namespace + "/pods/restart"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	client := a.Client
+	if client == nil {
+		client = &http.Client{Timeout: 10 * time.Second}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("MetaServer restart of %s/%s: %w", namespace, pod, err)
+	}
+	defer resp.Body.Close()
+	var answer struct {
+		ErrMessages []string `json:"errMessages"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("MetaServer restart of %s/%s: %s", namespace, pod, resp.Status)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&answer); err != nil {
+		return fmt.Errorf("MetaServer restart of %s/%s: decoding the answer: %w", namespace, pod, err)
+	}
+	if len(answer.ErrMessages) > 0 {
+		return fmt.Errorf("MetaServer restart of %s/%s: %s", namespace, pod, strings.Join(answer.ErrMessages, "; "))
+	}
+	return nil
+}
+
+// FirstWorking tries its actuators in order until one succeeds: MetaServer first (immediate restart), then the
+// runtime (the restart waits for edged's back-off, but needs nothing but the CRI socket).
+type FirstWorking []Actuator
+
+// Restart returns nil as soon as one actuator restarted the worker, or every actuator's error.
+func (f FirstWorking) Restart(ctx context.Context, namespace, pod, uid string) error {
+	var errs []error
+	for _, a := range f {
+		err := a.Restart(ctx, namespace, pod, uid)
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }

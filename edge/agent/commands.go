@@ -24,16 +24,24 @@ type workerRecord struct {
 	seq uint64
 }
 
+// Claims remembers which command ids were executed; the journal keeps them on disk so an agent restart does not
+// execute a redelivered command again [P-CMD-3].
+type Claims interface {
+	ClaimCommand(id string, forgetAfter, now time.Time) (bool, error)
+}
+
 // Commands executes fenced commands from the controller [P-CMD-1..4].
 type Commands struct {
 	Cluster, Node string
 	Actuator      Actuator
 	Publisher     Publisher
-	Now           func() time.Time
+	// Claims, when nil, are kept in memory for the life of the process.
+	Claims Claims
+	Now    func() time.Time
 
 	mu      sync.Mutex
 	workers map[string]workerRecord // namespace/pod -> latest published state
-	seen    map[string]lifelinev1.Outcome
+	claimed map[string]bool         // used when Claims is nil
 }
 
 // Observed records the latest state published for a worker; commands are fenced against it.
@@ -53,33 +61,58 @@ func (c *Commands) Handle(ctx context.Context, payload []byte) error {
 	if err := proto.Unmarshal(payload, cmd); err != nil || cmd.Id == "" {
 		return fmt.Errorf("dropping a malformed command (%d bytes): %v", len(payload), err)
 	}
+	now := c.now()
 	c.mu.Lock()
-	outcome, message := c.decide(cmd)
-	if outcome == lifelinev1.Outcome_OUTCOME_DONE {
-		c.seen[cmd.Id] = lifelinev1.Outcome_OUTCOME_DONE // claimed before acting: at most once
-	}
+	outcome, message := c.decide(cmd, now)
 	c.mu.Unlock()
 	if outcome == lifelinev1.Outcome_OUTCOME_DONE {
-		if err := c.Actuator.Restart(ctx, cmd.Namespace, cmd.Pod, cmd.PodUid); err != nil {
-			outcome, message = lifelinev1.Outcome_OUTCOME_FAILED, err.Error()
+		// Claimed before acting: at most once, even if the agent dies while acting.
+		fresh, err := c.claim(cmd, now)
+		switch {
+		case err != nil:
+			outcome, message = lifelinev1.Outcome_OUTCOME_FAILED, fmt.Sprintf("recording the command: %v", err)
+		case !fresh:
+			outcome, message = lifelinev1.Outcome_OUTCOME_DUPLICATE, "command already executed"
+		default:
+			if err := c.Actuator.Restart(ctx, cmd.Namespace, cmd.Pod, cmd.PodUid); err != nil {
+				outcome, message = lifelinev1.Outcome_OUTCOME_FAILED, err.Error()
+			}
 		}
 	}
 	return c.publishResult(cmd.Id, outcome, message)
 }
 
-// decide is the fencing rule, with c.mu held.
-func (c *Commands) decide(cmd *lifelinev1.Command) (lifelinev1.Outcome, string) {
-	if c.seen == nil {
-		c.seen = map[string]lifelinev1.Outcome{}
-	}
-	now := time.Now()
+func (c *Commands) now() time.Time {
 	if c.Now != nil {
-		now = c.Now()
+		return c.Now()
 	}
+	return time.Now()
+}
+
+func (c *Commands) claim(cmd *lifelinev1.Command, now time.Time) (bool, error) {
+	forget := now.Add(24 * time.Hour)
+	if cmd.ExpiresUnixNano != 0 {
+		forget = time.Unix(0, cmd.ExpiresUnixNano)
+	}
+	if c.Claims != nil {
+		return c.Claims.ClaimCommand(cmd.Id, forget, now)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.claimed == nil {
+		c.claimed = map[string]bool{}
+	}
+	if c.claimed[cmd.Id] {
+		return false, nil
+	}
+	c.claimed[cmd.Id] = true
+	return true, nil
+}
+
+// decide is the fencing rule, with c.mu held.
+func (c *Commands) decide(cmd *lifelinev1.Command, now time.Time) (lifelinev1.Outcome, string) {
 	w, known := c.workers[cmd.Namespace+"/"+cmd.Pod]
 	switch {
-	case c.seen[cmd.Id] != lifelinev1.Outcome_OUTCOME_UNSPECIFIED:
-		return lifelinev1.Outcome_OUTCOME_DUPLICATE, "command already executed"
 	case cmd.ExpiresUnixNano != 0 && now.UnixNano() > cmd.ExpiresUnixNano:
 		return lifelinev1.Outcome_OUTCOME_REFUSED_EXPIRED, "command expired"
 	case cmd.Action != lifelinev1.Action_ACTION_RESTART:

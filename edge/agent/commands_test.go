@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"errors"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,10 +24,26 @@ func (a *recordingActuator) Restart(_ context.Context, ns, pod, uid string) erro
 	return a.fail
 }
 
-type memPublisher struct{ entries []journal.Entry }
+// memPublisher keeps what it is given; tests that run loops read it through snapshot.
+type memPublisher struct {
+	mu      sync.Mutex
+	entries []journal.Entry
+}
 
-func (p *memPublisher) Enqueue(e journal.Entry) error { p.entries = append(p.entries, e); return nil }
-func (p *memPublisher) BirthSeq() uint64              { return 4 }
+func (p *memPublisher) Enqueue(e journal.Entry) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.entries = append(p.entries, e)
+	return nil
+}
+
+func (p *memPublisher) BirthSeq() uint64 { return 4 }
+
+func (p *memPublisher) snapshot() []journal.Entry {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]journal.Entry(nil), p.entries...)
+}
 
 // [P-CMD-2] [P-CMD-3] [P-CMD-4] Each command gets exactly one result; stale, expired and repeated ones are
 // refused without acting.
@@ -94,5 +112,32 @@ func TestFailedActionAndMalformedCommand(t *testing.T) {
 	}
 	if err := c.Handle(context.Background(), []byte{0xff, 0x01}); err == nil || len(pub.entries) != 1 {
 		t.Errorf("a malformed command was not dropped: %v, %d results", err, len(pub.entries))
+	}
+}
+
+// [P-CMD-3] A command redelivered after the agent restarted is not executed again: claims live in the journal.
+func TestCommandIsExecutedOnceAcrossAgentRestarts_P_CMD_3(t *testing.T) {
+	j, err := journal.Open(filepath.Join(t.TempDir(), "journal.db"), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	payload, _ := proto.Marshal(&lifelinev1.Command{Id: "once", Namespace: "default", Pod: "w", PodUid: "u", Epoch: 1,
+		Action: lifelinev1.Action_ACTION_RESTART, ExpiresUnixNano: time.Now().Add(time.Minute).UnixNano()})
+	act := &recordingActuator{}
+	var outcomes []lifelinev1.Outcome
+	for range 2 { // two lives of the agent, one journal
+		pub := &memPublisher{}
+		c := &Commands{Cluster: "c", Node: "edge-1", Actuator: act, Publisher: pub, Claims: j}
+		c.Observed(&lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u", Seq: 1})
+		if err := c.Handle(context.Background(), payload); err != nil {
+			t.Fatal(err)
+		}
+		res := &lifelinev1.CommandResult{}
+		_ = proto.Unmarshal(pub.entries[0].Payload, res)
+		outcomes = append(outcomes, res.Outcome)
+	}
+	if len(act.restarted) != 1 || outcomes[0] != lifelinev1.Outcome_OUTCOME_DONE || outcomes[1] != lifelinev1.Outcome_OUTCOME_DUPLICATE {
+		t.Errorf("restarts %v, outcomes %v; want one restart, DONE then DUPLICATE", act.restarted, outcomes)
 	}
 }

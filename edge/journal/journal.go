@@ -29,9 +29,10 @@ type Entry struct {
 }
 
 var (
-	entriesBucket = []byte("entries") // seq -> entry
-	keysBucket    = []byte("keys")    // key -> seq of its pending entry
-	metaBucket    = []byte("meta")    // counters that survive restarts
+	entriesBucket = []byte("entries")  // seq -> entry
+	keysBucket    = []byte("keys")     // key -> seq of its pending entry
+	metaBucket    = []byte("meta")     // counters that survive restarts
+	commandBucket = []byte("commands") // executed command id -> when it may be forgotten (unix nano)
 	nextSeqKey    = []byte("next-seq")
 	droppedKey    = []byte("dropped")
 )
@@ -52,7 +53,7 @@ func Open(path string, maxLog int) (*Journal, error) {
 	}
 	j := &Journal{db: db, maxLog: maxLog}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{entriesBucket, keysBucket, metaBucket} {
+		for _, b := range [][]byte{entriesBucket, keysBucket, metaBucket, commandBucket} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -183,6 +184,34 @@ func (j *Journal) NextCounter(name string) (uint64, error) {
 		return writeUint(meta, key, v)
 	})
 	return v, err
+}
+
+// ClaimCommand records that the command id is being executed and tells whether it was new. A command is
+// executed at most once, across agent restarts too [P-CMD-3]; ids are forgotten after forgetAfter (their
+// expiry: an expired command is refused anyway), so the file does not grow without bound.
+func (j *Journal) ClaimCommand(id string, forgetAfter time.Time, now time.Time) (bool, error) {
+	claimed := false
+	err := j.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(commandBucket)
+		if b.Get([]byte(id)) != nil {
+			return nil
+		}
+		var stale [][]byte
+		_ = b.ForEach(func(k, v []byte) error {
+			if len(v) == 8 && int64(binary.BigEndian.Uint64(v)) < now.UnixNano() {
+				stale = append(stale, k)
+			}
+			return nil
+		})
+		for _, k := range stale {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		claimed = true
+		return writeUint(b, []byte(id), uint64(forgetAfter.UnixNano()))
+	})
+	return claimed, err
 }
 
 // Dropped counts log entries dropped because the log was full, over the journal's whole life.

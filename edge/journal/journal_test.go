@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func topics(es []Entry) []string {
@@ -91,5 +92,45 @@ func TestAckOfASupersededStateKeepsTheNewer(t *testing.T) {
 	pending, _ := j.Pending()
 	if fmt.Sprint(topics(pending)) != "[s2]" {
 		t.Errorf("pending %v, want the newer state", topics(pending))
+	}
+}
+
+func TestClaimedCommandsSurviveReopeningAndExpire(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j, err := Open(path, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	claim := func(id string, until, at time.Time) bool {
+		t.Helper()
+		ok, err := j.ClaimCommand(id, until, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !claim("a", now.Add(time.Minute), now) {
+		t.Fatal("first claim of a refused")
+	}
+	if claim("a", now.Add(time.Minute), now) {
+		t.Fatal("a claimed twice")
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if j, err = Open(path, 3); err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if claim("a", now.Add(time.Minute), now.Add(time.Second)) {
+		t.Fatal("a claimed again after reopening the journal")
+	}
+	// Claiming another id after a's expiry forgets a.
+	if !claim("b", now.Add(3*time.Minute), now.Add(2*time.Minute)) {
+		t.Fatal("claim of b refused")
+	}
+	if !claim("a", now.Add(4*time.Minute), now.Add(2*time.Minute)) {
+		t.Fatal("a was not forgotten after its expiry")
 	}
 }

@@ -69,13 +69,13 @@ func (s *criServer) ListContainers(context.Context, *runtimeapi.ListContainersRe
 
 // ContainerStatus reports one container's process.
 func (s *criServer) ContainerStatus(_ context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
-	rt, name, p := s.node.findContainer(req.GetContainerId())
+	name, attempt, p := s.node.findContainer(req.GetContainerId())
 	if p == nil {
 		return nil, status.Errorf(codes.NotFound, "no container %s", req.GetContainerId())
 	}
 	running, code, started, finished := p.state()
 	st := &runtimeapi.ContainerStatus{Id: req.GetContainerId(), StartedAt: started.UnixNano(),
-		Metadata: &runtimeapi.ContainerMetadata{Name: name, Attempt: uint32(rt.restarts[name])}}
+		Metadata: &runtimeapi.ContainerMetadata{Name: name, Attempt: uint32(attempt)}}
 	if running {
 		st.State = runtimeapi.ContainerState_CONTAINER_RUNNING
 	} else {
@@ -111,18 +111,18 @@ func (n *Node) eachContainer(visit func(rt *podRuntime, name string, p *process)
 	}
 }
 
-// findContainer resolves a container ID; only the current attempt is known.
-func (n *Node) findContainer(id string) (*podRuntime, string, *process) {
+// findContainer resolves a container ID to its name, attempt and process; only the current attempt is known.
+func (n *Node) findContainer(id string) (string, int32, *process) {
 	parts := strings.Split(id, "/")
 	if len(parts) != 3 {
-		return nil, "", nil
+		return "", 0, nil
 	}
-	var found *podRuntime
+	var attempt int32
 	var proc *process
 	n.eachContainer(func(rt *podRuntime, name string, p *process) {
 		if string(rt.pod.UID) == parts[0] && name == parts[1] && containerID(rt, name) == id {
-			found, proc = rt, p
+			attempt, proc = rt.restarts[name], p
 		}
 	})
-	return found, parts[1], proc
+	return parts[1], attempt, proc
 }

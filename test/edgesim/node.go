@@ -66,9 +66,11 @@ type podRuntime struct {
 	restarts  map[string]int32
 	nextStart map[string]time.Time
 	lastExit  map[string]*corev1.ContainerStateTerminated
-	reported  *corev1.PodStatus
-	stopping  bool
-	started   time.Time
+	// restartNow marks containers asked to restart through the MetaServer: they start without back-off.
+	restartNow map[string]bool
+	reported   *corev1.PodStatus
+	stopping   bool
+	started    time.Time
 }
 
 // New returns a node; Run starts it.
@@ -170,7 +172,7 @@ func (n *Node) upsert(pod *corev1.Pod) {
 	rt, ok := n.pods[pod.UID]
 	if !ok {
 		rt = &podRuntime{procs: map[string]*process{}, restarts: map[string]int32{}, nextStart: map[string]time.Time{},
-			lastExit: map[string]*corev1.ContainerStateTerminated{}, started: time.Now()}
+			lastExit: map[string]*corev1.ContainerStateTerminated{}, restartNow: map[string]bool{}, started: time.Now()}
 		n.pods[pod.UID] = rt
 	}
 	rt.mu.Lock()
@@ -246,7 +248,7 @@ func (n *Node) syncPod(ctx context.Context, rt *podRuntime) {
 			if rt.lastExit[c.Name] == nil || !rt.lastExit[c.Name].FinishedAt.Time.Equal(finished) {
 				rt.lastExit[c.Name] = &corev1.ContainerStateTerminated{ExitCode: int32(code), Reason: exitReason(code),
 					StartedAt: metav1.NewTime(startedAt), FinishedAt: metav1.NewTime(finished)}
-				if !shouldRestart(policy, code) {
+				if !shouldRestart(policy, code) && !rt.restartNow[c.Name] {
 					continue
 				}
 				next := rt.restarts[c.Name] + 1
@@ -255,9 +257,10 @@ func (n *Node) syncPod(ctx context.Context, rt *podRuntime) {
 				}
 				rt.nextStart[c.Name] = finished.Add(crashBackoff(n.cfg.CrashBackoff, n.cfg.MaxCrashBackoff, next))
 			}
-			if !shouldRestart(policy, code) || now.Before(rt.nextStart[c.Name]) {
+			if !rt.restartNow[c.Name] && (!shouldRestart(policy, code) || now.Before(rt.nextStart[c.Name])) {
 				continue
 			}
+			delete(rt.restartNow, c.Name)
 			rt.restarts[c.Name]++
 		}
 		if err := n.startContainer(ctx, rt, c); err != nil {

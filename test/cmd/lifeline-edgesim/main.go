@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,13 +26,14 @@ func main() {
 		imagesFile = flag.String("images", "", `JSON file mapping images (without tag) to commands: {"image": ["/path/bin", "arg"]}`)
 		cloud      = flag.Bool("cloud", false, "register a cloud node (no edge labels)")
 		criSocket  = flag.String("cri-socket", "", "serve the node's CRI subset (what the edge agent reads) on this unix socket")
+		metaServer = flag.String("metaserver-address", "", "serve the node's MetaServer subset (pod list, pods/restart) on this TCP address")
 		heartbeat  = flag.Duration("heartbeat-interval", 10*time.Second, "how often the node renews its lease and status")
 		lease      = flag.Duration("lease-duration", 40*time.Second, "duration of the node's lease")
 		backoff    = flag.Duration("crash-backoff", 10*time.Second, "first restart delay of a crashing container")
 		maxBackoff = flag.Duration("max-crash-backoff", 5*time.Minute, "longest restart delay")
 	)
 	flag.Parse()
-	if err := run(*kubeconfig, *nodeName, *stateDir, *imagesFile, *criSocket, *cloud, edgesim.Config{
+	if err := run(*kubeconfig, *nodeName, *stateDir, *imagesFile, *criSocket, *metaServer, *cloud, edgesim.Config{
 		HeartbeatInterval: *heartbeat, LeaseDuration: *lease, CrashBackoff: *backoff, MaxCrashBackoff: *maxBackoff,
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-edgesim:", err)
@@ -39,7 +41,7 @@ func main() {
 	}
 }
 
-func run(kubeconfig, nodeName, stateDir, imagesFile, criSocket string, cloud bool, cfg edgesim.Config) error {
+func run(kubeconfig, nodeName, stateDir, imagesFile, criSocket, metaServer string, cloud bool, cfg edgesim.Config) error {
 	if nodeName == "" || stateDir == "" || imagesFile == "" {
 		return fmt.Errorf("--node-name, --state-dir and --images are required")
 	}
@@ -68,6 +70,17 @@ func run(kubeconfig, nodeName, stateDir, imagesFile, criSocket string, cloud boo
 	if criSocket != "" {
 		go func() {
 			if err := node.ServeCRI(ctx, criSocket); err != nil {
+				fmt.Fprintln(os.Stderr, "lifeline-edgesim:", err)
+			}
+		}()
+	}
+	if metaServer != "" {
+		l, err := net.Listen("tcp", metaServer)
+		if err != nil {
+			return fmt.Errorf("listening for the MetaServer subset: %w", err)
+		}
+		go func() {
+			if err := node.ServeMetaServer(ctx, l); err != nil {
 				fmt.Fprintln(os.Stderr, "lifeline-edgesim:", err)
 			}
 		}()

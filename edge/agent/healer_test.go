@@ -1,0 +1,156 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/lifeline-edge/lifeline/edge/cri"
+	"github.com/lifeline-edge/lifeline/edge/desired"
+	"github.com/lifeline-edge/lifeline/edge/journal"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+	"github.com/lifeline-edge/lifeline/test/edgesim"
+)
+
+// [P-HEAL-1] The offline policy acts only for a dead worker nobody else can restart.
+func TestShouldHeal_P_HEAL_1(t *testing.T) {
+	timing := HealTiming{APIGrace: 5 * time.Second, DeadFor: time.Second, ControllerWait: 5 * time.Second, Cooldown: 10 * time.Second}
+	cutOff := healCase{dead: true, deadFor: 2 * time.Second, apiDownFor: time.Minute}
+	with := func(edit func(*healCase)) healCase { c := cutOff; edit(&c); return c }
+	cases := []struct {
+		name string
+		c    healCase
+		want bool
+	}{
+		{"dead, cut off from API server and broker", cutOff, true},
+		{"explicit Restart policy", with(func(c *healCase) { c.policy = "Restart" }), true},
+		{"policy None", with(func(c *healCase) { c.policy = OfflinePolicyNone }), false},
+		{"alive", with(func(c *healCase) { c.dead = false }), false},
+		{"API server reachable", with(func(c *healCase) { c.apiDownFor = 0 }), false},
+		{"API server out of reach for less than the grace", with(func(c *healCase) { c.apiDownFor = 4 * time.Second }), false},
+		{"dead for less than DeadFor", with(func(c *healCase) { c.deadFor = 500 * time.Millisecond }), false},
+		{"controller reachable: it decides first", with(func(c *healCase) { c.controllerReachable = true }), false},
+		{"controller reachable but silent too long", with(func(c *healCase) { c.controllerReachable, c.deadFor = true, 6 * time.Second }), true},
+		{"restarted moments ago", with(func(c *healCase) { c.sinceLastHeal = 3 * time.Second }), false},
+		{"restarted long ago", with(func(c *healCase) { c.sinceLastHeal = 11 * time.Second }), true},
+	}
+	for _, tc := range cases {
+		if got := shouldHeal(timing, tc.c); got != tc.want {
+			t.Errorf("%s: shouldHeal = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+type fixedWorkers []desired.Worker
+
+func (f fixedWorkers) Workers() []desired.Worker { return f }
+
+// A worker killed on a node cut off from the API server and the broker is restarted through the hollow node's
+// MetaServer well before the node's own crash back-off (one minute here) would bring it back, and the restart
+// is journaled as a local result.
+func TestHealerRestartsADeadWorkerThroughTheMetaServer(t *testing.T) {
+	dir := t.TempDir()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "trainer-0", UID: "uid-1"},
+		Spec: corev1.PodSpec{NodeName: "edge-1", RestartPolicy: corev1.RestartPolicyAlways,
+			Containers: []corev1.Container{{Name: "main", Image: "sleeper:v1"}}}}
+	node := edgesim.New(edgesim.Config{NodeName: "edge-1", Client: fake.NewClientset(pod), StateDir: dir,
+		Images: map[string][]string{"sleeper": {"sleep", "60"}}, CrashBackoff: time.Minute, SyncInterval: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = node.Run(ctx) }()
+	socket := filepath.Join(dir, "cri.sock")
+	go func() { _ = node.ServeCRI(ctx, socket) }()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = node.ServeMetaServer(ctx, l) }()
+	runtime, err := cri.Dial(socket, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer runtime.Close()
+
+	j, err := journal.Open(filepath.Join(dir, "journal.db"), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	pub := &memPublisher{}
+	healer := &Healer{Cluster: "c", Node: "edge-1", Publisher: pub, Timing: HealTiming{DeadFor: 200 * time.Millisecond, Cooldown: 5 * time.Second},
+		Workers:      fixedWorkers{{Namespace: "default", Name: "trainer-0", UID: "uid-1", OfflinePolicy: "Restart"}},
+		APIReachable: func() bool { return false }, ControllerReachable: func() bool { return false },
+		Actuator: &MetaServerActuator{BaseURL: "http://" + l.Addr().String()}}
+	observer := &Observer{Cluster: "c", Node: "edge-1", Source: runtime, Publisher: pub, Seq: j,
+		Interval: 100 * time.Millisecond, OnPublished: healer.Observed}
+	go observer.Run(ctx)
+	go healer.Run(ctx, 50*time.Millisecond)
+
+	mainContainer := func() (cri.Container, bool) {
+		pods, err := runtime.Pods(ctx)
+		if err != nil || len(pods) != 1 || len(pods[0].Containers) != 1 {
+			return cri.Container{}, false
+		}
+		return pods[0].Containers[0], true
+	}
+	waitFor(t, 10*time.Second, "the worker runs", func() bool { c, ok := mainContainer(); return ok && c.Running })
+	data, err := os.ReadFile(edgesim.PIDFile(dir, "default", "trainer-0", "main"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	killed := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			c, _ := mainContainer()
+			t.Logf("container %+v", c)
+			for _, e := range pub.snapshot() {
+				ws := &lifelinev1.WorkerState{}
+				_ = proto.Unmarshal(e.Payload, ws)
+				t.Logf("%s %v", e.Topic, ws)
+			}
+		}
+	}()
+	waitFor(t, 10*time.Second, "the worker runs again", func() bool { c, ok := mainContainer(); return ok && c.Running && c.Attempt == 1 })
+	t.Logf("killed -> running again in %v", time.Since(killed).Round(time.Millisecond))
+
+	var results []*lifelinev1.CommandResult
+	for _, e := range pub.snapshot() {
+		if strings.HasSuffix(e.Topic, "/results") {
+			res := &lifelinev1.CommandResult{}
+			if err := proto.Unmarshal(e.Payload, res); err != nil {
+				t.Fatal(err)
+			}
+			results = append(results, res)
+		}
+	}
+	if len(results) != 1 || results[0].Outcome != lifelinev1.Outcome_OUTCOME_DONE || !strings.HasPrefix(results[0].CommandId, "local/default/trainer-0/uid-1/") {
+		out, _ := json.Marshal(results)
+		t.Errorf("local results %s, want one DONE for default/trainer-0", out)
+	}
+}
+
+func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if ok() {
+			return
+		}
+	}
+	t.Fatalf("%s: not within %v", what, within)
+}
