@@ -134,6 +134,7 @@ func TestManifestsApplyWithLeastPrivilege(t *testing.T) {
 		{controller, "create", "", "secrets", "", "default", false},
 		{controller, "update", "coordination.k8s.io", "leases", "", "kube-system", false},
 		{controller, "delete", "", "nodes", "", "", false},
+		{controller, "watch", "", "nodes", "", "", true},
 		{controller, "update", "sedna.io", "models", "", "default", false},
 		{agent, "list", "", "pods", "", "", true},
 		{agent, "create", "", "pods", "", "default", false},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/conditions"
+	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/workerstatus"
 )
 
@@ -21,10 +22,13 @@ const (
 	ReasonBackoffLimitExceeded = "BackoffLimitExceeded"
 	ReasonDeadlineExceeded     = "DeadlineExceeded"
 	ReasonCompleted            = "Completed"
-	ReasonWorkersRunning       = "WorkersRunning"
-	ReasonWaitingForWorkers    = "WaitingForWorkers"
-	ReasonNameConflict         = "NameConflict"
-	ReasonInputsNotFound       = "InputsNotFound"
+	// ReasonRestartCommandSent: a trainer died on a node cut off from the API server and its agent was told to
+	// restart it.
+	ReasonRestartCommandSent = "RestartCommandSent"
+	ReasonWorkersRunning     = "WorkersRunning"
+	ReasonWaitingForWorkers  = "WaitingForWorkers"
+	ReasonNameConflict       = "NameConflict"
+	ReasonInputsNotFound     = "InputsNotFound"
 )
 
 // worker is one identity with the pod the cache shows under its name and the record the job's status keeps.
@@ -32,6 +36,7 @@ type worker struct {
 	id     identity
 	pod    *corev1.Pod           // nil: no pod of this job under the name
 	record v1alpha1.WorkerStatus // as stored; zero when the status has none yet
+	view   liveness.View         // what the node's agent says, when it is the truth
 }
 
 // event is an Event to emit once the pass's writes succeeded.
@@ -176,6 +181,7 @@ func observeWorker(w worker, now metav1.Time) v1alpha1.WorkerStatus {
 	rec.Name, rec.Role = w.id.name, w.id.role
 	if w.pod != nil {
 		workerstatus.FromPod(&rec, w.pod)
+		liveness.Apply(&rec, w.view)
 		rec.Message = ""
 	} else if rec.Phase != string(corev1.PodSucceeded) {
 		rec.Liveness, rec.Ready, rec.Restarts, rec.Source = v1alpha1.LivenessUnknown, false, 0, v1alpha1.StatusSourceNone

@@ -19,6 +19,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/conditions"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/liveness"
 )
 
 // Reconciler runs FederatedLearningJobs like batch Jobs with named workers.
@@ -27,6 +28,8 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// LCServer is the LC_SERVER handed to trainers: the node-local report endpoint.
 	LCServer string
+	// Edge is the agents' view of the edge nodes; nil means the API server's word only.
+	Edge *liveness.Edge
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -71,6 +74,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.writeStatus(ctx, job, p.status); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.restartThroughAgents(job, workers, now); err != nil {
+		return ctrl.Result{}, err
+	}
 	for _, e := range p.events {
 		r.event(job, nil, e.eventType, e.reason, e.note)
 	}
@@ -99,7 +105,35 @@ func (r *Reconciler) observe(ctx context.Context, job *v1alpha1.FederatedLearnin
 	for _, id := range ids {
 		workers = append(workers, worker{id: id, pod: byName[id.name], record: records[id.name]})
 	}
+	views := r.Edge.Views(ctx, podsOf(workers), r.now())
+	for i := range workers {
+		workers[i].view = views[workers[i].id.name]
+	}
 	return workers, nil
+}
+
+// restartThroughAgents asks the agents of cut-off nodes to restart the dead trainers they report; the job waits
+// for them meanwhile, as it waits for any trainer.
+func (r *Reconciler) restartThroughAgents(job *v1alpha1.FederatedLearningJob, workers []worker, now time.Time) error {
+	views := map[string]liveness.View{}
+	for _, w := range workers {
+		views[w.id.name] = w.view
+	}
+	sent, err := r.Edge.RestartDead(podsOf(workers), views, now)
+	for id, pod := range sent {
+		r.event(job, nil, corev1.EventTypeNormal, ReasonRestartCommandSent, "Asked the agent of the cut-off node to restart worker %s (command %s)", pod, id)
+	}
+	return err
+}
+
+func podsOf(workers []worker) []*corev1.Pod {
+	pods := make([]*corev1.Pod, 0, len(workers))
+	for _, w := range workers {
+		if w.pod != nil {
+			pods = append(pods, w.pod)
+		}
+	}
+	return pods
 }
 
 // createWorkers creates the missing workers decide chose. A name still taken in the API (the previous pod is

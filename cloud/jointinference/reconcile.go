@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/liveness"
 )
 
 // Reconciler keeps each JointInferenceService's children equal to what its spec renders to.
@@ -25,6 +26,8 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// LCServer is the LC_SERVER handed to edge workers: the node-local report endpoint.
 	LCServer string
+	// Edge is the agents' view of the edge nodes; nil means the API server's word only.
+	Edge *liveness.Edge
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -35,10 +38,13 @@ const (
 	ReasonSuccessfulUpdate = "SuccessfulUpdate"
 	ReasonSuccessfulDelete = "SuccessfulDelete"
 	ReasonAdopted          = "Adopted"
-	ReasonNameConflict     = "NameConflict"
-	ReasonModelNotFound    = "ModelNotFound"
-	ReasonSecretNotFound   = "SecretNotFound"
-	ReasonInvalidSpec      = "InvalidSpec"
+	// ReasonRestartCommandSent: a worker died on a node cut off from the API server and its agent was told to
+	// restart it.
+	ReasonRestartCommandSent = "RestartCommandSent"
+	ReasonNameConflict       = "NameConflict"
+	ReasonModelNotFound      = "ModelNotFound"
+	ReasonSecretNotFound     = "SecretNotFound"
+	ReasonInvalidSpec        = "InvalidSpec"
 )
 
 // staleRequeue is how soon a reconcile runs again after it removed a child left by an earlier service of the

@@ -42,7 +42,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if edge := r.Edge.Source(mgr.GetClient(), podToService); edge != nil {
+		b = b.WatchesRawSource(edge)
+	}
+	return b.
 		For(&v1alpha1.JointInferenceService{}).
 		Named("jointinferenceservice").
 		Owns(&appsv1.Deployment{}).

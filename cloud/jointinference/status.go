@@ -16,6 +16,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/conditions"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/workerstatus"
 )
 
@@ -45,16 +46,27 @@ func (r *Reconciler) writeStatus(ctx context.Context, ji *v1alpha1.JointInferenc
 		}
 		workers = append(workers, obs)
 	}
-	status := computeStatus(ji, workers, blocked, outcome.conflicts, metav1.NewTime(r.now()))
-	if equality.Semantic.DeepEqual(status, ji.Status) {
-		return nil
+	now := r.now()
+	var pods []*corev1.Pod
+	for _, w := range workers {
+		for i := range w.pods {
+			pods = append(pods, &w.pods[i])
+		}
 	}
-	patched := ji.DeepCopy()
-	patched.Status = status
-	if err := r.Status().Patch(ctx, patched, client.MergeFrom(ji)); err != nil {
-		return fmt.Errorf("patching status: %w", err)
+	views := r.Edge.Views(ctx, pods, now)
+	status := computeStatus(ji, workers, views, blocked, outcome.conflicts, metav1.NewTime(now))
+	if !equality.Semantic.DeepEqual(status, ji.Status) {
+		patched := ji.DeepCopy()
+		patched.Status = status
+		if err := r.Status().Patch(ctx, patched, client.MergeFrom(ji)); err != nil {
+			return fmt.Errorf("patching status: %w", err)
+		}
 	}
-	return nil
+	sent, err := r.Edge.RestartDead(pods, views, now)
+	for id, pod := range sent {
+		r.event(ji, nil, corev1.EventTypeNormal, ReasonRestartCommandSent, "Restart", "Asked the agent of the cut-off node to restart worker %s (command %s)", pod, id)
+	}
+	return err
 }
 
 func (r *Reconciler) observeWorker(ctx context.Context, ji *v1alpha1.JointInferenceService, workerType string) (workerObservation, error) {
@@ -78,7 +90,7 @@ func (r *Reconciler) observeWorker(ctx context.Context, ji *v1alpha1.JointInfere
 
 // computeStatus is the status the service should have given what is observed; it keeps timestamps of what did
 // not change, so an unchanged world writes nothing.
-func computeStatus(ji *v1alpha1.JointInferenceService, workers []workerObservation, blocked *problem, conflicts []string,
+func computeStatus(ji *v1alpha1.JointInferenceService, workers []workerObservation, views map[string]liveness.View, blocked *problem, conflicts []string,
 	now metav1.Time) v1alpha1.JointInferenceServiceStatus {
 	s := *ji.Status.DeepCopy()
 	s.ObservedGeneration = ji.Generation
@@ -106,7 +118,7 @@ func computeStatus(ji *v1alpha1.JointInferenceService, workers []workerObservati
 			notReady = append(notReady, fmt.Sprintf("%s worker %s ready", w.workerType, readiness))
 		}
 		for i := range w.pods {
-			ws := podWorkerStatus(&w.pods[i], roleOf(w.workerType), previous, now)
+			ws := podWorkerStatus(&w.pods[i], roleOf(w.workerType), previous, views[w.pods[i].Name], now)
 			if ws.Phase == string(corev1.PodRunning) {
 				active++
 			}
@@ -163,8 +175,9 @@ func roleOf(workerType string) v1alpha1.WorkerRole {
 	return v1alpha1.WorkerRoleCloud
 }
 
-// podWorkerStatus is the status entry of one worker pod as the API server reports it.
-func podWorkerStatus(p *corev1.Pod, role v1alpha1.WorkerRole, previous map[string]v1alpha1.WorkerStatus, now metav1.Time) v1alpha1.WorkerStatus {
+// podWorkerStatus is the status entry of one worker pod as the API server reports it, merged with what the
+// node's agent says when the view makes the agent the truth.
+func podWorkerStatus(p *corev1.Pod, role v1alpha1.WorkerRole, previous map[string]v1alpha1.WorkerStatus, view liveness.View, now metav1.Time) v1alpha1.WorkerStatus {
 	ws := v1alpha1.WorkerStatus{Name: p.Name, Role: role}
 	workerstatus.FromPod(&ws, p)
 	for _, c := range p.Status.ContainerStatuses {
@@ -172,6 +185,7 @@ func podWorkerStatus(p *corev1.Pod, role v1alpha1.WorkerRole, previous map[strin
 			ws.Message = fmt.Sprintf("container %s exited %d (%s)", c.Name, c.State.Terminated.ExitCode, c.State.Terminated.Reason)
 		}
 	}
+	liveness.Apply(&ws, view)
 	workerstatus.Transitioned(&ws, previous[p.Name], now)
 	return ws
 }

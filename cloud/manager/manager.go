@@ -3,7 +3,10 @@
 package manager
 
 import (
+	"context"
+	"crypto/tls"
 	"fmt"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -16,12 +19,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/broker"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
+	"github.com/lifeline-edge/lifeline/cloud/liveness"
 )
 
 // Options configure the manager.
@@ -33,6 +40,15 @@ type Options struct {
 	MetricsAddr, HealthAddr string
 	// LCServer is the LC_SERVER handed to edge workers.
 	LCServer string
+	// MQTTAddress, when set, runs the embedded MQTT broker there (e.g. ":1883") and makes the controllers
+	// edge-aware: they merge the agents' reports and send them restart commands.
+	MQTTAddress string
+	// MQTTTLS, when set, makes the broker's listener TLS.
+	MQTTTLS *tls.Config
+	// MQTTCredentialsDir holds one password file per node (a mounted Secret).
+	MQTTCredentialsDir string
+	// Cluster is this cluster's name in the MQTT topic tree.
+	Cluster string
 	// Restartable lets one process build the manager more than once (controller names are otherwise unique
 	// per process), for tests that stop and start the controller.
 	Restartable bool
@@ -79,10 +95,15 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
+	edge, err := addEdge(mgr, opts)
+	if err != nil {
+		return nil, err
+	}
 	ji := &jointinference.Reconciler{
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("lifeline-controller"),
 		LCServer: opts.LCServer,
+		Edge:     edge,
 	}
 	if err := ji.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the JointInferenceService controller: %w", err)
@@ -91,9 +112,59 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("lifeline-controller"),
 		LCServer: opts.LCServer,
+		Edge:     edge,
 	}
 	if err := fl.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the FederatedLearningJob controller: %w", err)
 	}
 	return mgr, nil
+}
+
+// addEdge adds the liveness tracker and the embedded broker to the manager; nil without an MQTT address.
+func addEdge(mgr ctrl.Manager, opts Options) (*liveness.Edge, error) {
+	if opts.MQTTAddress == "" {
+		return nil, nil
+	}
+	if opts.Cluster == "" {
+		opts.Cluster = "default"
+	}
+	log := mgr.GetLogger().WithName("liveness")
+	tracker, err := liveness.NewTracker(opts.Cluster, metrics.Registry, log)
+	if err != nil {
+		return nil, err
+	}
+	b := &brokerRunnable{cfg: broker.Config{Address: opts.MQTTAddress, Cluster: opts.Cluster,
+		CredentialsDir: opts.MQTTCredentialsDir, TLS: opts.MQTTTLS, Tracker: tracker}}
+	if err := mgr.Add(b); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { tracker.Run(ctx); return nil })); err != nil {
+		return nil, err
+	}
+	return &liveness.Edge{Tracker: tracker, Commands: b, Nodes: mgr.GetClient()}, nil
+}
+
+// brokerRunnable runs the embedded broker for as long as the manager runs (on the elected leader only).
+type brokerRunnable struct {
+	cfg     broker.Config
+	running atomic.Pointer[broker.Broker]
+}
+
+func (b *brokerRunnable) Start(ctx context.Context) error {
+	br, err := broker.Start(b.cfg)
+	if err != nil {
+		return err
+	}
+	b.running.Store(br)
+	<-ctx.Done()
+	b.running.Store(nil)
+	return br.Close()
+}
+
+func (b *brokerRunnable) PublishCommand(node string, payload []byte) error {
+	br := b.running.Load()
+	if br == nil {
+		return fmt.Errorf("the MQTT broker is not running")
+	}
+	return br.PublishCommand(node, payload)
 }

@@ -39,7 +39,8 @@ func main() {
 		node      = flag.String("node-name", os.Getenv("NODE_NAME"), "this node's name")
 		cluster   = flag.String("cluster", "default", "cluster name in the topic tree")
 		broker    = flag.String("broker", "tcp://127.0.0.1:1883", "MQTT broker URL (tcp:// or ssl://)")
-		username  = flag.String("username", os.Getenv("LIFELINE_MQTT_USERNAME"), "MQTT username (default: $LIFELINE_MQTT_USERNAME)")
+		username  = flag.String("username", os.Getenv("LIFELINE_MQTT_USERNAME"), "MQTT username (default: $LIFELINE_MQTT_USERNAME, else the node's name)")
+		passFile  = flag.String("password-file", "", "file holding the MQTT password (default: $LIFELINE_MQTT_PASSWORD)")
 		stateDir  = flag.String("state-dir", "/var/lib/lifeline-agent", "directory of the journal and the birth sequence")
 		socket    = flag.String("cri-socket", cri.DefaultSocket, "container runtime CRI socket")
 		apiServer = flag.String("api-server", "http://"+constants.DefaultMetaServerAddr,
@@ -67,6 +68,18 @@ func main() {
 	if *node == "" {
 		fmt.Fprintln(os.Stderr, "lifeline-agent: --node-name (or $NODE_NAME) is required")
 		os.Exit(2)
+	}
+	if *username == "" {
+		*username = *node
+	}
+	password := os.Getenv("LIFELINE_MQTT_PASSWORD")
+	if *passFile != "" {
+		data, err := os.ReadFile(*passFile)
+		if err != nil {
+			log.Error(err, "reading the MQTT password")
+			os.Exit(1)
+		}
+		password = strings.TrimSpace(string(data))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -110,7 +123,7 @@ func main() {
 	}
 	actuator = append(actuator, &agent.CRIActuator{Runtime: runtime})
 	commands := &agent.Commands{Cluster: *cluster, Node: *node, Actuator: actuator, Claims: j}
-	pub := publisher.New(publisher.Config{Broker: *broker, Username: *username, Password: os.Getenv("LIFELINE_MQTT_PASSWORD"),
+	pub := publisher.New(publisher.Config{Broker: *broker, Username: *username, Password: password,
 		Cluster: *cluster, Node: *node, AgentVersion: version, BootID: bootID(), StateDir: *stateDir,
 		Log: log.WithName("publisher"),
 		OnCommand: func(payload []byte) {

@@ -1,8 +1,9 @@
-// Command lifeline-controller runs Lifeline's cloud controller: it reconciles JointInferenceServices (and, as
-// they land, FederatedLearningJobs) into their workers.
+// Command lifeline-controller runs Lifeline's cloud controller: it reconciles JointInferenceServices and
+// FederatedLearningJobs into their workers, and runs the MQTT broker the edge agents report to.
 package main
 
 import (
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"os"
@@ -22,10 +23,24 @@ func main() {
 	flag.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
 	flag.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz; 0 disables them")
 	flag.StringVar(&opts.LCServer, "lc-server", contract.DefaultLCServer, "LC_SERVER handed to edge workers: the node-local report endpoint")
+	flag.StringVar(&opts.MQTTAddress, "mqtt-address", ":1883", "address of the embedded MQTT broker the edge agents connect to; empty disables edge awareness")
+	flag.StringVar(&opts.MQTTCredentialsDir, "mqtt-credentials-dir", "/etc/lifeline/mqtt-credentials",
+		"one file per edge node, named after it, holding its MQTT password (a mounted Secret)")
+	tlsCert := flag.String("mqtt-tls-cert", "", "certificate of the MQTT listener (PEM); with --mqtt-tls-key, the listener is TLS")
+	tlsKey := flag.String("mqtt-tls-key", "", "private key of the MQTT listener (PEM)")
+	flag.StringVar(&opts.Cluster, "cluster", "default", "this cluster's name in the MQTT topic tree")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	if *tlsCert != "" || *tlsKey != "" {
+		cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "lifeline-controller: loading the MQTT certificate:", err)
+			os.Exit(1)
+		}
+		opts.MQTTTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 
 	if err := run(opts); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)

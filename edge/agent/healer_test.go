@@ -42,7 +42,7 @@ func TestShouldHeal_P_HEAL_1(t *testing.T) {
 		{"API server out of reach for less than the grace", with(func(c *healCase) { c.apiDownFor = 4 * time.Second }), false},
 		{"dead for less than DeadFor", with(func(c *healCase) { c.deadFor = 500 * time.Millisecond }), false},
 		{"controller reachable: it decides first", with(func(c *healCase) { c.controllerReachable = true }), false},
-		{"controller reachable but silent too long", with(func(c *healCase) { c.controllerReachable, c.deadFor = true, 6 * time.Second }), true},
+		{"controller reachable but silent too long", with(func(c *healCase) { c.controllerReachable, c.deadFor = true, 6*time.Second }), true},
 		{"restarted moments ago", with(func(c *healCase) { c.sinceLastHeal = 3 * time.Second }), false},
 		{"restarted long ago", with(func(c *healCase) { c.sinceLastHeal = 11 * time.Second }), true},
 	}

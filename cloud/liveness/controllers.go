@@ -1,0 +1,92 @@
+package liveness
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+)
+
+// Edge is what a workload controller uses of the liveness side: the views of its worker pods, the restart
+// commands, and the source of its wake-ups. A nil *Edge means "API server only".
+type Edge struct {
+	Tracker  *Tracker
+	Commands Commands
+	// Nodes reads Node objects (the manager's cache).
+	Nodes client.Reader
+}
+
+// Views returns the view of each pod by name; nil without a tracker.
+func (e *Edge) Views(ctx context.Context, pods []*corev1.Pod, now time.Time) map[string]View {
+	if e == nil || e.Tracker == nil {
+		return nil
+	}
+	out := make(map[string]View, len(pods))
+	ready := map[string]bool{}
+	for _, p := range pods {
+		if p == nil || p.Spec.NodeName == "" {
+			continue
+		}
+		r, known := ready[p.Spec.NodeName]
+		if !known {
+			r = e.nodeReady(ctx, p.Spec.NodeName)
+			ready[p.Spec.NodeName] = r
+		}
+		out[p.Name] = e.Tracker.ViewOf(p, r, now)
+	}
+	return out
+}
+
+func (e *Edge) nodeReady(ctx context.Context, name string) bool {
+	node := &corev1.Node{}
+	if err := e.Nodes.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		return false
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// RestartDead sends the restart commands the views call for and returns, per command sent, the pod it restarts.
+func (e *Edge) RestartDead(pods []*corev1.Pod, views map[string]View, now time.Time) (map[string]string, error) {
+	if e == nil || e.Tracker == nil {
+		return nil, nil
+	}
+	sent := map[string]string{}
+	for _, p := range pods {
+		if p == nil {
+			continue
+		}
+		id, err := e.Tracker.RestartDead(e.Commands, p, views[p.Name], now)
+		if err != nil {
+			return sent, err
+		}
+		if id != "" {
+			sent[id] = p.Name
+		}
+	}
+	return sent, nil
+}
+
+// Source wakes a controller for the owner of every pod whose view changed; podOwner maps a worker pod (read
+// from the cache, labels and all) to its workload. Nil without a tracker.
+func (e *Edge) Source(pods client.Reader, podOwner handler.MapFunc) source.Source {
+	if e == nil || e.Tracker == nil {
+		return nil
+	}
+	return source.Channel(e.Tracker.Subscribe(), handler.EnqueueRequestsFromMapFunc(
+		func(ctx context.Context, o client.Object) []reconcile.Request {
+			pod := &corev1.Pod{}
+			if err := pods.Get(ctx, client.ObjectKeyFromObject(o), pod); err != nil {
+				return nil
+			}
+			return podOwner(ctx, pod)
+		}))
+}

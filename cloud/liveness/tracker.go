@@ -1,0 +1,288 @@
+// Package liveness is the controller's view of the edge as its agents report it over MQTT: a table of nodes
+// (online, birth sequence, last heartbeat, whether the node reaches the API server) and of workers (state, seq,
+// last seen), the merge rule that says whose word is the truth for a worker, and the fenced restart commands
+// the controller sends to an agent whose node is cut off from the API server.
+package liveness
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+)
+
+// Drop reasons, the values of the dropped-messages metric's reason label.
+const (
+	DropTopic    = "topic"    // the topic does not parse or is not this cluster's
+	DropDecode   = "decode"   // the payload does not decode as the topic's message
+	DropForged   = "forged"   // the payload names another node or worker than its topic [P-AUTH-3]
+	DropReplayed = "replayed" // an old seq or an old birth [P-WS-2] [P-DEATH-2]
+	DropKind     = "kind"     // a kind nodes never publish (commands)
+	DropUnknown  = "no-birth" // a node's message before any birth of it was seen
+	DropDenied   = "acl"      // refused by the embedded broker's ACL
+	DropAuth     = "auth"     // a connection refused for its credentials or will
+	dropReasons  = "topic decode forged replayed kind no-birth acl auth"
+	seenInterval = time.Second // the agents' default heartbeat interval
+)
+
+// nodeRecord is what the table knows of one node.
+type nodeRecord struct {
+	birthSeq      uint64
+	bootID        string
+	dead          bool // a death of the current birth arrived
+	lastHeartbeat time.Time
+	heartbeatSeq  uint64
+	apiReachable  bool
+}
+
+// workerRecord is the latest accepted state of one worker.
+type workerRecord struct {
+	node  string
+	state *lifelinev1.WorkerState
+	at    time.Time // when the controller accepted it
+}
+
+// Tracker ingests the agents' messages. It is safe for concurrent use.
+type Tracker struct {
+	Cluster string
+	// SilentAfter: a node whose heartbeats stopped this long is silent (three default intervals).
+	SilentAfter time.Duration
+	Log         logr.Logger
+
+	received *prometheus.CounterVec
+	dropped  *prometheus.CounterVec
+
+	mu          sync.Mutex
+	nodes       map[string]*nodeRecord
+	workers     map[string]*workerRecord // namespace/pod
+	online      map[string]bool          // as last announced to subscribers
+	subscribers []chan event.GenericEvent
+	results     map[string]*lifelinev1.CommandResult // command id -> result
+	sent        map[string]time.Time                 // restart command id -> when it was sent
+	loggedDrop  map[string]bool
+}
+
+// NewTracker returns a tracker whose metrics are registered with reg.
+func NewTracker(cluster string, reg prometheus.Registerer, log logr.Logger) (*Tracker, error) {
+	t := &Tracker{Cluster: cluster, SilentAfter: 3 * seenInterval, Log: log,
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lifeline_liveness_messages_total",
+			Help: "Agent messages accepted, by kind."}, []string{"kind"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lifeline_liveness_dropped_total",
+			Help: "Agent messages and connections dropped, by reason: " + dropReasons + "."}, []string{"reason"}),
+		nodes: map[string]*nodeRecord{}, workers: map[string]*workerRecord{}, online: map[string]bool{},
+		results: map[string]*lifelinev1.CommandResult{}, loggedDrop: map[string]bool{}}
+	for _, c := range []prometheus.Collector{t.received, t.dropped} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering liveness metrics: %w", err)
+		}
+	}
+	return t, nil
+}
+
+// Subscribe returns a channel that receives a pod (namespace and name only) whenever what the table says of
+// that worker may have changed; the controllers map it to the workload that owns the pod.
+func (t *Tracker) Subscribe() <-chan event.GenericEvent {
+	ch := make(chan event.GenericEvent, 1024)
+	t.mu.Lock()
+	t.subscribers = append(t.subscribers, ch)
+	t.mu.Unlock()
+	return ch
+}
+
+// Drop counts a message dropped before it reached the tracker (the broker's ACL and authentication).
+func (t *Tracker) Drop(reason, detail string) {
+	t.dropped.WithLabelValues(reason).Inc()
+	t.mu.Lock()
+	first := !t.loggedDrop[reason]
+	t.loggedDrop[reason] = true
+	t.mu.Unlock()
+	if first { // once per reason: a flood of garbage must not flood the log [P-BAD-1]
+		t.Log.Info("dropping agent messages", "reason", reason, "example", detail)
+	}
+}
+
+// Ingest takes one message as it arrived on topic. Nothing it is given can make it fail: what is not acceptable
+// is dropped and counted.
+func (t *Tracker) Ingest(topic string, payload []byte, now time.Time) {
+	tp, err := lifelinev1.ParseTopic(topic)
+	if err != nil || tp.Cluster != t.Cluster {
+		t.Drop(DropTopic, topic)
+		return
+	}
+	var msg proto.Message
+	switch tp.Kind {
+	case lifelinev1.KindBirth:
+		msg = &lifelinev1.NodeBirth{}
+	case lifelinev1.KindDeath:
+		msg = &lifelinev1.NodeDeath{}
+	case lifelinev1.KindHeartbeat:
+		msg = &lifelinev1.Heartbeat{}
+	case lifelinev1.KindWorkerState:
+		msg = &lifelinev1.WorkerState{}
+	case lifelinev1.KindResult:
+		msg = &lifelinev1.CommandResult{}
+	case lifelinev1.KindReport:
+		msg = &lifelinev1.WorkerReport{}
+	default:
+		if tp.Kind != lifelinev1.KindCommand { // our own commands come back on the inline subscription
+			t.Drop(DropKind, topic)
+		}
+		return
+	}
+	if err := proto.Unmarshal(payload, msg); err != nil {
+		t.Drop(DropDecode, topic)
+		return
+	}
+	var changed []string
+	t.mu.Lock()
+	reason := t.apply(tp, msg, now, &changed)
+	t.mu.Unlock()
+	if reason != "" {
+		t.Drop(reason, topic)
+		return
+	}
+	t.received.WithLabelValues(tp.Kind.String()).Inc()
+	t.notify(changed)
+}
+
+// apply updates the table with t.mu held, listing the workers whose view changed; it returns a drop reason.
+func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, now time.Time, changed *[]string) string {
+	n := t.nodes[tp.Node]
+	switch m := msg.(type) {
+	case *lifelinev1.NodeBirth:
+		if m.Node != tp.Node {
+			return DropForged
+		}
+		if n != nil && m.BirthSeq < n.birthSeq {
+			return DropReplayed
+		}
+		if n == nil {
+			n = &nodeRecord{}
+			t.nodes[tp.Node] = n
+		}
+		n.birthSeq, n.bootID, n.dead, n.lastHeartbeat = m.BirthSeq, m.BootId, false, now
+		*changed = t.workersOf(tp.Node)
+	case *lifelinev1.NodeDeath:
+		switch {
+		case m.Node != tp.Node:
+			return DropForged
+		case n == nil:
+			return DropUnknown
+		case m.BirthSeq < n.birthSeq:
+			return DropReplayed // a late death never overrides a newer birth [P-DEATH-2]
+		}
+		n.dead = true
+		*changed = t.workersOf(tp.Node)
+	case *lifelinev1.Heartbeat:
+		switch {
+		case n == nil:
+			return DropUnknown
+		case m.BirthSeq < n.birthSeq || (m.BirthSeq == n.birthSeq && m.Seq <= n.heartbeatSeq):
+			return DropReplayed
+		}
+		if m.BirthSeq > n.birthSeq { // the birth was missed (QoS 1 vs 0 ordering): the heartbeat proves the session
+			n.birthSeq, n.dead = m.BirthSeq, false
+		}
+		flipped := n.apiReachable != m.ApiReachable || n.dead
+		n.lastHeartbeat, n.heartbeatSeq, n.apiReachable, n.dead = now, m.Seq, m.ApiReachable, false
+		if flipped {
+			*changed = t.workersOf(tp.Node)
+		}
+	case *lifelinev1.WorkerState:
+		if m.Namespace != tp.Namespace || m.Name != tp.Pod {
+			return DropForged
+		}
+		key := m.Namespace + "/" + m.Name
+		if w := t.workers[key]; w != nil && w.node == tp.Node && m.Seq <= w.state.Seq {
+			return DropReplayed
+		}
+		t.workers[key] = &workerRecord{node: tp.Node, state: m, at: now}
+		*changed = []string{key}
+	case *lifelinev1.CommandResult:
+		t.results[m.CommandId] = m
+	case *lifelinev1.WorkerReport:
+		// Reports are accepted and counted; their content reaches the CR status through the worker's pod view.
+	}
+	return ""
+}
+
+func (t *Tracker) workersOf(node string) []string {
+	var keys []string
+	for key, w := range t.workers {
+		if w.node == node {
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}
+
+// notify tells every subscriber about the changed workers; a full channel loses the event, the periodic
+// resync of the controllers catches up.
+func (t *Tracker) notify(keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	t.mu.Lock()
+	subs := append([]chan event.GenericEvent(nil), t.subscribers...)
+	t.mu.Unlock()
+	for _, key := range keys {
+		ns, name, _ := strings.Cut(key, "/")
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		for _, ch := range subs {
+			select {
+			case ch <- event.GenericEvent{Object: pod}:
+			default:
+			}
+		}
+	}
+}
+
+// Run watches for nodes going silent (no message arrives to say so) until ctx ends.
+func (t *Tracker) Run(ctx context.Context) {
+	tick := time.NewTicker(t.SilentAfter / 6)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			t.notify(t.onlineChanges(now))
+		}
+	}
+}
+
+func (t *Tracker) onlineChanges(now time.Time) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var changed []string
+	for name, n := range t.nodes {
+		online := t.isOnline(n, now)
+		if t.online[name] != online {
+			t.online[name] = online
+			changed = append(changed, t.workersOf(name)...)
+		}
+	}
+	return changed
+}
+
+func (t *Tracker) isOnline(n *nodeRecord, now time.Time) bool {
+	return n != nil && !n.dead && now.Sub(n.lastHeartbeat) < t.SilentAfter
+}
+
+// Result returns the result of a command, once it arrived.
+func (t *Tracker) Result(id string) (*lifelinev1.CommandResult, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.results[id]
+	return r, ok
+}

@@ -1,0 +1,143 @@
+package liveness
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/contract"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+)
+
+// Truth says whose word a worker's status takes.
+type Truth string
+
+// The three answers of the merge rule.
+const (
+	TruthAPIServer Truth = "APIServer"
+	TruthAgent     Truth = "Agent"
+	TruthUnknown   Truth = "Unknown"
+)
+
+// whoseTruth is the merge rule of docs/edge-awareness.md: the API server while the node reaches it; the agent
+// while the agent is heard and says its node does not reach the API server; nobody when both are silent — and
+// then the worker is Unknown, never taken for dead.
+func whoseTruth(nodeReady, agentOnline, agentReachesAPI, agentKnowsPod bool) Truth {
+	switch {
+	case agentOnline && !agentReachesAPI && agentKnowsPod:
+		return TruthAgent
+	case agentOnline && !agentReachesAPI:
+		return TruthUnknown // the agent is there but has not reported this pod: the API server's view is stale
+	case agentOnline || nodeReady:
+		return TruthAPIServer
+	default:
+		return TruthUnknown
+	}
+}
+
+// View is what Lifeline believes of one worker pod.
+type View struct {
+	Truth Truth
+	// State is the agent's latest state of the pod, when the agent is the truth.
+	State *lifelinev1.WorkerState
+	// SeenAt is when the controller accepted State.
+	SeenAt time.Time
+}
+
+// ViewOf merges the table with the API server's word on pod; nodeReady is the Ready condition of the pod's Node.
+func (t *Tracker) ViewOf(pod *corev1.Pod, nodeReady bool, now time.Time) View {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.nodes[pod.Spec.NodeName]
+	online := t.isOnline(n, now)
+	w := t.workers[pod.Namespace+"/"+pod.Name]
+	knows := w != nil && w.node == pod.Spec.NodeName && w.state.Uid == string(pod.UID)
+	v := View{Truth: whoseTruth(nodeReady, online, online && n.apiReachable, knows)}
+	if v.Truth == TruthAgent {
+		v.State, v.SeenAt = proto.Clone(w.state).(*lifelinev1.WorkerState), w.at
+	}
+	return v
+}
+
+// Apply sets what the view decides on a worker's status record, after workerstatus.FromPod filled it from the
+// pod: under the agent's truth, liveness, phase, readiness, restarts and last seen come from the agent.
+func Apply(ws *v1alpha1.WorkerStatus, v View) {
+	switch v.Truth {
+	case TruthUnknown:
+		ws.Liveness, ws.Source, ws.Ready = v1alpha1.LivenessUnknown, v1alpha1.StatusSourceNone, false
+	case TruthAgent:
+		s := v.State
+		ws.Source = v1alpha1.StatusSourceAgent
+		ws.Phase = phaseName(s.Phase)
+		ws.Ready = s.Phase == lifelinev1.Phase_PHASE_RUNNING
+		ws.Restarts = max(ws.Restarts, s.Restarts)
+		seen := metav1.NewTime(v.SeenAt)
+		ws.LastSeen = &seen
+		switch s.Phase {
+		case lifelinev1.Phase_PHASE_RUNNING:
+			ws.Liveness = v1alpha1.LivenessAlive
+		case lifelinev1.Phase_PHASE_FAILED, lifelinev1.Phase_PHASE_GONE, lifelinev1.Phase_PHASE_SUCCEEDED:
+			ws.Liveness = v1alpha1.LivenessDead
+		default:
+			ws.Liveness = v1alpha1.LivenessUnknown
+		}
+	}
+}
+
+// phaseName is the agent's phase as a status shows it: "Running", "Failed", ...
+func phaseName(p lifelinev1.Phase) string {
+	name := strings.TrimPrefix(p.String(), "PHASE_")
+	return name[:1] + strings.ToLower(name[1:])
+}
+
+// Commands are what the tracker sends to agents.
+type Commands interface {
+	PublishCommand(node string, payload []byte) error
+}
+
+// commandLifetime is how long an agent may act on a restart command after it was sent.
+const commandLifetime = 30 * time.Second
+
+// RestartDead sends a fenced restart to the agent of a worker that its agent reports dead while its node is cut
+// off from the API server — unless the worker's offline policy is None. One command per (pod uid, state seq):
+// the id is derived from them, so a repeated decision is a duplicate the agent refuses [P-CMD-3]. It returns
+// the id of a command it sent now, or "".
+func (t *Tracker) RestartDead(out Commands, pod *corev1.Pod, v View, now time.Time) (string, error) {
+	if out == nil || v.Truth != TruthAgent || v.State.Phase != lifelinev1.Phase_PHASE_FAILED ||
+		pod.Annotations[contract.OfflinePolicyAnnotation] == string(v1alpha1.OfflineActionNone) {
+		return "", nil
+	}
+	id := fmt.Sprintf("restart/%s/%d", pod.UID, v.State.Seq)
+	t.mu.Lock()
+	if t.sent == nil {
+		t.sent = map[string]time.Time{}
+	}
+	if _, done := t.sent[id]; done {
+		t.mu.Unlock()
+		return "", nil
+	}
+	t.sent[id] = now
+	for old, at := range t.sent {
+		if now.Sub(at) > commandLifetime {
+			delete(t.sent, old)
+		}
+	}
+	t.mu.Unlock()
+	payload, err := proto.Marshal(&lifelinev1.Command{Id: id, Namespace: pod.Namespace, Pod: pod.Name, PodUid: string(pod.UID),
+		Epoch: v.State.Seq, Action: lifelinev1.Action_ACTION_RESTART, ExpiresUnixNano: now.Add(commandLifetime).UnixNano()})
+	if err != nil {
+		return "", err
+	}
+	if err := out.PublishCommand(pod.Spec.NodeName, payload); err != nil {
+		t.mu.Lock()
+		delete(t.sent, id) // not sent: the next reconcile tries again
+		t.mu.Unlock()
+		return "", fmt.Errorf("publishing restart %s of %s/%s: %w", id, pod.Namespace, pod.Name, err)
+	}
+	return id, nil
+}
