@@ -119,6 +119,13 @@ func (r *Reconciler) restartThroughAgents(job *v1alpha1.FederatedLearningJob, wo
 	for _, w := range workers {
 		views[w.id.name] = w.view
 	}
+	for _, a := range r.Edge.TakeAgentActions(podsOf(workers)) {
+		kind := corev1.EventTypeNormal
+		if a.Warning {
+			kind = corev1.EventTypeWarning
+		}
+		r.event(job, nil, kind, a.Reason, "Worker %s: %s", a.Pod, a.Message)
+	}
 	sent, err := r.Edge.RestartDead(podsOf(workers), views, now)
 	for id, pod := range sent {
 		r.event(job, nil, corev1.EventTypeNormal, ReasonRestartCommandSent, "Asked the agent of the cut-off node to restart worker %s (command %s)", pod, id)

@@ -2,6 +2,8 @@ package liveness
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -9,6 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 // Edge is what a workload controller uses of the liveness side: the views of its worker pods, the restart
@@ -73,6 +77,47 @@ func (e *Edge) RestartDead(pods []*corev1.Pod, views map[string]View, now time.T
 		}
 	}
 	return sent, nil
+}
+
+// AgentAction is something an agent did to a worker, as an Event of the workload tells it.
+type AgentAction struct {
+	Pod, Reason, Message string
+	Warning              bool
+}
+
+// Event reasons of agent actions, stable for alerting.
+const (
+	// ReasonRestartedByAgent: the agent restarted the worker on the controller's command.
+	ReasonRestartedByAgent = "RestartedByAgent"
+	// ReasonRestartedOffline: the agent restarted the worker by its offline policy, cut off from the cloud.
+	ReasonRestartedOffline = "RestartedOffline"
+	// ReasonAgentRestartFailed: the agent refused or failed a restart.
+	ReasonAgentRestartFailed = "AgentRestartFailed"
+)
+
+// TakeAgentActions returns what the agents reported doing to the pods since the last call.
+func (e *Edge) TakeAgentActions(pods []*corev1.Pod) []AgentAction {
+	if e == nil || e.Tracker == nil {
+		return nil
+	}
+	var out []AgentAction
+	for _, p := range pods {
+		if p == nil {
+			continue
+		}
+		for _, r := range e.Tracker.TakeActions(p.Namespace, p.Name) {
+			a := AgentAction{Pod: p.Name, Reason: ReasonRestartedByAgent, Message: r.Message}
+			switch {
+			case r.Outcome != lifelinev1.Outcome_OUTCOME_DONE:
+				a.Reason, a.Warning = ReasonAgentRestartFailed, true
+				a.Message = fmt.Sprintf("%s: %s", r.Outcome, r.Message)
+			case strings.HasPrefix(r.CommandId, "local/"):
+				a.Reason = ReasonRestartedOffline
+			}
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // Source wakes a controller for the owner of every pod whose view changed; podOwner maps a worker pod (read

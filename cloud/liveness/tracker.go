@@ -67,8 +67,8 @@ type Tracker struct {
 	workers     map[string]*workerRecord // namespace/pod
 	online      map[string]bool          // as last announced to subscribers
 	subscribers []chan event.GenericEvent
-	results     map[string]*lifelinev1.CommandResult // command id -> result
-	sent        map[string]time.Time                 // restart command id -> when it was sent
+	actions     map[string][]*lifelinev1.CommandResult // namespace/pod -> restarts by agents not yet taken
+	sent        map[string]sentCommand                 // restart command id -> what and when
 	loggedDrop  map[string]bool
 }
 
@@ -80,7 +80,7 @@ func NewTracker(cluster string, reg prometheus.Registerer, log logr.Logger) (*Tr
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lifeline_liveness_dropped_total",
 			Help: "Agent messages and connections dropped, by reason: " + dropReasons + "."}, []string{"reason"}),
 		nodes: map[string]*nodeRecord{}, workers: map[string]*workerRecord{}, online: map[string]bool{},
-		results: map[string]*lifelinev1.CommandResult{}, loggedDrop: map[string]bool{}}
+		actions: map[string][]*lifelinev1.CommandResult{}, sent: map[string]sentCommand{}, loggedDrop: map[string]bool{}}
 	for _, c := range []prometheus.Collector{t.received, t.dropped} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering liveness metrics: %w", err)
@@ -209,7 +209,12 @@ func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, now time.Time, c
 		t.workers[key] = &workerRecord{node: tp.Node, state: m, at: now}
 		*changed = []string{key}
 	case *lifelinev1.CommandResult:
-		t.results[m.CommandId] = m
+		key := t.workerOfResult(tp.Node, m.CommandId)
+		if key == "" {
+			return DropForged // neither a command of ours to this node nor a local restart
+		}
+		t.actions[key] = append(t.actions[key], m)
+		*changed = []string{key}
 	case *lifelinev1.WorkerReport:
 		// Reports are accepted and counted; their content reaches the CR status through the worker's pod view.
 	}
@@ -279,10 +284,25 @@ func (t *Tracker) isOnline(n *nodeRecord, now time.Time) bool {
 	return n != nil && !n.dead && now.Sub(n.lastHeartbeat) < t.SilentAfter
 }
 
-// Result returns the result of a command, once it arrived.
-func (t *Tracker) Result(id string) (*lifelinev1.CommandResult, bool) {
+// workerOfResult finds the worker a result is about: a command sent to that node, or a local restart
+// (id "local/<namespace>/<pod>/<uid>/<time>") [P-HEAL-2].
+func (t *Tracker) workerOfResult(node, id string) string {
+	if c, ok := t.sent[id]; ok && c.node == node {
+		return c.worker
+	}
+	if parts := strings.Split(id, "/"); len(parts) == 5 && parts[0] == "local" {
+		return parts[1] + "/" + parts[2]
+	}
+	return ""
+}
+
+// TakeActions returns, once, what agents reported doing to the worker pod (restarts on command or by the
+// offline policy), oldest first.
+func (t *Tracker) TakeActions(namespace, pod string) []*lifelinev1.CommandResult {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r, ok := t.results[id]
-	return r, ok
+	key := namespace + "/" + pod
+	out := t.actions[key]
+	delete(t.actions, key)
+	return out
 }

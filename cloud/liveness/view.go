@@ -100,6 +100,12 @@ type Commands interface {
 	PublishCommand(node string, payload []byte) error
 }
 
+// sentCommand is a restart command the tracker sent, to recognise its result.
+type sentCommand struct {
+	node, worker string
+	at           time.Time
+}
+
 // commandLifetime is how long an agent may act on a restart command after it was sent.
 const commandLifetime = 30 * time.Second
 
@@ -114,19 +120,16 @@ func (t *Tracker) RestartDead(out Commands, pod *corev1.Pod, v View, now time.Ti
 	}
 	id := fmt.Sprintf("restart/%s/%d", pod.UID, v.State.Seq)
 	t.mu.Lock()
-	if t.sent == nil {
-		t.sent = map[string]time.Time{}
-	}
 	if _, done := t.sent[id]; done {
 		t.mu.Unlock()
 		return "", nil
 	}
-	t.sent[id] = now
-	for old, at := range t.sent {
-		if now.Sub(at) > commandLifetime {
+	for old, c := range t.sent {
+		if now.Sub(c.at) > 2*commandLifetime { // its result, if any, has long arrived
 			delete(t.sent, old)
 		}
 	}
+	t.sent[id] = sentCommand{node: pod.Spec.NodeName, worker: pod.Namespace + "/" + pod.Name, at: now}
 	t.mu.Unlock()
 	payload, err := proto.Marshal(&lifelinev1.Command{Id: id, Namespace: pod.Namespace, Pod: pod.Name, PodUid: string(pod.UID),
 		Epoch: v.State.Seq, Action: lifelinev1.Action_ACTION_RESTART, ExpiresUnixNano: now.Add(commandLifetime).UnixNano()})

@@ -101,7 +101,11 @@ func main() {
 	}
 	defer runtime.Close()
 
-	restCfg, err := clientcmd.BuildConfigFromFlags(*apiServer, *kubeconfig)
+	master := *apiServer
+	if *kubeconfig != "" {
+		master = "" // the kubeconfig names its server
+	}
+	restCfg, err := clientcmd.BuildConfigFromFlags(master, *kubeconfig)
 	if err != nil {
 		log.Error(err, "loading the API server's configuration")
 		os.Exit(1)

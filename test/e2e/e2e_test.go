@@ -39,7 +39,8 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	}
 	var err error
-	s, err = sim.Start(context.Background(), sim.Options{})
+	// The kubelet's crash back-off, so that what restarts a worker quickly on a cut-off node is Lifeline.
+	s, err = sim.Start(context.Background(), sim.Options{CrashBackoff: 10 * time.Second})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the simulation:", err)
 		os.Exit(1)

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/test/simnode"
 )
 
@@ -47,6 +48,9 @@ type Config struct {
 	CrashBackoff, MaxCrashBackoff time.Duration
 	// SyncInterval is how often containers are checked (default 200 ms).
 	SyncInterval time.Duration
+	// LCServer, when set, replaces the workers' LC_SERVER: every simulated node shares this machine's
+	// localhost, so each node's agent listens on its own port instead of the contract's 9100.
+	LCServer string
 }
 
 // Node runs pods as processes.
@@ -55,6 +59,9 @@ type Node struct {
 
 	mu   sync.Mutex
 	pods map[types.UID]*podRuntime
+
+	hostsMu      sync.Mutex
+	serviceHosts map[string]bool // env value -> names a Service
 }
 
 // podRuntime is a pod the node runs, with its processes by container name. mu guards every field; the node's
@@ -93,7 +100,7 @@ func New(cfg Config) *Node {
 	if cfg.SyncInterval == 0 {
 		cfg.SyncInterval = 200 * time.Millisecond
 	}
-	return &Node{cfg: cfg, pods: map[types.UID]*podRuntime{}}
+	return &Node{cfg: cfg, pods: map[types.UID]*podRuntime{}, serviceHosts: map[string]bool{}}
 }
 
 // Run serves the node until ctx ends: pods kept on disk run at once, before the API server is reached.
@@ -333,17 +340,36 @@ func (n *Node) containerEnv(ctx context.Context, pod *corev1.Pod, c corev1.Conta
 		if n.isServiceHost(ctx, v) {
 			v = "127.0.0.1"
 		}
+		if e.Name == contract.EnvLCServer && n.cfg.LCServer != "" {
+			v = n.cfg.LCServer
+		}
 		env = append(env, e.Name+"="+v)
 	}
 	return env
 }
 
+// isServiceHost answers from what the node learnt before, as edged resolves from its local store: a node cut off
+// from the API server must still start containers (and must not hold a pod's lock on a hanging request).
 func (n *Node) isServiceHost(ctx context.Context, v string) bool {
 	name, ns, ok := strings.Cut(v, ".")
 	if !ok || name == "" || strings.Contains(ns, ".") || strings.ContainsAny(v, "/:") {
 		return false
 	}
+	n.hostsMu.Lock()
+	known, cached := n.serviceHosts[v]
+	n.hostsMu.Unlock()
+	if cached {
+		return known
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
 	_, err := n.cfg.Client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false // unknown for now: asked again at the next start
+	}
+	n.hostsMu.Lock()
+	n.serviceHosts[v] = err == nil
+	n.hostsMu.Unlock()
 	return err == nil
 }
 

@@ -5,9 +5,12 @@ package sim
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,14 +25,19 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/manager"
 	"github.com/lifeline-edge/lifeline/test/cluster"
 	"github.com/lifeline-edge/lifeline/test/edgesim"
+	"github.com/lifeline-edge/lifeline/test/netproxy"
 )
 
 // Binaries sim launches besides the control plane's; `make build-sim` puts them into bin/.
 const (
 	ControllerBinary   = "lifeline-controller"
+	AgentBinary        = "lifeline-agent"
 	EdgesimBinary      = "lifeline-edgesim"
 	SampleWorkerBinary = "lifeline-sampleworker"
 )
+
+// Cluster is the simulation's name in the MQTT topic tree.
+const Cluster = "sim"
 
 // Options configure a simulation.
 type Options struct {
@@ -53,6 +61,18 @@ type Sim struct {
 	imagesFile string
 	nodes      map[string]*cluster.Process
 	controller *cluster.Process
+	// mqttAddr is the controller's embedded broker; credentialsDir holds a password file per edge node.
+	mqttAddr, credentialsDir string
+	edges                    map[string]*edgeNode
+}
+
+// edgeNode is what an edge node has besides its hollow kubelet: its links to the cloud (a proxy to the API
+// server, one to the broker) and its agent.
+type edgeNode struct {
+	apiProxy, brokerProxy *netproxy.Proxy
+	kubeconfig            string
+	metaServer, report    string // addresses
+	agent                 *cluster.Process
 }
 
 // FixtureVars place the shared Sedna examples on the simulation's nodes: the JI edge worker on edge3, the cloud
@@ -97,14 +117,14 @@ func Start(ctx context.Context, opts Options) (_ *Sim, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sim{ControlPlane: cp, opts: opts, nodes: map[string]*cluster.Process{}}
+	s := &Sim{ControlPlane: cp, opts: opts, nodes: map[string]*cluster.Process{}, edges: map[string]*edgeNode{}}
 	defer func() {
 		if err != nil {
 			cp.KeepDir()
 			cp.Stop()
 		}
 	}()
-	for _, b := range []string{ControllerBinary, EdgesimBinary, SampleWorkerBinary} {
+	for _, b := range []string{ControllerBinary, AgentBinary, EdgesimBinary, SampleWorkerBinary} {
 		if _, err := os.Stat(filepath.Join(cp.BinDir, b)); err != nil {
 			return nil, fmt.Errorf("%s not found in %s: run `make build`", b, cp.BinDir)
 		}
@@ -122,17 +142,27 @@ func Start(ctx context.Context, opts Options) (_ *Sim, err error) {
 	if err := s.writeImageMap(); err != nil {
 		return nil, err
 	}
-	if s.controller, err = cp.Launch(ControllerBinary, filepath.Join(cp.BinDir, ControllerBinary),
-		[]string{"--metrics-bind-address=0", "--health-probe-bind-address=0", "--kubeconfig=" + cp.Kubeconfig}, nil); err != nil {
+	if err := s.writeCredentials(); err != nil {
 		return nil, err
 	}
-	s.progress("lifeline-controller started (log %s)", s.controller.LogPath())
+	if s.mqttAddr, err = freeAddr(); err != nil {
+		return nil, err
+	}
+	if s.controller, err = cp.Launch(ControllerBinary, filepath.Join(cp.BinDir, ControllerBinary),
+		[]string{"--metrics-bind-address=0", "--health-probe-bind-address=0", "--kubeconfig=" + cp.Kubeconfig,
+			"--mqtt-address=" + s.mqttAddr, "--mqtt-credentials-dir=" + s.credentialsDir, "--cluster=" + Cluster}, nil); err != nil {
+		return nil, err
+	}
+	s.progress("lifeline-controller started, its MQTT broker on %s (log %s)", s.mqttAddr, s.controller.LogPath())
 	for _, n := range opts.CloudNodes {
 		if err := s.StartNode(n, true); err != nil {
 			return nil, err
 		}
 	}
 	for _, n := range opts.EdgeNodes {
+		if err := s.addEdgeLinks(n); err != nil {
+			return nil, err
+		}
 		if err := s.StartNode(n, false); err != nil {
 			return nil, err
 		}
@@ -168,27 +198,128 @@ func (s *Sim) NodeDir(node string) string { return filepath.Join(s.ControlPlane.
 // CRISocket is where a hollow node serves its CRI subset, for the node's agent.
 func (s *Sim) CRISocket(node string) string { return filepath.Join(s.NodeDir(node), "cri.sock") }
 
-// StartNode launches (or launches again) the hollow node called name.
+// StartNode launches (or launches again) the hollow node called name and, on an edge node, its agent.
 func (s *Sim) StartNode(name string, cloud bool) error {
-	args := []string{"--kubeconfig=" + s.ControlPlane.Kubeconfig, "--node-name=" + name, "--state-dir=" + s.NodeDir(name),
+	kubeconfig := s.ControlPlane.Kubeconfig
+	e := s.edges[name]
+	if e != nil {
+		kubeconfig = e.kubeconfig
+	}
+	args := []string{"--kubeconfig=" + kubeconfig, "--node-name=" + name, "--state-dir=" + s.NodeDir(name),
 		"--images=" + s.imagesFile, "--crash-backoff=" + s.opts.CrashBackoff.String(), "--heartbeat-interval=5s",
 		"--cri-socket=" + s.CRISocket(name)}
 	if cloud {
 		args = append(args, "--cloud")
+	}
+	if e != nil {
+		args = append(args, "--metaserver-address="+e.metaServer, "--lc-server=http://"+e.report)
 	}
 	p, err := s.ControlPlane.Launch("node-"+name, filepath.Join(s.ControlPlane.BinDir, EdgesimBinary), args, nil)
 	if err != nil {
 		return err
 	}
 	s.nodes[name] = p
+	if e != nil {
+		return s.startAgent(name, e)
+	}
 	return nil
 }
 
-// StopNode stops a hollow node as a power cut would stop edgecore: its containers die with it.
+// startAgent launches the node's lifeline-agent: it reads the API server and the broker through the node's
+// proxies, and the node's runtime and MetaServer directly, as on a real node.
+func (s *Sim) startAgent(name string, e *edgeNode) error {
+	args := []string{"--node-name=" + name, "--cluster=" + Cluster, "--broker=tcp://" + e.brokerProxy.Addr(),
+		"--password-file=" + filepath.Join(s.credentialsDir, name), "--state-dir=" + filepath.Join(s.NodeDir(name), "agent"),
+		"--cri-socket=" + s.CRISocket(name), "--kubeconfig=" + e.kubeconfig, "--metaserver=http://" + e.metaServer,
+		"--report-address=" + e.report, "--metrics-address=", "--heal-api-grace=2s", "-v=2"}
+	p, err := s.ControlPlane.Launch("agent-"+name, filepath.Join(s.ControlPlane.BinDir, AgentBinary), args, nil)
+	if err != nil {
+		return err
+	}
+	e.agent = p
+	return nil
+}
+
+// StopNode stops a hollow node and its agent as a power cut would: the containers die with them.
 func (s *Sim) StopNode(name string) {
+	if e := s.edges[name]; e != nil && e.agent != nil {
+		e.agent.Stop(5 * time.Second)
+	}
 	if p := s.nodes[name]; p != nil {
 		p.Stop(5 * time.Second)
 	}
+}
+
+// CutAPI cuts the node's link to the API server (the hollow node's and its agent's); RestoreAPI mends it.
+func (s *Sim) CutAPI(node string) { s.edges[node].apiProxy.Cut() }
+
+// RestoreAPI mends the node's link to the API server.
+func (s *Sim) RestoreAPI(node string) { s.edges[node].apiProxy.Restore() }
+
+// CutBroker cuts the agent's link to the MQTT broker; RestoreBroker mends it.
+func (s *Sim) CutBroker(node string) { s.edges[node].brokerProxy.Cut() }
+
+// RestoreBroker mends the agent's link to the MQTT broker.
+func (s *Sim) RestoreBroker(node string) { s.edges[node].brokerProxy.Restore() }
+
+// addEdgeLinks gives an edge node its proxies, its kubeconfig through the API proxy, and its addresses.
+func (s *Sim) addEdgeLinks(name string) error {
+	api, err := netproxy.Start(strings.TrimPrefix(s.ControlPlane.APIServerURL, "https://"))
+	if err != nil {
+		return err
+	}
+	broker, err := netproxy.Start(s.mqttAddr)
+	if err != nil {
+		return err
+	}
+	e := &edgeNode{apiProxy: api, brokerProxy: broker, kubeconfig: filepath.Join(s.NodeDir(name), "kubeconfig")}
+	if e.metaServer, err = freeAddr(); err != nil {
+		return err
+	}
+	if e.report, err = freeAddr(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(s.NodeDir(name), 0o755); err != nil {
+		return err
+	}
+	data, err := os.ReadFile(s.ControlPlane.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	through := strings.ReplaceAll(string(data), s.ControlPlane.APIServerURL, "https://"+api.Addr())
+	if err := os.WriteFile(e.kubeconfig, []byte(through), 0o600); err != nil {
+		return err
+	}
+	s.edges[name] = e
+	return nil
+}
+
+// writeCredentials gives every edge node an MQTT password, as the controller's mounted Secret would.
+func (s *Sim) writeCredentials() error {
+	s.credentialsDir = filepath.Join(s.ControlPlane.Dir, "mqtt-credentials")
+	if err := os.MkdirAll(s.credentialsDir, 0o700); err != nil {
+		return err
+	}
+	for _, n := range s.opts.EdgeNodes {
+		secret := make([]byte, 16)
+		if _, err := rand.Read(secret); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(s.credentialsDir, n), []byte(hex.EncodeToString(secret)), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// freeAddr returns a loopback address with a port free right now.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 // RestartNode stops and starts a hollow node; its pods come back from its disk state.
@@ -237,8 +368,14 @@ func (s *Sim) Kubectl(args ...string) (string, error) {
 	return string(out), err
 }
 
-// Stop ends every process and removes the directory unless it is kept.
-func (s *Sim) Stop() { s.ControlPlane.Stop() }
+// Stop ends every process, closes the proxies, and removes the directory unless it is kept.
+func (s *Sim) Stop() {
+	s.ControlPlane.Stop()
+	for _, e := range s.edges {
+		e.apiProxy.Close()
+		e.brokerProxy.Close()
+	}
+}
 
 func (s *Sim) waitNodesReady(ctx context.Context) error {
 	want := len(s.opts.CloudNodes) + len(s.opts.EdgeNodes)

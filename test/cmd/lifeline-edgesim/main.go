@@ -27,6 +27,7 @@ func main() {
 		cloud      = flag.Bool("cloud", false, "register a cloud node (no edge labels)")
 		criSocket  = flag.String("cri-socket", "", "serve the node's CRI subset (what the edge agent reads) on this unix socket")
 		metaServer = flag.String("metaserver-address", "", "serve the node's MetaServer subset (pod list, pods/restart) on this TCP address")
+		lcServer   = flag.String("lc-server", "", "LC_SERVER given to the node's workers instead of theirs (the node agent's report address)")
 		heartbeat  = flag.Duration("heartbeat-interval", 10*time.Second, "how often the node renews its lease and status")
 		lease      = flag.Duration("lease-duration", 40*time.Second, "duration of the node's lease")
 		backoff    = flag.Duration("crash-backoff", 10*time.Second, "first restart delay of a crashing container")
@@ -34,7 +35,7 @@ func main() {
 	)
 	flag.Parse()
 	if err := run(*kubeconfig, *nodeName, *stateDir, *imagesFile, *criSocket, *metaServer, *cloud, edgesim.Config{
-		HeartbeatInterval: *heartbeat, LeaseDuration: *lease, CrashBackoff: *backoff, MaxCrashBackoff: *maxBackoff,
+		HeartbeatInterval: *heartbeat, LeaseDuration: *lease, CrashBackoff: *backoff, MaxCrashBackoff: *maxBackoff, LCServer: *lcServer,
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-edgesim:", err)
 		os.Exit(1)
