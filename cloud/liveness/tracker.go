@@ -48,6 +48,7 @@ type nodeRecord struct {
 // workerRecord is the latest accepted state of one worker.
 type workerRecord struct {
 	node  string
+	pod   string // namespace/name
 	state *lifelinev1.WorkerState
 	at    time.Time // when the controller accepted it
 }
@@ -57,14 +58,17 @@ type Tracker struct {
 	Cluster string
 	// SilentAfter: a node whose heartbeats stopped this long is silent (three default intervals).
 	SilentAfter time.Duration
-	Log         logr.Logger
+	// PodNode, when set, tells the node a pod is bound to, so a node's word on another node's pod is dropped
+	// as forged [P-AUTH-3]; pods it does not know are taken at the node's word.
+	PodNode func(namespace, name string) (string, bool)
+	Log     logr.Logger
 
 	received *prometheus.CounterVec
 	dropped  *prometheus.CounterVec
 
 	mu          sync.Mutex
 	nodes       map[string]*nodeRecord
-	workers     map[string]*workerRecord // namespace/pod
+	workers     map[string]*workerRecord // node/namespace/pod
 	online      map[string]bool          // as last announced to subscribers
 	subscribers []chan event.GenericEvent
 	actions     map[string][]*lifelinev1.CommandResult // namespace/pod -> restarts by agents not yet taken
@@ -202,11 +206,17 @@ func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, now time.Time, c
 		if m.Namespace != tp.Namespace || m.Name != tp.Pod {
 			return DropForged
 		}
+		if t.PodNode != nil {
+			if node, known := t.PodNode(m.Namespace, m.Name); known && node != tp.Node {
+				return DropForged
+			}
+		}
+		// Kept per node: what one node says of a pod never overwrites what the pod's own node says.
 		key := m.Namespace + "/" + m.Name
-		if w := t.workers[key]; w != nil && w.node == tp.Node && m.Seq <= w.state.Seq {
+		if w := t.workers[tp.Node+"/"+key]; w != nil && m.Seq <= w.state.Seq {
 			return DropReplayed
 		}
-		t.workers[key] = &workerRecord{node: tp.Node, state: m, at: now}
+		t.workers[tp.Node+"/"+key] = &workerRecord{node: tp.Node, pod: key, state: m, at: now}
 		*changed = []string{key}
 	case *lifelinev1.CommandResult:
 		key := t.workerOfResult(tp.Node, m.CommandId)
@@ -216,16 +226,16 @@ func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, now time.Time, c
 		t.actions[key] = append(t.actions[key], m)
 		*changed = []string{key}
 	case *lifelinev1.WorkerReport:
-		// Reports are accepted and counted; their content reaches the CR status through the worker's pod view.
+		// Accepted and counted; what the reports say is not put into the workloads' status yet.
 	}
 	return ""
 }
 
 func (t *Tracker) workersOf(node string) []string {
 	var keys []string
-	for key, w := range t.workers {
+	for _, w := range t.workers {
 		if w.node == node {
-			keys = append(keys, key)
+			keys = append(keys, w.pod)
 		}
 	}
 	return keys

@@ -55,8 +55,8 @@ func (t *Tracker) ViewOf(pod *corev1.Pod, nodeReady bool, now time.Time) View {
 	defer t.mu.Unlock()
 	n := t.nodes[pod.Spec.NodeName]
 	online := t.isOnline(n, now)
-	w := t.workers[pod.Namespace+"/"+pod.Name]
-	knows := w != nil && w.node == pod.Spec.NodeName && w.state.Uid == string(pod.UID)
+	w := t.workers[pod.Spec.NodeName+"/"+pod.Namespace+"/"+pod.Name]
+	knows := w != nil && w.state.Uid == string(pod.UID)
 	v := View{Truth: whoseTruth(nodeReady, online, online && n.apiReachable, knows)}
 	if v.Truth == TruthAgent {
 		v.State, v.SeenAt = proto.Clone(w.state).(*lifelinev1.WorkerState), w.at

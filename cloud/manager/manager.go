@@ -133,6 +133,14 @@ func addEdge(mgr ctrl.Manager, opts Options) (*liveness.Edge, error) {
 	if err != nil {
 		return nil, err
 	}
+	pods := mgr.GetClient()
+	tracker.PodNode = func(namespace, name string) (string, bool) {
+		pod := &corev1.Pod{}
+		if err := pods.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, pod); err != nil {
+			return "", false
+		}
+		return pod.Spec.NodeName, pod.Spec.NodeName != ""
+	}
 	b := &brokerRunnable{cfg: broker.Config{Address: opts.MQTTAddress, Cluster: opts.Cluster,
 		CredentialsDir: opts.MQTTCredentialsDir, TLS: opts.MQTTTLS, Tracker: tracker}}
 	if err := mgr.Add(b); err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
+	"github.com/lifeline-edge/lifeline/test/cluster"
 	"github.com/lifeline-edge/lifeline/test/controllertest"
 	"github.com/lifeline-edge/lifeline/test/fixtures"
 	"github.com/lifeline-edge/lifeline/test/sim"
@@ -40,7 +41,9 @@ func TestMain(m *testing.M) {
 	}
 	var err error
 	// The kubelet's crash back-off, so that what restarts a worker quickly on a cut-off node is Lifeline.
-	s, err = sim.Start(context.Background(), sim.Options{CrashBackoff: 10 * time.Second})
+	// A short node-monitor grace, so a long partition (NotReady, tainted) takes seconds, not a minute.
+	s, err = sim.Start(context.Background(), sim.Options{CrashBackoff: 10 * time.Second,
+		Cluster: cluster.Options{NodeMonitorGracePeriod: 20 * time.Second}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the simulation:", err)
 		os.Exit(1)

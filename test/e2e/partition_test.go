@@ -10,9 +10,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+	"github.com/lifeline-edge/lifeline/test/sim"
 )
 
 const edgeNode = "edge3" // where the fixture puts the JI edge worker
@@ -157,4 +162,168 @@ func TestCutOffFromEverythingTheAgentHealsByPolicy(t *testing.T) {
 	if n := edgePods(t); n != 1 {
 		t.Errorf("%d edge worker pods, want exactly 1", n)
 	}
+}
+
+// 3. A node rebooted while cut off from everything brings its workers back from its own disk state (the
+// hollow node's pods, the agent's desired workers).
+func TestNodeRebootedWhileCutOffBringsItsWorkersBack(t *testing.T) {
+	skipShort(t)
+	ji, pod := readyService(t)
+	s.CutAPI(edgeNode)
+	s.CutBroker(edgeNode)
+	defer s.RestoreAPI(edgeNode)
+	defer s.RestoreBroker(edgeNode)
+	if err := s.RestartNode(edgeNode); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, within, "the little model running again on the rebooted, cut-off node", func(context.Context) (bool, error) {
+		return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model"), nil
+	})
+	s.RestoreBroker(edgeNode)
+	s.RestoreAPI(edgeNode)
+	waitEdgeWorker(t, ji, "the API server the truth again", func(w v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAPIServer && w.Liveness == v1alpha1.LivenessAlive
+	})
+	if n := edgePods(t); n != 1 {
+		t.Errorf("%d edge worker pods, want exactly 1", n)
+	}
+}
+
+// 4. A partition longer than the node-monitor grace period: the node goes NotReady and is tainted, its workers
+// stay (they tolerate it) and the agent stays the truth; once the link returns everything converges, with no
+// pod left Terminating and no worker running twice.
+func TestLongPartitionHealsWithoutDuplicates(t *testing.T) {
+	skipShort(t)
+	ji, pod := readyService(t)
+	s.CutAPI(edgeNode)
+	defer s.RestoreAPI(edgeNode)
+	eventually(t, 2*within, "the node NotReady in the API", func(ctx context.Context) (bool, error) {
+		node := &corev1.Node{}
+		if err := s.Client.Get(ctx, client.ObjectKey{Name: edgeNode}, node); err != nil {
+			return false, err
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status != corev1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	})
+	waitEdgeWorker(t, ji, "the agent still the truth, the worker alive", func(w v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
+	})
+	s.RestoreAPI(edgeNode)
+	converged := waitEdgeWorker(t, ji, "the API server the truth again, the worker alive", func(w v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAPIServer && w.Liveness == v1alpha1.LivenessAlive && w.Ready
+	})
+	t.Logf("link restored -> status converged in %v", converged.Round(time.Millisecond))
+	pods := &corev1.PodList{}
+	if err := s.Client.List(context.Background(), pods, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	running := 0
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			t.Errorf("pod %s left Terminating", p.Name)
+		}
+		for _, n := range []string{"cloud", "edge1", "edge2", "edge3"} {
+			if s.WorkerRunning(n, "default", p.Name, "little-model") {
+				running++
+			}
+		}
+	}
+	if running != 1 || !s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") {
+		t.Errorf("%d little-model processes across the nodes, want exactly the original one", running)
+	}
+}
+
+// 6. A service deleted while its edge node is cut off: once the node is back, every worker process there is
+// gone and no pod is left.
+func TestServiceDeletedWhileCutOffStopsItsWorkersOnReconnect(t *testing.T) {
+	skipShort(t)
+	ji, pod := readyService(t)
+	s.CutAPI(edgeNode)
+	s.CutBroker(edgeNode)
+	defer s.RestoreAPI(edgeNode)
+	defer s.RestoreBroker(edgeNode)
+	if err := s.Client.Delete(context.Background(), ji); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if !s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") {
+		t.Fatal("the cut-off node stopped its worker before it could know of the deletion")
+	}
+	s.RestoreAPI(edgeNode)
+	s.RestoreBroker(edgeNode)
+	eventually(t, within, "the little model stopped and its pod gone", func(context.Context) (bool, error) {
+		return !s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") && edgePods(t) == 0, nil
+	})
+}
+
+// 7. Forged, replayed and garbage messages, and a client without credentials, are refused and counted, and
+// change nothing: the status of a worker on a cut-off node still says what its own agent says.
+func TestForgedReplayedAndGarbageMessagesChangeNothing(t *testing.T) {
+	skipShort(t)
+	ji, pod := readyService(t)
+	s.CutAPI(edgeNode)
+	defer s.RestoreAPI(edgeNode)
+	waitEdgeWorker(t, ji, "the agent the truth", func(w v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
+	})
+	dropped := func() float64 {
+		v, err := s.ControllerMetric("lifeline_liveness_dropped_total", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	start := dropped()
+	dead := &lifelinev1.WorkerState{Namespace: "default", Name: pod.Name, Uid: string(pod.UID), Seq: 1, Phase: lifelinev1.Phase_PHASE_FAILED}
+	deadPayload, _ := proto.Marshal(dead)
+	edge3Topic := lifelinev1.WorkerTopic(sim.Cluster, edgeNode, "default", pod.Name).String()
+	edge1Topic := lifelinev1.WorkerTopic(sim.Cluster, "edge1", "default", pod.Name).String()
+
+	if _, err := mqttClient(t, "", ""); err == nil {
+		t.Error("a client without credentials was admitted")
+	}
+	edge1Password, _ := s.MQTTPassword("edge1")
+	rogue, err := mqttClient(t, "edge1", edge1Password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue.Publish(edge3Topic, 0, false, deadPayload).Wait()        // another node's topic: the ACL refuses it
+	rogue.Publish(edge1Topic, 1, false, deadPayload).Wait()        // its own topic, about edge3's pod: forged
+	rogue.Publish(edge1Topic, 1, false, []byte{0xde, 0xad}).Wait() // garbage
+	edge3Password, _ := s.MQTTPassword(edgeNode)
+	replayer, err := mqttClient(t, edgeNode, edge3Password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayer.Publish(edge3Topic, 1, false, deadPayload).Wait() // an old seq, as a replay would carry
+	eventually(t, within, "the refusals counted", func(context.Context) (bool, error) {
+		return dropped() >= start+5, nil
+	})
+	time.Sleep(time.Second) // what was wrongly accepted would have reached the status by now
+	w, err := edgeWorkerStatus(context.Background(), ji)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Liveness != v1alpha1.LivenessAlive || w.Source != v1alpha1.StatusSourceAgent || w.Restarts != 0 {
+		t.Errorf("the edge worker's status changed: %+v", w)
+	}
+	if hasEvent(context.Background(), ji, jointinference.ReasonRestartCommandSent) {
+		t.Error("a restart command was sent on forged input")
+	}
+}
+
+func mqttClient(t *testing.T, user, password string) (mqtt.Client, error) {
+	t.Helper()
+	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + s.MQTTAddress()).SetClientID("e2e-" + user + "-" + t.Name()).
+		SetUsername(user).SetPassword(password).SetProtocolVersion(4).SetAutoReconnect(false))
+	tok := c.Connect()
+	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		return nil, tok.Error()
+	}
+	t.Cleanup(func() { c.Disconnect(0) })
+	return c, nil
 }

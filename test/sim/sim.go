@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,6 +64,7 @@ type Sim struct {
 	controller *cluster.Process
 	// mqttAddr is the controller's embedded broker; credentialsDir holds a password file per edge node.
 	mqttAddr, credentialsDir string
+	metricsAddr              string
 	edges                    map[string]*edgeNode
 }
 
@@ -148,8 +150,11 @@ func Start(ctx context.Context, opts Options) (_ *Sim, err error) {
 	if s.mqttAddr, err = freeAddr(); err != nil {
 		return nil, err
 	}
+	if s.metricsAddr, err = freeAddr(); err != nil {
+		return nil, err
+	}
 	if s.controller, err = cp.Launch(ControllerBinary, filepath.Join(cp.BinDir, ControllerBinary),
-		[]string{"--metrics-bind-address=0", "--health-probe-bind-address=0", "--kubeconfig=" + cp.Kubeconfig,
+		[]string{"--metrics-bind-address=" + s.metricsAddr, "--health-probe-bind-address=0", "--kubeconfig=" + cp.Kubeconfig,
 			"--mqtt-address=" + s.mqttAddr, "--mqtt-credentials-dir=" + s.credentialsDir, "--cluster=" + Cluster}, nil); err != nil {
 		return nil, err
 	}
@@ -248,6 +253,44 @@ func (s *Sim) StopNode(name string) {
 	if p := s.nodes[name]; p != nil {
 		p.Stop(5 * time.Second)
 	}
+}
+
+// MQTTAddress is the controller's embedded broker.
+func (s *Sim) MQTTAddress() string { return s.mqttAddr }
+
+// MQTTPassword is an edge node's MQTT password.
+func (s *Sim) MQTTPassword(node string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(s.credentialsDir, node))
+	return string(data), err
+}
+
+// ControllerMetric sums the samples of a Prometheus counter of the controller whose labels contain match
+// (e.g. `reason="forged"`; empty matches all).
+func (s *Sim) ControllerMetric(name, match string) (float64, error) {
+	resp, err := http.Get("http://" + s.metricsAddr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		if match != "" && !strings.Contains(line, match) {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum, nil
 }
 
 // CutAPI cuts the node's link to the API server (the hollow node's and its agent's); RestoreAPI mends it.
