@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
@@ -326,4 +329,70 @@ func mqttClient(t *testing.T, user, password string) (mqtt.Client, error) {
 	}
 	t.Cleanup(func() { c.Disconnect(0) })
 	return c, nil
+}
+
+// 5. A federated learning job whose trainer node is cut off mid-training: the trainer killed there is restarted
+// on the controller's command, the job waits for it and completes.
+func TestFederatedLearningCompletesWithATrainerCutOff(t *testing.T) {
+	skipShort(t)
+	job := apply(t, "federatedlearningjob_v1alpha1.yaml", []string{"surface-defect-detection-model"},
+		map[string]string{"edge1-surface-defect-detection-dataset": "edge1", "edge2-surface-defect-detection-dataset": "edge2"},
+		func(o client.Object) {
+			o.SetName("surface-defect-detection-cut-off")
+			o.(*v1alpha1.FederatedLearningJob).Spec.AggregationWorker.Template.Spec.Containers[0].Env =
+				[]corev1.EnvVar{{Name: "exit_round", Value: "25"}}
+		}).(*v1alpha1.FederatedLearningJob)
+	defer func() { _ = s.Client.Delete(context.Background(), job) }()
+	trainer := fl.TrainerName(job.GetName(), 0) // on edge1
+	eventually(t, within, "trainer 0 running", func(context.Context) (bool, error) {
+		return s.WorkerRunning("edge1", "default", trainer, "train-worker"), nil
+	})
+	trainerStatus := func(ctx context.Context) (v1alpha1.WorkerStatus, *v1alpha1.FederatedLearningJob, error) {
+		got := &v1alpha1.FederatedLearningJob{}
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(job), got); err != nil {
+			return v1alpha1.WorkerStatus{}, nil, err
+		}
+		for _, w := range got.Status.Workers {
+			if w.Name == trainer {
+				return w, got, nil
+			}
+		}
+		return v1alpha1.WorkerStatus{}, got, nil
+	}
+	s.CutAPI("edge1")
+	defer s.RestoreAPI("edge1")
+	eventually(t, within, "trainer 0's status from the agent", func(ctx context.Context) (bool, error) {
+		w, _, err := trainerStatus(ctx)
+		return w.Source == v1alpha1.StatusSourceAgent, err
+	})
+	if err := s.KillWorker("edge1", "default", trainer, "train-worker"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, within, "trainer 0 restarted while cut off", func(ctx context.Context) (bool, error) {
+		w, _, err := trainerStatus(ctx)
+		return w.Source == v1alpha1.StatusSourceAgent && w.Restarts >= 1 && w.Liveness == v1alpha1.LivenessAlive, err
+	})
+	eventually(t, 2*within, "the job Succeeded, its trainer node still cut off", func(ctx context.Context) (bool, error) {
+		_, got, err := trainerStatus(ctx)
+		if err != nil {
+			return false, err
+		}
+		if meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.FLConditionFailed) {
+			return false, fmt.Errorf("job failed: %+v", got.Status.Conditions)
+		}
+		return got.Status.Phase == v1alpha1.FLJobSucceeded, nil
+	})
+	s.RestoreAPI("edge1")
+	eventually(t, within, "no pod of the job left Terminating", func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		if err := s.Client.List(ctx, pods, client.InNamespace("default")); err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil && strings.HasPrefix(p.Name, job.GetName()) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 }
