@@ -64,8 +64,8 @@ test-unit: ## Unit tests only (no control plane).
 test-integration: tools build ## Integration tests against the real control plane (and the unit tests beside them).
 	$(GO) test -race -count=1 ./...
 
-# Packages that hold benchmarks; each starts its own control plane.
-BENCH_PKGS := ./cloud/jointinference/ ./cloud/federatedlearning/ ./edge/agent/
+# Packages that hold benchmarks; those that need it start their own control plane (test/e2e: the whole simulation).
+BENCH_PKGS := ./cloud/jointinference/ ./cloud/federatedlearning/ ./cloud/liveness/ ./edge/agent/ ./test/e2e/
 
 .PHONY: bench
 bench: tools build ## Benchmarks, each printed beside an anchor measured in the same run.

@@ -70,7 +70,7 @@ type Tracker struct {
 	nodes       map[string]*nodeRecord
 	workers     map[string]*workerRecord // node/namespace/pod
 	online      map[string]bool          // as last announced to subscribers
-	subscribers []chan event.GenericEvent
+	subscribers []*subscriber
 	actions     map[string][]*lifelinev1.CommandResult // namespace/pod -> restarts by agents not yet taken
 	sent        map[string]sentCommand                 // restart command id -> what and when
 	loggedDrop  map[string]bool
@@ -94,13 +94,49 @@ func NewTracker(cluster string, reg prometheus.Registerer, log logr.Logger) (*Tr
 }
 
 // Subscribe returns a channel that receives a pod (namespace and name only) whenever what the table says of
-// that worker may have changed; the controllers map it to the workload that owns the pod.
+// that worker may have changed; the controllers map it to the workload that owns the pod. Changes are never
+// lost: while the reader is behind, they are coalesced per pod.
 func (t *Tracker) Subscribe() <-chan event.GenericEvent {
-	ch := make(chan event.GenericEvent, 1024)
+	sub := &subscriber{ch: make(chan event.GenericEvent), wake: make(chan struct{}, 1), pending: map[string]bool{}}
+	go sub.deliver()
 	t.mu.Lock()
-	t.subscribers = append(t.subscribers, ch)
+	t.subscribers = append(t.subscribers, sub)
 	t.mu.Unlock()
-	return ch
+	return sub.ch
+}
+
+// subscriber hands changes to one reader at its pace.
+type subscriber struct {
+	ch   chan event.GenericEvent
+	wake chan struct{}
+
+	mu      sync.Mutex
+	pending map[string]bool // namespace/pod
+}
+
+func (s *subscriber) add(keys []string) {
+	s.mu.Lock()
+	for _, k := range keys {
+		s.pending[k] = true
+	}
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *subscriber) deliver() {
+	for range s.wake {
+		s.mu.Lock()
+		batch := s.pending
+		s.pending = map[string]bool{}
+		s.mu.Unlock()
+		for key := range batch {
+			ns, name, _ := strings.Cut(key, "/")
+			s.ch <- event.GenericEvent{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}
+		}
+	}
 }
 
 // Drop counts a message dropped before it reached the tracker (the broker's ACL and authentication).
@@ -241,24 +277,16 @@ func (t *Tracker) workersOf(node string) []string {
 	return keys
 }
 
-// notify tells every subscriber about the changed workers; a full channel loses the event, the periodic
-// resync of the controllers catches up.
+// notify tells every subscriber about the changed workers.
 func (t *Tracker) notify(keys []string) {
 	if len(keys) == 0 {
 		return
 	}
 	t.mu.Lock()
-	subs := append([]chan event.GenericEvent(nil), t.subscribers...)
+	subs := append([]*subscriber(nil), t.subscribers...)
 	t.mu.Unlock()
-	for _, key := range keys {
-		ns, name, _ := strings.Cut(key, "/")
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-		for _, ch := range subs {
-			select {
-			case ch <- event.GenericEvent{Object: pod}:
-			default:
-			}
-		}
+	for _, sub := range subs {
+		sub.add(keys)
 	}
 }
 

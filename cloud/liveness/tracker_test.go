@@ -1,6 +1,7 @@
 package liveness
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -152,5 +153,30 @@ func TestRestartDeadIsFencedAndSentOnce(t *testing.T) {
 	dead.State.Seq = 9
 	if id, _ := tr.RestartDead(out, pod, dead, now); id != "" {
 		t.Errorf("offline policy None: command %s sent", id)
+	}
+}
+
+// A reader that falls behind loses no change: what piles up is coalesced per pod and delivered.
+func TestSubscribersGetEveryChangedPod(t *testing.T) {
+	tr, _ := NewTracker("c", prometheus.NewRegistry(), logr.Discard())
+	ch := tr.Subscribe()
+	now := time.Unix(1000, 0)
+	const pods = 3000
+	for i := range pods {
+		name := fmt.Sprintf("w%d", i)
+		for seq := uint64(1); seq <= 2; seq++ { // two changes each, read nowhere yet
+			payload, _ := proto.Marshal(&lifelinev1.WorkerState{Namespace: "default", Name: name, Seq: uint64(i)*10 + seq})
+			tr.Ingest("lifeline/v1/c/nodes/edge1/workers/default/"+name, payload, now)
+		}
+	}
+	seen := map[string]bool{}
+	timeout := time.After(5 * time.Second)
+	for len(seen) < pods {
+		select {
+		case ev := <-ch:
+			seen[ev.Object.GetName()] = true
+		case <-timeout:
+			t.Fatalf("%d of %d changed pods delivered", len(seen), pods)
+		}
 	}
 }

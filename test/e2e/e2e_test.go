@@ -64,7 +64,7 @@ func skipShort(t *testing.T) {
 }
 
 // apply creates a shared fixture with its placeholders set to the simulation's nodes, and what it references.
-func apply(t *testing.T, file string, models []string, datasets map[string]string, edits ...func(client.Object)) client.Object {
+func apply(t testing.TB, file string, models []string, datasets map[string]string, edits ...func(client.Object)) client.Object {
 	t.Helper()
 	ctx := context.Background()
 	for _, m := range models {
@@ -130,7 +130,7 @@ func bigModelServed() (int, error) {
 }
 
 // littleModelPod is the edge worker's pod of the helmet service.
-func littleModelPod(t *testing.T) *corev1.Pod {
+func littleModelPod(t testing.TB) *corev1.Pod {
 	t.Helper()
 	pods := &corev1.PodList{}
 	if err := s.Client.List(context.Background(), pods, client.InNamespace("default"),

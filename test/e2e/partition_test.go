@@ -26,7 +26,7 @@ import (
 const edgeNode = "edge3" // where the fixture puts the JI edge worker
 
 // readyService applies the helmet JI and waits until it is Ready and its little model runs.
-func readyService(t *testing.T) (*v1alpha1.JointInferenceService, *corev1.Pod) {
+func readyService(t testing.TB) (*v1alpha1.JointInferenceService, *corev1.Pod) {
 	t.Helper()
 	ji := apply(t, "helmet_detection_inference.yaml",
 		[]string{"helmet-detection-inference-little-model", "helmet-detection-inference-big-model"}, nil).(*v1alpha1.JointInferenceService)
@@ -66,7 +66,7 @@ func edgeWorkerStatus(ctx context.Context, ji *v1alpha1.JointInferenceService) (
 }
 
 // waitEdgeWorker waits until the edge worker's record satisfies ok and says how long that took.
-func waitEdgeWorker(t *testing.T, ji *v1alpha1.JointInferenceService, what string, ok func(v1alpha1.WorkerStatus) bool) time.Duration {
+func waitEdgeWorker(t testing.TB, ji *v1alpha1.JointInferenceService, what string, ok func(v1alpha1.WorkerStatus) bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	eventually(t, within, what, func(ctx context.Context) (bool, error) {
@@ -77,7 +77,7 @@ func waitEdgeWorker(t *testing.T, ji *v1alpha1.JointInferenceService, what strin
 }
 
 // edgePods counts the service's edge worker pods in the API, on every node.
-func edgePods(t *testing.T) int {
+func edgePods(t testing.TB) int {
 	t.Helper()
 	pods := &corev1.PodList{}
 	if err := s.Client.List(context.Background(), pods, client.MatchingLabels{"lifeline.sedna.io/role": "edge",

@@ -4,6 +4,7 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -291,6 +292,24 @@ func (s *Sim) ControllerMetric(name, match string) (float64, error) {
 		}
 	}
 	return sum, nil
+}
+
+// RestartPod restarts a pod's containers at once through the edge node's MetaServer (no crash back-off).
+func (s *Sim) RestartPod(node, namespace, pod string) error {
+	e := s.edges[node]
+	if e == nil {
+		return fmt.Errorf("%s is not an edge node", node)
+	}
+	body, _ := json.Marshal([]string{pod})
+	resp, err := http.Post("http://"+e.metaServer+"/api/v1/namespaces/"+namespace+"/pods/restart", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("restarting %s/%s on %s: %s", namespace, pod, node, resp.Status)
+	}
+	return nil
 }
 
 // CutAPI cuts the node's link to the API server (the hollow node's and its agent's); RestoreAPI mends it.

@@ -1,0 +1,68 @@
+package liveness
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+)
+
+// stateStream is n worker-state messages of 100 nodes with 10 workers each, seqs increasing, as topic and
+// payload pairs.
+func stateStream(n int) (topics []string, payloads [][]byte) {
+	for i := range n {
+		node, worker := fmt.Sprintf("edge-%d", i%100), fmt.Sprintf("worker-%d", (i/100)%10)
+		ws := &lifelinev1.WorkerState{Namespace: "default", Name: worker, Uid: node + worker, Seq: uint64(i + 1),
+			Phase: lifelinev1.Phase_PHASE_RUNNING, ObservedUnixNano: time.Now().UnixNano(), BirthSeq: 1,
+			Containers: []*lifelinev1.ContainerState{{Name: "main", Running: true, Restarts: 1}}}
+		payload, _ := proto.Marshal(ws)
+		topics = append(topics, lifelinev1.WorkerTopic("c", node, "default", worker).String())
+		payloads = append(payloads, payload)
+	}
+	return topics, payloads
+}
+
+// BenchmarkIngestWorkerStates measures how many worker states one core of the controller takes into the
+// liveness table, against the anchor of only decoding them (the least any receiver must do).
+func BenchmarkIngestWorkerStates(b *testing.B) {
+	const n = 200000
+	topics, payloads := stateStream(n)
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	for range b.N {
+		tr, err := NewTracker("c", prometheus.NewRegistry(), logr.Discard())
+		if err != nil {
+			b.Fatal(err)
+		}
+		tr.Subscribe() // a subscriber, as the two controllers are
+		start := time.Now()
+		for i := range n {
+			tr.Ingest(topics[i], payloads[i], start)
+		}
+		ingest := time.Since(start)
+
+		start = time.Now()
+		for i := range n {
+			if _, err := lifelinev1.ParseTopic(topics[i]); err != nil {
+				b.Fatal(err)
+			}
+			if err := proto.Unmarshal(payloads[i], &lifelinev1.WorkerState{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		decode := time.Since(start)
+		rate, anchor := float64(n)/ingest.Seconds(), float64(n)/decode.Seconds()
+		b.ReportMetric(rate, "states/s/core")
+		b.ReportMetric(anchor, "anchor-states/s/core")
+		fmt.Printf("\nWorker-state ingestion, one core (%d messages, 100 nodes x 10 workers)\n", n)
+		fmt.Printf("  %-48s %10.0f msg/s\n", "Lifeline: parse, decode, check, table, notify", rate)
+		fmt.Printf("  %-48s %10.0f msg/s\n", "anchor: parse and decode only", anchor)
+		fmt.Printf("  ratio Lifeline/anchor: %.2fx   goal: >= 20000 msg/s/core\n", rate/anchor)
+	}
+}
