@@ -50,7 +50,8 @@ type demo struct {
 func run(ctx context.Context, exitAfter bool) error {
 	say("Starting a control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler),")
 	say("lifeline-controller, one hollow cloud node and three hollow KubeEdge edge nodes ...")
-	s, err := sim.Start(ctx, sim.Options{})
+	// The kubelet's crash back-off (10 s), so the node's own restart and Lifeline's are told apart.
+	s, err := sim.Start(ctx, sim.Options{CrashBackoff: 10 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -87,7 +88,7 @@ func run(ctx context.Context, exitAfter bool) error {
 	if err := s.KillWorker("edge3", "default", pod.Name, "little-model"); err != nil {
 		return err
 	}
-	if err := d.waitFor("the node to restart it", func() bool {
+	if err := d.waitFor("the node to restart it (its crash back-off is 10 s)", func() bool {
 		p := &corev1.Pod{}
 		return s.Client.Get(ctx, client.ObjectKeyFromObject(pod), p) == nil && len(p.Status.ContainerStatuses) == 1 &&
 			p.Status.ContainerStatuses[0].RestartCount > 0 && p.Status.ContainerStatuses[0].State.Running != nil
@@ -135,8 +136,24 @@ func run(ctx context.Context, exitAfter bool) error {
 	d.kubectl("get", "ji,fl")
 	d.kubectl("get", "pods", "-o", "wide")
 
-	step("6. Cut an edge node off from the API server")
-	say("Not in this build yet: partitions need the edge agent and its liveness protocol, which come next.")
+	step("6. Cut edge3 off from the API server (its agent still reaches the broker), then kill its worker")
+	if err := d.cutOffKill(ji, pod, false); err != nil {
+		return err
+	}
+	d.kubectl("get", "events", "--field-selector", "involvedObject.name="+ji.Name, "-o", "custom-columns=REASON:.reason,MESSAGE:.message")
+
+	step("7. Cut edge3 off from everything, API server and broker, then kill its worker")
+	if err := d.cutOffKill(ji, pod, true); err != nil {
+		return err
+	}
+	if err := d.waitFor("the agent's journal to reach the cloud", func() bool {
+		out, _ := s.Kubectl("get", "events", "--field-selector", "involvedObject.name="+ji.Name+",reason=RestartedOffline")
+		return strings.Contains(out, "RestartedOffline")
+	}); err != nil {
+		return err
+	}
+	d.kubectl("get", "events", "--field-selector", "involvedObject.name="+ji.Name, "-o", "custom-columns=REASON:.reason,MESSAGE:.message")
+	d.kubectl("get", "pods", "-o", "wide")
 
 	if exitAfter {
 		step("Done: stopping everything")
@@ -150,6 +167,85 @@ func run(ctx context.Context, exitAfter bool) error {
 	<-d.ctx.Done()
 	say("Stopping every process and removing %s ...", s.ControlPlane.Dir)
 	return nil
+}
+
+// cutOffKill cuts edge3's link to the API server (and to the broker when fromEverything), kills the little model
+// and narrates how it comes back, then mends the links.
+func (d *demo) cutOffKill(ji *v1alpha1.JointInferenceService, pod *corev1.Pod, fromEverything bool) error {
+	s := d.s
+	s.CutAPI("edge3")
+	defer s.RestoreAPI("edge3")
+	if fromEverything {
+		s.CutBroker("edge3")
+		defer s.RestoreBroker("edge3")
+		say("Nobody in the cloud can see edge3 now; its agent waits out its grace (2 s here) before acting alone.")
+		time.Sleep(3 * time.Second)
+	} else if err := d.waitFor("the service's status to come from edge3's agent", func() bool {
+		return d.edgeWorkerStatus(ji).Source == v1alpha1.StatusSourceAgent
+	}); err != nil {
+		return err
+	}
+	d.showEdgeWorker(ji)
+	restarts := d.edgeWorkerStatus(ji).Restarts
+	if err := s.KillWorker("edge3", "default", pod.Name, "little-model"); err != nil {
+		return err
+	}
+	killed := time.Now()
+	if !fromEverything {
+		if err := d.waitFor("the status to show the worker dead, in the agent's word", func() bool {
+			w := d.edgeWorkerStatus(ji)
+			return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessDead
+		}); err != nil {
+			return err
+		}
+		d.showEdgeWorker(ji)
+	}
+	if err := d.waitFor("the little model to run again", func() bool {
+		return s.WorkerRunning("edge3", "default", pod.Name, "little-model")
+	}); err != nil {
+		return err
+	}
+	say("Killed -> running again in %v, while the node's own back-off would have waited 10 s.", time.Since(killed).Round(10*time.Millisecond))
+	if !fromEverything {
+		if err := d.waitFor("the status to show it alive again, in the agent's word", func() bool {
+			w := d.edgeWorkerStatus(ji)
+			return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
+		}); err != nil {
+			return err
+		}
+	} else {
+		say("The cloud still shows what the API server last heard, until edge3 is back:")
+	}
+	d.showEdgeWorker(ji)
+	say("Mending the links.")
+	s.RestoreBroker("edge3")
+	s.RestoreAPI("edge3")
+	if err := d.waitFor("the API server to be the truth again, with the restart counted", func() bool {
+		w := d.edgeWorkerStatus(ji)
+		return w.Source == v1alpha1.StatusSourceAPIServer && w.Liveness == v1alpha1.LivenessAlive && w.Restarts == restarts+1
+	}); err != nil {
+		return err
+	}
+	d.showEdgeWorker(ji)
+	return nil
+}
+
+// edgeWorkerStatus is the service's status record of its edge worker.
+func (d *demo) edgeWorkerStatus(ji *v1alpha1.JointInferenceService) v1alpha1.WorkerStatus {
+	got := &v1alpha1.JointInferenceService{}
+	if err := d.s.Client.Get(d.ctx, client.ObjectKeyFromObject(ji), got); err == nil {
+		for _, w := range got.Status.Workers {
+			if w.Role == v1alpha1.WorkerRoleEdge {
+				return w
+			}
+		}
+	}
+	return v1alpha1.WorkerStatus{}
+}
+
+func (d *demo) showEdgeWorker(ji *v1alpha1.JointInferenceService) {
+	w := d.edgeWorkerStatus(ji)
+	say("  status of the edge worker: liveness=%s phase=%s restarts=%d source=%s", w.Liveness, w.Phase, w.Restarts, w.Source)
 }
 
 func (d *demo) applyJI() (*v1alpha1.JointInferenceService, error) {

@@ -390,7 +390,8 @@ func (s *Sim) RestartNode(name string) error {
 	return s.StartNode(name, contains(s.opts.CloudNodes, name))
 }
 
-// KillWorker kills the process of a container with SIGKILL, as an out-of-memory kill would.
+// KillWorker kills the process of a container with SIGKILL, as an out-of-memory kill would, and returns once it
+// is gone.
 func (s *Sim) KillWorker(node, namespace, pod, container string) error {
 	data, err := os.ReadFile(edgesim.PIDFile(s.NodeDir(node), namespace, pod, container))
 	if err != nil {
@@ -400,7 +401,16 @@ func (s *Sim) KillWorker(node, namespace, pod, container string) error {
 	if err != nil {
 		return err
 	}
-	return syscall.Kill(pid, syscall.SIGKILL)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return err
+	}
+	// Returns once the process is gone, so what follows sees the worker dead, not the dying process.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if syscall.Kill(pid, 0) != nil || isZombie(pid) {
+			return nil
+		}
+	}
+	return fmt.Errorf("process %d of %s/%s still runs 5 s after SIGKILL", pid, pod, container)
 }
 
 // WorkerRunning tells whether the process of a container runs, by its pid file.
