@@ -71,6 +71,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.releasePods(ctx, p.release); err != nil {
 		return ctrl.Result{}, err
 	}
+	if progress := liveness.TrainingProgress(r.Edge.Reports(Kind, job.Namespace, job.Name)); progress != nil {
+		p.status.Progress = progress
+	}
 	if err := r.writeStatus(ctx, job, p.status); err != nil {
 		return ctrl.Result{}, err
 	}

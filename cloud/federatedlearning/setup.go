@@ -16,7 +16,7 @@ import (
 // it owns, and whenever an agent's word on one of its workers changes.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr)
-	if edge := r.Edge.Source(mgr.GetClient(), podToJob); edge != nil {
+	if edge := r.Edge.Source(mgr.GetClient(), podToJob, Kind); edge != nil {
 		b = b.WatchesRawSource(edge)
 	}
 	return b.

@@ -43,7 +43,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	b := ctrl.NewControllerManagedBy(mgr)
-	if edge := r.Edge.Source(mgr.GetClient(), podToService); edge != nil {
+	if edge := r.Edge.Source(mgr.GetClient(), podToService, Kind); edge != nil {
 		b = b.WatchesRawSource(edge)
 	}
 	return b.

@@ -55,6 +55,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, ji *v1alpha1.JointInferenc
 	}
 	views := r.Edge.Views(ctx, pods, now)
 	status := computeStatus(ji, workers, views, blocked, outcome.conflicts, metav1.NewTime(now))
+	if metrics := liveness.ServiceMetrics(r.Edge.Reports(Kind, ji.Namespace, ji.Name)); metrics != nil {
+		status.Metrics = metrics
+	}
 	if !equality.Semantic.DeepEqual(status, ji.Status) {
 		patched := ji.DeepCopy()
 		patched.Status = status

@@ -120,18 +120,33 @@ func (e *Edge) TakeAgentActions(pods []*corev1.Pod) []AgentAction {
 	return out
 }
 
-// Source wakes a controller for the owner of every pod whose view changed; podOwner maps a worker pod (read
-// from the cache, labels and all) to its workload. Nil without a tracker.
-func (e *Edge) Source(pods client.Reader, podOwner handler.MapFunc) source.Source {
+// Source wakes a controller for the owner of every pod whose view changed (podOwner maps a worker pod, read from
+// the cache, labels and all, to its workload) and for every workload of ownerKind whose workers reported. Nil
+// without a tracker.
+func (e *Edge) Source(pods client.Reader, podOwner handler.MapFunc, ownerKind string) source.Source {
 	if e == nil || e.Tracker == nil {
 		return nil
 	}
 	return source.Channel(e.Tracker.Subscribe(), handler.EnqueueRequestsFromMapFunc(
 		func(ctx context.Context, o client.Object) []reconcile.Request {
+			if _, isPod := o.(*corev1.Pod); !isPod {
+				if o.GetObjectKind().GroupVersionKind().Kind != ownerKind {
+					return nil
+				}
+				return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
+			}
 			pod := &corev1.Pod{}
 			if err := pods.Get(ctx, client.ObjectKeyFromObject(o), pod); err != nil {
 				return nil
 			}
 			return podOwner(ctx, pod)
 		}))
+}
+
+// Reports returns the latest report of each worker of a workload; nil without a tracker.
+func (e *Edge) Reports(kind, namespace, name string) []Report {
+	if e == nil || e.Tracker == nil {
+		return nil
+	}
+	return e.Tracker.Reports(kind, namespace, name)
 }

@@ -16,8 +16,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -42,6 +44,7 @@ type nodeRecord struct {
 	dead          bool // a death of the current birth arrived
 	lastHeartbeat time.Time
 	heartbeatSeq  uint64
+	reportSeq     uint64
 	apiReachable  bool
 }
 
@@ -73,6 +76,7 @@ type Tracker struct {
 	subscribers []*subscriber
 	actions     map[string][]*lifelinev1.CommandResult // namespace/pod -> restarts by agents not yet taken
 	sent        map[string]sentCommand                 // restart command id -> what and when
+	reports     map[string]map[string]Report           // ownerKey -> worker -> latest report
 	loggedDrop  map[string]bool
 }
 
@@ -84,7 +88,7 @@ func NewTracker(cluster string, reg prometheus.Registerer, log logr.Logger) (*Tr
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lifeline_liveness_dropped_total",
 			Help: "Agent messages and connections dropped, by reason: " + dropReasons + "."}, []string{"reason"}),
 		nodes: map[string]*nodeRecord{}, workers: map[string]*workerRecord{}, online: map[string]bool{},
-		actions: map[string][]*lifelinev1.CommandResult{}, sent: map[string]sentCommand{}, loggedDrop: map[string]bool{}}
+		actions: map[string][]*lifelinev1.CommandResult{}, sent: map[string]sentCommand{}, reports: map[string]map[string]Report{}, loggedDrop: map[string]bool{}}
 	for _, c := range []prometheus.Collector{t.received, t.dropped} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering liveness metrics: %w", err)
@@ -133,8 +137,7 @@ func (s *subscriber) deliver() {
 		s.pending = map[string]bool{}
 		s.mu.Unlock()
 		for key := range batch {
-			ns, name, _ := strings.Cut(key, "/")
-			s.ch <- event.GenericEvent{Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}
+			s.ch <- event.GenericEvent{Object: changedObject(key)}
 		}
 	}
 }
@@ -262,7 +265,11 @@ func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, now time.Time, c
 		t.actions[key] = append(t.actions[key], m)
 		*changed = []string{key}
 	case *lifelinev1.WorkerReport:
-		// Accepted and counted; what the reports say is not put into the workloads' status yet.
+		key, reason := t.applyReport(tp.Node, m, now)
+		if reason != "" {
+			return reason
+		}
+		*changed = []string{key}
 	}
 	return ""
 }
@@ -288,6 +295,18 @@ func (t *Tracker) notify(keys []string) {
 	for _, sub := range subs {
 		sub.add(keys)
 	}
+}
+
+// changedObject is what a subscriber receives for a key: a pod (namespace and name only) whose view changed, or
+// a workload (kind, namespace and name) whose workers reported.
+func changedObject(key string) client.Object {
+	if rest, isReport := strings.CutPrefix(key, "report/"); isReport {
+		parts := strings.SplitN(rest, "/", 3)
+		return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: parts[0], APIVersion: v1alpha1.GroupVersion.String()},
+			ObjectMeta: metav1.ObjectMeta{Namespace: parts[1], Name: parts[2]}}
+	}
+	ns, name, _ := strings.Cut(key, "/")
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 }
 
 // Run watches for nodes going silent (no message arrives to say so) until ctx ends.

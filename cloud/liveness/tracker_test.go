@@ -180,3 +180,35 @@ func TestSubscribersGetEveryChangedPod(t *testing.T) {
 		}
 	}
 }
+
+// [P-REP-1] Reports reach the table in seq order, and become the workloads' metrics and progress.
+func TestReportsBecomeMetricsAndProgress(t *testing.T) {
+	tr, _ := NewTracker("c", prometheus.NewRegistry(), logr.Discard())
+	now := time.Unix(1000, 0)
+	birth, _ := proto.Marshal(&lifelinev1.NodeBirth{Node: "edge1", BirthSeq: 1})
+	tr.Ingest("lifeline/v1/c/nodes/edge1/birth", birth, now)
+	report := func(seq uint64, worker, body string) {
+		payload, _ := proto.Marshal(&lifelinev1.WorkerReport{Namespace: "default", Worker: worker, Seq: seq, Body: []byte(body)})
+		tr.Ingest("lifeline/v1/c/nodes/edge1/reports", payload, now)
+	}
+	const fl = `{"name":"%s","namespace":"default","ownerName":"job","ownerKind":"federatedlearningjob","status":"running","results":[{"round":%d,"loss":%g}]}`
+	report(1, "t0", fmt.Sprintf(fl, "t0", 1, 0.5))
+	report(2, "t0", fmt.Sprintf(fl, "t0", 2, 0.3))
+	report(3, "t1", fmt.Sprintf(fl, "t1", 2, 0.1))
+	report(2, "t1", fmt.Sprintf(fl, "t1", 9, 0.0))         // replayed: an old seq
+	report(4, "t1", fmt.Sprintf(fl, "t2", 9, 0.0))         // body names another worker
+	report(5, "t1", `{"name":"t1","namespace":"default"}`) // no owner
+	p := TrainingProgress(tr.Reports("FederatedLearningJob", "default", "job"))
+	if p == nil || p.Round != 2 || len(p.Metrics) != 1 || p.Metrics[0].Key != "loss" || p.Metrics[0].Value != "0.2" {
+		t.Errorf("progress %+v, want round 2 with loss 0.2 (the mean of the round's reports)", p)
+	}
+	if got := testutil.ToFloat64(tr.dropped.WithLabelValues(DropReplayed)) + testutil.ToFloat64(tr.dropped.WithLabelValues(DropForged)); got != 3 {
+		t.Errorf("%v reports dropped, want 3", got)
+	}
+	report(6, "edge-w", `{"name":"edge-w","namespace":"default","ownerName":"svc","ownerKind":"jointinferenceservice","ownerInfo":{"inferenceNumber":40,"hardExampleNumber":12,"uploadCloudRatio":0.3}}`)
+	m := ServiceMetrics(tr.Reports("JointInferenceService", "default", "svc"))
+	want := []v1alpha1.Metric{{Key: "hardExampleNumber", Value: "12"}, {Key: "inferenceNumber", Value: "40"}, {Key: "uploadCloudRatio", Value: "0.3"}}
+	if fmt.Sprint(m) != fmt.Sprint(want) {
+		t.Errorf("metrics %v, want %v", m, want)
+	}
+}

@@ -142,6 +142,7 @@ func main() {
 		ControllerReachable: pub.Connected, Actuator: actuator, Publisher: pub, Timing: timing, Log: log.WithName("healer")}
 	reg := prometheus.NewRegistry()
 	reports := reportapi.New(*cluster, *node, pub, pub.BirthSeq, *queue, reg, log.WithName("reports"))
+	reports.Counter = j
 	observer := &agent.Observer{Cluster: *cluster, Node: *node, Source: runtime, Publisher: pub, Seq: j,
 		Interval: *poll, Log: log.WithName("observer"), IsWorker: func(p cri.Pod) bool { return workers.Has(p.UID) },
 		OnPublished: func(ws *lifelinev1.WorkerState) { commands.Observed(ws); healer.Observed(ws) }}

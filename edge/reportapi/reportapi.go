@@ -44,6 +44,12 @@ type Report struct {
 
 // Server is the report endpoint of one node.
 type Server struct {
+	// Counter, when set, numbers reports with a sequence that survives agent restarts (the journal's), so the
+	// controller's replay check holds across them [P-REP-1]; nil numbers them from 1 in memory.
+	Counter interface {
+		NextCounter(name string) (uint64, error)
+	}
+
 	cluster, node string
 	sink          Sink
 	birthSeq      func() uint64
@@ -128,9 +134,12 @@ func (s *Server) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case msg := <-s.queue:
-			s.seq++
-			msg.Seq, msg.BirthSeq = s.seq, s.birthSeq()
-			payload, err := proto.Marshal(msg)
+			seq, err := s.nextSeq()
+			msg.Seq, msg.BirthSeq = seq, s.birthSeq()
+			var payload []byte
+			if err == nil {
+				payload, err = proto.Marshal(msg)
+			}
 			if err == nil {
 				err = s.sink.Enqueue(journal.Entry{Topic: topic, Payload: payload, QoS: 1})
 			}
@@ -139,6 +148,14 @@ func (s *Server) Run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+func (s *Server) nextSeq() (uint64, error) {
+	if s.Counter != nil {
+		return s.Counter.NextCounter("report")
+	}
+	s.seq++
+	return s.seq, nil
 }
 
 // ListenAndServe serves the API on addr until ctx ends.

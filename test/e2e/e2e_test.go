@@ -114,6 +114,18 @@ func TestJointInferenceServesHardExamplesInTheCloud(t *testing.T) {
 		}
 		return served >= 3, nil
 	})
+	eventually(t, within, "the little model's reports in the service's status.metrics", func(ctx context.Context) (bool, error) {
+		got := &v1alpha1.JointInferenceService{}
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(ji), got); err != nil {
+			return false, err
+		}
+		for _, m := range got.Status.Metrics {
+			if m.Key == "inferenceNumber" && m.Value != "0" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }
 
 func bigModelServed() (int, error) {
@@ -205,6 +217,14 @@ func TestFederatedLearningRunsToComplete(t *testing.T) {
 			return false, fmt.Errorf("job failed: %+v", got.Status.Conditions)
 		}
 		return got.Status.Phase == v1alpha1.FLJobSucceeded, nil
+	})
+	eventually(t, within, "the trainers' reports in status.progress", func(ctx context.Context) (bool, error) {
+		got := &v1alpha1.FederatedLearningJob{}
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(job), got); err != nil {
+			return false, err
+		}
+		p := got.Status.Progress
+		return p != nil && p.Round == 3 && len(p.Metrics) > 0, nil // the fixture's exit_round
 	})
 	if err := s.Client.Delete(context.Background(), job); err != nil {
 		t.Fatal(err)
