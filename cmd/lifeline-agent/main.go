@@ -5,6 +5,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -41,6 +43,7 @@ func main() {
 		broker    = flag.String("broker", "tcp://127.0.0.1:1883", "MQTT broker URL (tcp:// or ssl://)")
 		username  = flag.String("username", os.Getenv("LIFELINE_MQTT_USERNAME"), "MQTT username (default: $LIFELINE_MQTT_USERNAME, else the node's name)")
 		passFile  = flag.String("password-file", "", "file holding the MQTT password (default: $LIFELINE_MQTT_PASSWORD)")
+		caFile    = flag.String("ca-file", "", "PEM certificates that sign the broker's, for ssl:// (default: the system's)")
 		stateDir  = flag.String("state-dir", "/var/lib/lifeline-agent", "directory of the journal and the birth sequence")
 		socket    = flag.String("cri-socket", cri.DefaultSocket, "container runtime CRI socket")
 		apiServer = flag.String("api-server", "http://"+constants.DefaultMetaServerAddr,
@@ -80,6 +83,16 @@ func main() {
 			os.Exit(1)
 		}
 		password = strings.TrimSpace(string(data))
+	}
+	var tlsConfig *tls.Config
+	if *caFile != "" {
+		pem, err := os.ReadFile(*caFile)
+		pool := x509.NewCertPool()
+		if err != nil || !pool.AppendCertsFromPEM(pem) {
+			log.Error(err, "reading the broker's CA certificates", "file", *caFile)
+			os.Exit(1)
+		}
+		tlsConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -127,7 +140,7 @@ func main() {
 	}
 	actuator = append(actuator, &agent.CRIActuator{Runtime: runtime})
 	commands := &agent.Commands{Cluster: *cluster, Node: *node, Actuator: actuator, Claims: j}
-	pub := publisher.New(publisher.Config{Broker: *broker, Username: *username, Password: password,
+	pub := publisher.New(publisher.Config{Broker: *broker, Username: *username, Password: password, TLS: tlsConfig,
 		Cluster: *cluster, Node: *node, AgentVersion: version, BootID: bootID(), StateDir: *stateDir,
 		Log: log.WithName("publisher"),
 		OnCommand: func(payload []byte) {

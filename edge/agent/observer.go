@@ -44,7 +44,8 @@ type Observer struct {
 	OnPublished func(*lifelinev1.WorkerState)
 	Log         logr.Logger
 
-	last map[string]*lifelinev1.WorkerState // by namespace/name; touched by Run's goroutine only
+	last      map[string]*lifelinev1.WorkerState // by namespace/name; touched by Run's goroutine only
+	lastBirth uint64                             // the session the states in last were published in
 }
 
 // Run polls until ctx ends.
@@ -73,8 +74,10 @@ func (o *Observer) ObserveOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if o.last == nil {
-		o.last = map[string]*lifelinev1.WorkerState{}
+	// A new session (a reconnect, perhaps to a restarted controller with an empty table) gets every state
+	// again, not only what changes next.
+	if birth := o.Publisher.BirthSeq(); o.last == nil || birth != o.lastBirth {
+		o.last, o.lastBirth = map[string]*lifelinev1.WorkerState{}, birth
 	}
 	seen := map[string]bool{}
 	for _, p := range pods {

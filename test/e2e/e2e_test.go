@@ -181,8 +181,14 @@ func TestRestartedEdgeNodeBringsItsWorkersBack(t *testing.T) {
 	if err := s.RestartNode("edge3"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, within, "the little model running again after the node restart", func(ctx context.Context) (bool, error) {
-		return s.WorkerRunning("edge3", "default", pod.Name, "little-model"), nil
+	restarts := pod.Status.ContainerStatuses[0].RestartCount
+	eventually(t, within, "the little model running again after the node restart, its restart counted", func(ctx context.Context) (bool, error) {
+		got := &corev1.Pod{}
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+			return false, err
+		}
+		cs := got.Status.ContainerStatuses
+		return len(cs) == 1 && cs[0].RestartCount == restarts+1 && s.WorkerRunning("edge3", "default", pod.Name, "little-model"), nil
 	})
 	before, _ := bigModelServed()
 	eventually(t, within, "hard examples flowing again", func(ctx context.Context) (bool, error) {

@@ -383,6 +383,7 @@ func (n *Node) reportStatus(ctx context.Context, rt *podRuntime, pod *corev1.Pod
 	}
 	update := pod.DeepCopy()
 	update.Status = status
+	n.savePod(update) // the node's own record, current even while the API server is out of reach
 	got, err := n.cfg.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, update, metav1.UpdateOptions{})
 	if err != nil {
 		if apierrors.IsConflict(err) {
@@ -516,6 +517,22 @@ func (n *Node) savePod(pod *corev1.Pod) {
 	}
 }
 
+// restoreRestartCounts carries a pod's restart counts across the node's restart, as the runtime's container
+// attempts do: a container that ran when the node stopped counts one restart more when it starts again.
+func (n *Node) restoreRestartCounts(pod *corev1.Pod) {
+	n.mu.Lock()
+	rt := n.pods[pod.UID]
+	n.mu.Unlock()
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for _, cs := range pod.Status.ContainerStatuses {
+		rt.restarts[cs.Name] = cs.RestartCount
+		if cs.State.Running != nil {
+			rt.restarts[cs.Name]++
+		}
+	}
+}
+
 func (n *Node) loadPods() {
 	files, _ := filepath.Glob(filepath.Join(n.cfg.StateDir, "pods", "*.json"))
 	for _, f := range files {
@@ -526,6 +543,7 @@ func (n *Node) loadPods() {
 		pod := &corev1.Pod{}
 		if json.Unmarshal(data, pod) == nil && pod.Spec.NodeName == n.cfg.NodeName {
 			n.upsert(pod)
+			n.restoreRestartCounts(pod)
 		}
 	}
 }

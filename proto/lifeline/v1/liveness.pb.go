@@ -201,7 +201,7 @@ type NodeBirth struct {
 	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	// boot_id changes when the node (not just the agent) restarts.
 	BootId string `protobuf:"bytes,2,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
-	// birth_seq is one greater than the previous birth of this node [P-BIRTH-2].
+	// birth_seq is greater than every earlier birth of this node [P-BIRTH-2].
 	BirthSeq      uint64 `protobuf:"varint,3,opt,name=birth_seq,json=birthSeq,proto3" json:"birth_seq,omitempty"`
 	AgentVersion  string `protobuf:"bytes,4,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	TimeUnixNano  int64  `protobuf:"varint,5,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`

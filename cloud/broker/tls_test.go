@@ -1,0 +1,101 @@
+package broker
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lifeline-edge/lifeline/cloud/liveness"
+	"github.com/lifeline-edge/lifeline/edge/journal"
+	"github.com/lifeline-edge/lifeline/edge/publisher"
+)
+
+// selfSignedServer returns a server certificate for 127.0.0.1 and the pool that trusts it.
+func selfSignedServer(t *testing.T) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "lifeline-broker"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pool
+}
+
+// The agent's publisher and the controller's broker over TLS: a node that trusts the broker's CA and knows its
+// password is heard; one that does not trust the certificate never connects.
+func TestAgentReachesTheBrokerOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "edge1"), []byte("pw1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, pool := selfSignedServer(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	reg := prometheus.NewRegistry()
+	tracker, err := liveness.NewTracker("c", reg, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Start(Config{Address: addr, Cluster: "c", CredentialsDir: dir, Tracker: tracker,
+		TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	r := &rig{reg: reg}
+
+	agent := func(trust *x509.CertPool) (*publisher.Publisher, context.CancelFunc) {
+		state := t.TempDir()
+		j, err := journal.Open(filepath.Join(state, "journal.db"), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { j.Close() })
+		p := publisher.New(publisher.Config{Broker: "ssl://" + addr, Username: "edge1", Password: "pw1", Cluster: "c", Node: "edge1",
+			StateDir: state, TLS: &tls.Config{RootCAs: trust, MinVersion: tls.VersionTLS12}, RetryInterval: 100 * time.Millisecond}, j)
+		ctx, cancel := context.WithCancel(context.Background())
+		go p.Run(ctx)
+		return p, cancel
+	}
+	stranger, stop := agent(x509.NewCertPool())
+	time.Sleep(time.Second)
+	stop()
+	if stranger.Connected() || r.count("lifeline_liveness_messages_total", "birth") != 0 {
+		t.Fatal("an agent that does not trust the broker's certificate connected")
+	}
+	trusting, stop := agent(pool)
+	defer stop()
+	eventually(t, "the trusting agent's birth over TLS", func() bool {
+		return trusting.Connected() && r.count("lifeline_liveness_messages_total", "birth") == 1
+	})
+}
