@@ -165,7 +165,7 @@ func main() {
 	go reports.Run(ctx)
 	go workers.Run(ctx, time.Second)
 	go observer.Run(ctx)
-	go healer.Run(ctx, 100*time.Millisecond)
+	go healer.Run(ctx, *poll)
 	go agent.Heartbeats(ctx, *cluster, *node, *heartbeat, pub, workers.Reachable)
 	if *metrics != "" {
 		go func() {

@@ -143,6 +143,7 @@ func (h *Healer) due(now time.Time) []desired.Worker {
 	switch {
 	case reachable:
 		h.apiDown = time.Time{}
+		return nil // the API server's side acts: nothing to look at
 	case h.apiDown.IsZero():
 		h.apiDown = now
 	}
