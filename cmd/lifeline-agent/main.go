@@ -22,6 +22,8 @@ import (
 	"github.com/kubeedge/api/apis/common/constants"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/lifeline-edge/lifeline/edge/agent"
@@ -156,7 +158,8 @@ func main() {
 	reg := prometheus.NewRegistry()
 	reports := reportapi.New(*cluster, *node, pub, pub.BirthSeq, *queue, reg, log.WithName("reports"))
 	reports.Counter = j
-	observer := &agent.Observer{Cluster: *cluster, Node: *node, Source: runtime, Publisher: pub, Seq: j,
+	events := make(chan struct{}, 1)
+	observer := &agent.Observer{Cluster: *cluster, Node: *node, Source: runtime, Publisher: pub, Seq: j, Changed: events,
 		Interval: *poll, Log: log.WithName("observer"), IsWorker: func(p cri.Pod) bool { return workers.Has(p.UID) },
 		OnPublished: func(ws *lifelinev1.WorkerState) { commands.Observed(ws); healer.Observed(ws) }}
 
@@ -165,6 +168,7 @@ func main() {
 	go reports.Run(ctx)
 	go workers.Run(ctx, time.Second)
 	go observer.Run(ctx)
+	go followContainerEvents(ctx, runtime, events, log.WithName("events"))
 	go healer.Run(ctx, *poll)
 	go agent.Heartbeats(ctx, *cluster, *node, *heartbeat, pub, workers.Reachable)
 	if *metrics != "" {
@@ -186,6 +190,23 @@ func main() {
 	select {
 	case <-published:
 	case <-time.After(5 * time.Second):
+	}
+}
+
+// followContainerEvents keeps the runtime's event stream open, so a worker's change is published within
+// milliseconds; the observer's poll covers runtimes without events and the gaps between streams.
+func followContainerEvents(ctx context.Context, runtime *cri.Client, changed chan<- struct{}, log logr.Logger) {
+	for ctx.Err() == nil {
+		err := runtime.WatchEvents(ctx, changed)
+		if status.Code(err) == codes.Unimplemented {
+			log.Info("the container runtime offers no events; polling only")
+			return
+		}
+		log.V(2).Info("container events stopped; reopening", "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
 	}
 }
 

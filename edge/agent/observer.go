@@ -38,6 +38,9 @@ type Observer struct {
 	Seq           Counter
 	// Interval between polls of the runtime (default 500 ms).
 	Interval time.Duration
+	// Changed, when set, signals a change the runtime announced (a container event): the runtime is read at
+	// once instead of at the next poll.
+	Changed <-chan struct{}
 	// IsWorker selects the pods that are Lifeline workers; nil selects every pod.
 	IsWorker func(cri.Pod) bool
 	// OnPublished, when set, is told each state once it is journaled (commands are fenced against it).
@@ -64,6 +67,7 @@ func (o *Observer) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-o.Changed:
 		}
 	}
 }

@@ -157,3 +157,22 @@ func call[T any](ctx context.Context, timeout time.Duration, rpc func(context.Co
 	defer cancel()
 	return rpc(ctx)
 }
+
+// WatchEvents follows the runtime's container events (CRI GetContainerEvents) and sends on changed after each,
+// until ctx ends or the stream breaks; it returns the error that ended it. A runtime without events answers
+// codes.Unimplemented at once.
+func (c *Client) WatchEvents(ctx context.Context, changed chan<- struct{}) error {
+	stream, err := c.runtime.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
+	if err != nil {
+		return fmt.Errorf("container events: %w", err)
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			return fmt.Errorf("container events: %w", err)
+		}
+		select {
+		case changed <- struct{}{}:
+		default: // a signal is pending already: the next read sees this change too
+		}
+	}
+}

@@ -94,6 +94,43 @@ func (s *criServer) StopContainer(_ context.Context, req *runtimeapi.StopContain
 	return &runtimeapi.StopContainerResponse{}, nil
 }
 
+// GetContainerEvents streams an event whenever a container starts or exits; the agent reads the runtime again
+// on each.
+func (s *criServer) GetContainerEvents(_ *runtimeapi.GetEventsRequest, stream runtimeapi.RuntimeService_GetContainerEventsServer) error {
+	changed := make(chan runtimeapi.ContainerEventType, 16)
+	s.node.eventsMu.Lock()
+	s.node.eventSubs[changed] = true
+	s.node.eventsMu.Unlock()
+	defer func() {
+		s.node.eventsMu.Lock()
+		delete(s.node.eventSubs, changed)
+		s.node.eventsMu.Unlock()
+	}()
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case kind := <-changed:
+			if err := stream.Send(&runtimeapi.ContainerEventResponse{ContainerEventType: kind, CreatedAt: time.Now().UnixNano()}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// containerChanged tells the event streams that a container started or exited; a stream that is far behind
+// misses events, as a CRI client must expect.
+func (n *Node) containerChanged(kind runtimeapi.ContainerEventType) {
+	n.eventsMu.Lock()
+	defer n.eventsMu.Unlock()
+	for ch := range n.eventSubs {
+		select {
+		case ch <- kind:
+		default:
+		}
+	}
+}
+
 func containerID(rt *podRuntime, name string) string {
 	return string(rt.pod.UID) + "/" + name + "/" + strconv.Itoa(int(rt.restarts[name]))
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/lifeline-edge/lifeline/cloud/contract"
@@ -62,6 +63,9 @@ type Node struct {
 
 	hostsMu      sync.Mutex
 	serviceHosts map[string]bool // env value -> names a Service
+
+	eventsMu  sync.Mutex
+	eventSubs map[chan runtimeapi.ContainerEventType]bool // CRI container event streams
 }
 
 // podRuntime is a pod the node runs, with its processes by container name. mu guards every field; the node's
@@ -100,7 +104,7 @@ func New(cfg Config) *Node {
 	if cfg.SyncInterval == 0 {
 		cfg.SyncInterval = 200 * time.Millisecond
 	}
-	return &Node{cfg: cfg, pods: map[types.UID]*podRuntime{}, serviceHosts: map[string]bool{}}
+	return &Node{cfg: cfg, pods: map[types.UID]*podRuntime{}, serviceHosts: map[string]bool{}, eventSubs: map[chan runtimeapi.ContainerEventType]bool{}}
 }
 
 // Run serves the node until ctx ends: pods kept on disk run at once, before the API server is reached.
@@ -297,11 +301,13 @@ func (n *Node) startContainer(ctx context.Context, rt *podRuntime, c corev1.Cont
 	}
 	argv = append(append(append([]string(nil), argv...), c.Command...), c.Args...)
 	p, err := startProcess(argv, n.containerEnv(ctx, pod, c), n.cfg.StateDir,
-		LogFile(n.cfg.StateDir, pod.Namespace, pod.Name, c.Name), PIDFile(n.cfg.StateDir, pod.Namespace, pod.Name, c.Name))
+		LogFile(n.cfg.StateDir, pod.Namespace, pod.Name, c.Name), PIDFile(n.cfg.StateDir, pod.Namespace, pod.Name, c.Name),
+		func() { n.containerChanged(runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT) })
 	if err != nil {
 		return err
 	}
 	rt.procs[c.Name] = p
+	n.containerChanged(runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT)
 	return nil
 }
 

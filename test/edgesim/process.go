@@ -22,9 +22,9 @@ type process struct {
 	finished  time.Time
 }
 
-// start runs argv with env, output appended to logPath, its pid written to pidPath. The child dies with the
-// hollow node (as containers die with a rebooted node).
-func startProcess(argv, env []string, dir, logPath, pidPath string) (*process, error) {
+// start runs argv with env, output appended to logPath, its pid written to pidPath; onExit, when set, is called
+// once it ended. The child dies with the hollow node (as containers die with a rebooted node).
+func startProcess(argv, env []string, dir, logPath, pidPath string, onExit func()) (*process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening log %s: %w", logPath, err)
@@ -54,6 +54,9 @@ func startProcess(argv, env []string, dir, logPath, pidPath string) (*process, e
 		p.running, p.exitCode, p.finished = false, code, time.Now()
 		p.mu.Unlock()
 		close(p.exited)
+		if onExit != nil {
+			onExit()
+		}
 	}()
 	return p, nil
 }
