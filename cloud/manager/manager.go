@@ -6,7 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"sync/atomic"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -43,7 +43,10 @@ type Options struct {
 	// MQTTAddress, when set, runs the embedded MQTT broker there (e.g. ":1883") and makes the controllers
 	// edge-aware: they merge the agents' reports and send them restart commands.
 	MQTTAddress string
-	// MQTTTLS, when set, makes the broker's listener TLS.
+	// MQTTBrokerURL, when set, replaces the embedded broker with an external one the controller connects to
+	// (tcp:// or ssl://), as MQTTUsername with MQTTPassword.
+	MQTTBrokerURL, MQTTUsername, MQTTPassword string
+	// MQTTTLS, when set, makes the embedded broker's listener TLS, or is the external session's TLS.
 	MQTTTLS *tls.Config
 	// MQTTCredentialsDir holds one password file per node (a mounted Secret).
 	MQTTCredentialsDir string
@@ -120,16 +123,16 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	return mgr, nil
 }
 
-// addEdge adds the liveness tracker and the embedded broker to the manager; nil without an MQTT address.
+// addEdge adds the liveness tracker and the broker session (embedded broker, or an external broker's client) to
+// the manager; nil when neither is configured.
 func addEdge(mgr ctrl.Manager, opts Options) (*liveness.Edge, error) {
-	if opts.MQTTAddress == "" {
+	if opts.MQTTAddress == "" && opts.MQTTBrokerURL == "" {
 		return nil, nil
 	}
 	if opts.Cluster == "" {
 		opts.Cluster = "default"
 	}
-	log := mgr.GetLogger().WithName("liveness")
-	tracker, err := liveness.NewTracker(opts.Cluster, metrics.Registry, log)
+	tracker, err := liveness.NewTracker(opts.Cluster, metrics.Registry, mgr.GetLogger().WithName("liveness"))
 	if err != nil {
 		return nil, err
 	}
@@ -141,38 +144,59 @@ func addEdge(mgr ctrl.Manager, opts Options) (*liveness.Edge, error) {
 		}
 		return pod.Spec.NodeName, pod.Spec.NodeName != ""
 	}
-	b := &brokerRunnable{cfg: broker.Config{Address: opts.MQTTAddress, Cluster: opts.Cluster,
-		CredentialsDir: opts.MQTTCredentialsDir, TLS: opts.MQTTTLS, Tracker: tracker}}
-	if err := mgr.Add(b); err != nil {
+	s := &sessionRunnable{open: func() (session, error) {
+		if opts.MQTTBrokerURL != "" {
+			return broker.Connect(broker.ExternalConfig{URL: opts.MQTTBrokerURL, Username: opts.MQTTUsername,
+				Password: opts.MQTTPassword, TLS: opts.MQTTTLS, Cluster: opts.Cluster, Tracker: tracker})
+		}
+		return broker.Start(broker.Config{Address: opts.MQTTAddress, Cluster: opts.Cluster,
+			CredentialsDir: opts.MQTTCredentialsDir, TLS: opts.MQTTTLS, Tracker: tracker})
+	}}
+	if err := mgr.Add(s); err != nil {
 		return nil, err
 	}
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { tracker.Run(ctx); return nil })); err != nil {
 		return nil, err
 	}
-	return &liveness.Edge{Tracker: tracker, Commands: b, Nodes: mgr.GetClient()}, nil
+	return &liveness.Edge{Tracker: tracker, Commands: s, Nodes: mgr.GetClient()}, nil
 }
 
-// brokerRunnable runs the embedded broker for as long as the manager runs (on the elected leader only).
-type brokerRunnable struct {
-	cfg     broker.Config
-	running atomic.Pointer[broker.Broker]
+// session is where the controller hears the agents and sends them commands.
+type session interface {
+	PublishCommand(node string, payload []byte) error
+	Close() error
 }
 
-func (b *brokerRunnable) Start(ctx context.Context) error {
-	br, err := broker.Start(b.cfg)
+// sessionRunnable holds the broker session for as long as the manager runs, on the elected leader only: one
+// controller hears the agents and commands them.
+type sessionRunnable struct {
+	open func() (session, error)
+
+	mu      sync.Mutex
+	running session
+}
+
+func (r *sessionRunnable) Start(ctx context.Context) error {
+	s, err := r.open()
 	if err != nil {
 		return err
 	}
-	b.running.Store(br)
+	r.mu.Lock()
+	r.running = s
+	r.mu.Unlock()
 	<-ctx.Done()
-	b.running.Store(nil)
-	return br.Close()
+	r.mu.Lock()
+	r.running = nil
+	r.mu.Unlock()
+	return s.Close()
 }
 
-func (b *brokerRunnable) PublishCommand(node string, payload []byte) error {
-	br := b.running.Load()
-	if br == nil {
-		return fmt.Errorf("the MQTT broker is not running")
+func (r *sessionRunnable) PublishCommand(node string, payload []byte) error {
+	r.mu.Lock()
+	s := r.running
+	r.mu.Unlock()
+	if s == nil {
+		return fmt.Errorf("no MQTT session: this replica is not the leader, or its broker is not up yet")
 	}
-	return br.PublishCommand(node, payload)
+	return s.PublishCommand(node, payload)
 }

@@ -4,9 +4,11 @@ package main
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -28,24 +30,51 @@ func main() {
 		"one file per edge node, named after it, holding its MQTT password (a mounted Secret)")
 	tlsCert := flag.String("mqtt-tls-cert", "", "certificate of the MQTT listener (PEM); with --mqtt-tls-key, the listener is TLS")
 	tlsKey := flag.String("mqtt-tls-key", "", "private key of the MQTT listener (PEM)")
+	flag.StringVar(&opts.MQTTBrokerURL, "mqtt-broker-url", "", "use this external broker (tcp:// or ssl://) instead of the embedded one; it must enforce the nodes' ACL")
+	flag.StringVar(&opts.MQTTUsername, "mqtt-username", "lifeline-controller", "user on the external broker")
+	passwordFile := flag.String("mqtt-password-file", "", "file holding the password on the external broker")
+	caFile := flag.String("mqtt-ca-file", "", "PEM certificates that sign the external broker's (default: the system's)")
 	flag.StringVar(&opts.Cluster, "cluster", "default", "this cluster's name in the MQTT topic tree")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-	if *tlsCert != "" || *tlsKey != "" {
-		cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "lifeline-controller: loading the MQTT certificate:", err)
-			os.Exit(1)
-		}
-		opts.MQTTTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if err := mqttCredentials(&opts, *tlsCert, *tlsKey, *caFile, *passwordFile); err != nil {
+		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
+		os.Exit(1)
 	}
 
 	if err := run(opts); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
 		os.Exit(1)
 	}
+}
+
+// mqttCredentials loads the embedded listener's certificate, or the external broker's CA and password.
+func mqttCredentials(opts *manager.Options, certFile, keyFile, caFile, passwordFile string) error {
+	if certFile != "" || keyFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return fmt.Errorf("loading the MQTT certificate: %w", err)
+		}
+		opts.MQTTTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		pool := x509.NewCertPool()
+		if err != nil || !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("reading the broker's CA certificates from %s: %v", caFile, err)
+		}
+		opts.MQTTTLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	if passwordFile != "" {
+		data, err := os.ReadFile(passwordFile)
+		if err != nil {
+			return fmt.Errorf("reading the MQTT password: %w", err)
+		}
+		opts.MQTTPassword = strings.TrimSpace(string(data))
+	}
+	return nil
 }
 
 func run(opts manager.Options) error {

@@ -2,9 +2,13 @@
 package mqtttest
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -65,4 +69,50 @@ func Subscribe(t testing.TB, broker, cluster, clientID string) <-chan Message {
 	}
 	t.Cleanup(func() { c.Disconnect(0) })
 	return ch
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// StartMosquitto runs a mosquitto broker (the Debian package) that allows everyone, with the given extra
+// configuration, and returns its address; it skips the test where mosquitto is not installed, outside CI.
+func StartMosquitto(t testing.TB, name, extra string) string {
+	t.Helper()
+	bin, err := exec.LookPath("mosquitto")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("mosquitto is not installed; .ci/run installs it")
+		}
+		t.Skip("mosquitto is not installed (apt-get install mosquitto)")
+	}
+	port := freePort(t)
+	dir := t.TempDir()
+	conf := filepath.Join(dir, name+".conf")
+	text := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n%s", port, extra)
+	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-c", conf)
+	logFile, _ := os.Create(filepath.Join(dir, name+".log"))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr
+		}
+	}
+	t.Fatalf("mosquitto %s did not start", name)
+	return ""
 }
