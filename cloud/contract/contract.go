@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/lifeline-edge/lifeline/cloud/contract/marks"
 )
 
 // Environment variables of the contract.
@@ -55,14 +57,10 @@ func Labels(kind, name string, uid types.UID, workerType string) map[string]stri
 	return l
 }
 
-// Lifeline's own marks on worker pods.
+// Lifeline's own marks on worker pods (see package marks).
 const (
-	// RoleLabel on a worker pod names its role (edge, cloud, aggregator, trainer); the controller's pod cache
-	// and the edge agent select worker pods by it.
-	RoleLabel = "lifeline.sedna.io/role"
-	// OfflinePolicyAnnotation on a worker pod tells the edge agent what to do for it while the node is cut off
-	// from the API server.
-	OfflinePolicyAnnotation = "lifeline.sedna.io/offline-policy"
+	RoleLabel               = marks.RoleLabel
+	OfflinePolicyAnnotation = marks.OfflinePolicyAnnotation
 )
 
 // LabelPrefix is "<kind>.sedna.io/" with the kind lower-cased.

@@ -24,7 +24,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/lifeline-edge/lifeline/edge/agent"
 	"github.com/lifeline-edge/lifeline/edge/cri"
@@ -116,19 +115,12 @@ func main() {
 	}
 	defer runtime.Close()
 
-	master := *apiServer
+	pods := desired.NewPodClient(*apiServer, nil, "")
 	if *kubeconfig != "" {
-		master = "" // the kubeconfig names its server
-	}
-	restCfg, err := clientcmd.BuildConfigFromFlags(master, *kubeconfig)
-	if err != nil {
-		log.Error(err, "loading the API server's configuration")
-		os.Exit(1)
-	}
-	pods, err := desired.NewPodClient(restCfg)
-	if err != nil {
-		log.Error(err, "building the API client")
-		os.Exit(1)
+		if pods, err = desired.PodClientFromKubeconfig(*kubeconfig); err != nil {
+			log.Error(err, "loading the API server's configuration")
+			os.Exit(1)
+		}
 	}
 	workers, err := desired.New(pods, *node, *stateDir, log.WithName("desired"))
 	if err != nil {

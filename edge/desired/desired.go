@@ -15,59 +15,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
 
-	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/contract/marks"
 )
 
 // PodSource lists and watches pods; *PodClient is the real one.
 type PodSource interface {
-	List(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error)
-	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
-}
-
-// PodClient reads pods of all namespaces with a REST client that knows only core/v1: the agent stays small,
-// without the typed clients of every API group.
-type PodClient struct{ rest *rest.RESTClient }
-
-// NewPodClient builds a PodClient for cfg.
-func NewPodClient(cfg *rest.Config) (*PodClient, error) {
-	scheme := runtime.NewScheme()
-	if err := corev1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
-	c := rest.CopyConfig(cfg)
-	c.APIPath, c.GroupVersion = "/api", &corev1.SchemeGroupVersion
-	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
-	if c.UserAgent == "" {
-		c.UserAgent = "lifeline-agent"
-	}
-	rc, err := rest.RESTClientFor(c)
-	if err != nil {
-		return nil, fmt.Errorf("building the pod client: %w", err)
-	}
-	return &PodClient{rest: rc}, nil
-}
-
-// List lists pods.
-func (c *PodClient) List(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {
-	out := &corev1.PodList{}
-	err := c.rest.Get().Resource("pods").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(out)
-	return out, err
-}
-
-// Watch watches pods.
-func (c *PodClient) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	opts.Watch = true
-	return c.rest.Get().Resource("pods").VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
+	List(ctx context.Context, sel Selector) (*PodList, error)
+	Watch(ctx context.Context, sel Selector, resourceVersion string) (<-chan Event, error)
 }
 
 // Worker is one worker pod bound to this node.
@@ -141,10 +96,9 @@ func (w *Watcher) Reachable() bool {
 
 // Run lists and watches until ctx ends, retrying every retry while the API server is out of reach.
 func (w *Watcher) Run(ctx context.Context, retry time.Duration) {
-	pods := w.pods
-	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", w.node).String(), LabelSelector: contract.RoleLabel}
+	sel := Selector{Fields: "spec.nodeName=" + w.node, Labels: marks.RoleLabel}
 	for ctx.Err() == nil {
-		list, err := pods.List(ctx, opts)
+		list, err := w.pods.List(ctx, sel)
 		if err != nil {
 			w.setReachable(false)
 			w.log.V(2).Info("API server unreachable", "error", err.Error())
@@ -152,29 +106,23 @@ func (w *Watcher) Run(ctx context.Context, retry time.Duration) {
 			continue
 		}
 		w.replace(list.Items)
-		watchOpts := opts
-		watchOpts.ResourceVersion = list.ResourceVersion
-		watcher, err := pods.Watch(ctx, watchOpts)
+		events, err := w.pods.Watch(ctx, sel, list.Metadata.ResourceVersion)
 		if err != nil {
 			w.setReachable(false)
 			sleep(ctx, retry)
 			continue
 		}
 		w.setReachable(true)
-		for ev := range watcher.ResultChan() {
-			pod, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
+		for ev := range events {
 			switch ev.Type {
-			case watch.Added, watch.Modified:
-				w.put(pod)
-			case watch.Deleted:
-				w.remove(string(pod.UID))
+			case "ADDED", "MODIFIED":
+				w.put(&ev.Pod)
+			case "DELETED":
+				w.remove(ev.Pod.Metadata.UID)
 			}
 		}
-		watcher.Stop()
-		w.setReachable(false)
+		// The watch ended: by the server's timeout (the list that follows succeeds), or because the link broke
+		// (the list fails, and says so).
 	}
 }
 
@@ -184,25 +132,26 @@ func (w *Watcher) setReachable(v bool) {
 	w.reachable = v
 }
 
-func toWorker(p *corev1.Pod) Worker {
-	return Worker{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Role: p.Labels[contract.RoleLabel],
-		OfflinePolicy: p.Annotations[contract.OfflinePolicyAnnotation]}
+func toWorker(p *Pod) Worker {
+	m := p.Metadata
+	return Worker{Namespace: m.Namespace, Name: m.Name, UID: m.UID, Role: m.Labels[marks.RoleLabel],
+		OfflinePolicy: m.Annotations[marks.OfflinePolicyAnnotation]}
 }
 
-func (w *Watcher) replace(pods []corev1.Pod) {
+func (w *Watcher) replace(pods []Pod) {
 	w.mu.Lock()
 	w.workers = map[string]Worker{}
 	for i := range pods {
-		w.workers[string(pods[i].UID)] = toWorker(&pods[i])
+		w.workers[pods[i].Metadata.UID] = toWorker(&pods[i])
 	}
 	w.mu.Unlock()
 	w.save()
 }
 
-func (w *Watcher) put(p *corev1.Pod) {
+func (w *Watcher) put(p *Pod) {
 	w.mu.Lock()
-	old, had := w.workers[string(p.UID)]
-	w.workers[string(p.UID)] = toWorker(p)
+	old, had := w.workers[p.Metadata.UID]
+	w.workers[p.Metadata.UID] = toWorker(p)
 	changed := !had || old != toWorker(p)
 	w.mu.Unlock()
 	if changed {

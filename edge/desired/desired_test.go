@@ -3,6 +3,8 @@ package desired
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/test/cluster"
@@ -78,9 +79,17 @@ func TestWorkersSurviveARestartWhileCutOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer link.Close()
-	cfg := rest.CopyConfig(controlPlane.Config)
-	cfg.Host = "https://" + link.Addr()
-	client, err := NewPodClient(cfg)
+	// The admin kubeconfig, with its server replaced by the link's end.
+	data, err := os.ReadFile(controlPlane.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	through := strings.ReplaceAll(string(data), controlPlane.APIServerURL, "https://"+link.Addr())
+	if err := os.WriteFile(kubeconfig, []byte(through), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	client, err := PodClientFromKubeconfig(kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
@@ -98,8 +97,8 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, "name_mismatch", http.StatusBadRequest, fmt.Sprintf("report for %q posted to the path of %q", rep.Name, name))
 		return
 	}
-	if errs := validation.IsDNS1123Label(rep.Namespace); len(errs) > 0 {
-		s.reject(w, "malformed", http.StatusBadRequest, "namespace: "+errs[0])
+	if err := lifelinev1.CheckDNSLabel(rep.Namespace); err != nil {
+		s.reject(w, "malformed", http.StatusBadRequest, "namespace: "+err.Error())
 		return
 	}
 	msg := &lifelinev1.WorkerReport{Namespace: rep.Namespace, Worker: rep.Name, Body: body,

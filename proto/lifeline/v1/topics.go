@@ -3,8 +3,6 @@ package lifelinev1
 import (
 	"fmt"
 	"strings"
-
-	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Root is the first two levels of every topic: the protocol and its version.
@@ -82,11 +80,11 @@ func ParseTopic(s string) (Topic, error) {
 		return Topic{}, fmt.Errorf("topic %q is not under %s/<cluster>/nodes/", s, Root)
 	}
 	t := Topic{Cluster: parts[2], Node: parts[4]}
-	if errs := validation.IsDNS1123Label(t.Cluster); len(errs) > 0 {
-		return Topic{}, fmt.Errorf("topic %q: cluster: %s", s, errs[0])
+	if err := CheckDNSLabel(t.Cluster); err != nil {
+		return Topic{}, fmt.Errorf("topic %q: cluster: %w", s, err)
 	}
-	if errs := validation.IsDNS1123Subdomain(t.Node); len(errs) > 0 {
-		return Topic{}, fmt.Errorf("topic %q: node: %s", s, errs[0])
+	if err := CheckDNSSubdomain(t.Node); err != nil {
+		return Topic{}, fmt.Errorf("topic %q: node: %w", s, err)
 	}
 	for k, leaf := range kindLeaf {
 		if parts[5] == leaf {
@@ -101,11 +99,11 @@ func ParseTopic(s string) (Topic, error) {
 			return Topic{}, fmt.Errorf("topic %q: a worker state topic ends in /<namespace>/<pod>", s)
 		}
 		t.Namespace, t.Pod = parts[6], parts[7]
-		if errs := validation.IsDNS1123Label(t.Namespace); len(errs) > 0 {
-			return Topic{}, fmt.Errorf("topic %q: namespace: %s", s, errs[0])
+		if err := CheckDNSLabel(t.Namespace); err != nil {
+			return Topic{}, fmt.Errorf("topic %q: namespace: %w", s, err)
 		}
-		if errs := validation.IsDNS1123Subdomain(t.Pod); len(errs) > 0 {
-			return Topic{}, fmt.Errorf("topic %q: pod: %s", s, errs[0])
+		if err := CheckDNSSubdomain(t.Pod); err != nil {
+			return Topic{}, fmt.Errorf("topic %q: pod: %w", s, err)
 		}
 	case len(parts) != 6:
 		return Topic{}, fmt.Errorf("topic %q: %s topics have no further levels", s, t.Kind)

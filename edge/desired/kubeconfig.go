@@ -1,0 +1,136 @@
+package desired
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// kubeconfig is the part of a kubeconfig file the agent understands: the current context's server, its CA, and
+// a client certificate or a token.
+type kubeconfig struct {
+	CurrentContext string `json:"current-context"`
+	Contexts       []struct {
+		Name    string `json:"name"`
+		Context struct {
+			Cluster  string `json:"cluster"`
+			AuthInfo string `json:"user"`
+		} `json:"context"`
+	} `json:"contexts"`
+	Clusters []struct {
+		Name    string `json:"name"`
+		Cluster struct {
+			Server                   string `json:"server"`
+			CertificateAuthority     string `json:"certificate-authority"`
+			CertificateAuthorityData string `json:"certificate-authority-data"`
+			InsecureSkipTLSVerify    bool   `json:"insecure-skip-tls-verify"`
+		} `json:"cluster"`
+	} `json:"clusters"`
+	Users []struct {
+		Name string `json:"name"`
+		User struct {
+			ClientCertificate     string `json:"client-certificate"`
+			ClientCertificateData string `json:"client-certificate-data"`
+			ClientKey             string `json:"client-key"`
+			ClientKeyData         string `json:"client-key-data"`
+			Token                 string `json:"token"`
+			TokenFile             string `json:"tokenFile"`
+		} `json:"user"`
+	} `json:"users"`
+}
+
+// PodClientFromKubeconfig builds a pod client from a kubeconfig file's current context (file paths in it are
+// relative to the file). Exec plugins and auth providers are not supported: use a certificate or a token.
+func PodClientFromKubeconfig(path string) (*PodClient, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading kubeconfig: %w", err)
+	}
+	var kc kubeconfig
+	if err := yaml.Unmarshal(data, &kc); err != nil {
+		return nil, fmt.Errorf("decoding kubeconfig %s: %w", path, err)
+	}
+	dir := filepath.Dir(path)
+	var clusterName, userName string
+	for _, c := range kc.Contexts {
+		if c.Name == kc.CurrentContext {
+			clusterName, userName = c.Context.Cluster, c.Context.AuthInfo
+		}
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	server := ""
+	for _, c := range kc.Clusters {
+		if c.Name != clusterName {
+			continue
+		}
+		server = c.Cluster.Server
+		tlsConfig.InsecureSkipVerify = c.Cluster.InsecureSkipTLSVerify
+		ca, err := inlineOrFile(c.Cluster.CertificateAuthorityData, c.Cluster.CertificateAuthority, dir)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: certificate authority: %w", path, err)
+		}
+		if ca != nil {
+			tlsConfig.RootCAs = x509.NewCertPool()
+			if !tlsConfig.RootCAs.AppendCertsFromPEM(ca) {
+				return nil, fmt.Errorf("kubeconfig %s: no certificate in the certificate authority", path)
+			}
+		}
+	}
+	if server == "" {
+		return nil, fmt.Errorf("kubeconfig %s: no server for the current context %q", path, kc.CurrentContext)
+	}
+	token := ""
+	for _, u := range kc.Users {
+		if u.Name != userName {
+			continue
+		}
+		cert, err := inlineOrFile(u.User.ClientCertificateData, u.User.ClientCertificate, dir)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: client certificate: %w", path, err)
+		}
+		key, err := inlineOrFile(u.User.ClientKeyData, u.User.ClientKey, dir)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: client key: %w", path, err)
+		}
+		if cert != nil && key != nil {
+			pair, err := tls.X509KeyPair(cert, key)
+			if err != nil {
+				return nil, fmt.Errorf("kubeconfig %s: client certificate: %w", path, err)
+			}
+			tlsConfig.Certificates = []tls.Certificate{pair}
+		}
+		token = u.User.Token
+		if u.User.TokenFile != "" {
+			data, err := os.ReadFile(resolve(u.User.TokenFile, dir))
+			if err != nil {
+				return nil, fmt.Errorf("kubeconfig %s: token file: %w", path, err)
+			}
+			token = strings.TrimSpace(string(data))
+		}
+	}
+	return NewPodClient(server, tlsConfig, token), nil
+}
+
+// inlineOrFile returns base64 data when set, else the file's content, else nil.
+func inlineOrFile(data, file, dir string) ([]byte, error) {
+	switch {
+	case data != "":
+		return base64.StdEncoding.DecodeString(data)
+	case file != "":
+		return os.ReadFile(resolve(file, dir))
+	}
+	return nil, nil
+}
+
+func resolve(path, dir string) string {
+	if filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(dir, path)
+}

@@ -1,0 +1,147 @@
+package desired
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Pod is what the agent reads of a pod: its identity, marks and node. Decoding only this, with the standard
+// library, keeps the agent free of Kubernetes' client libraries (and small).
+type Pod struct {
+	Metadata struct {
+		Namespace       string            `json:"namespace"`
+		Name            string            `json:"name"`
+		UID             string            `json:"uid"`
+		ResourceVersion string            `json:"resourceVersion"`
+		Labels          map[string]string `json:"labels"`
+		Annotations     map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Spec struct {
+		NodeName string `json:"nodeName"`
+	} `json:"spec"`
+}
+
+// PodList is a list response.
+type PodList struct {
+	Metadata struct {
+		ResourceVersion string `json:"resourceVersion"`
+	} `json:"metadata"`
+	Items []Pod `json:"items"`
+}
+
+// Event is one watch event: ADDED, MODIFIED or DELETED with its pod.
+type Event struct {
+	Type string
+	Pod  Pod
+}
+
+// Selector narrows a list or watch, as the API's fieldSelector and labelSelector parameters.
+type Selector struct {
+	Fields, Labels string
+}
+
+// PodClient lists and watches pods of all namespaces over the API's REST interface (API server or KubeEdge's
+// MetaServer).
+type PodClient struct {
+	base  string
+	http  *http.Client // for lists: bounded in time
+	watch *http.Client // for watches: no overall timeout
+	token string
+}
+
+// NewPodClient returns a client of the API at server (https://host:port or http://host:port); tlsConfig and
+// token may be nil and empty.
+func NewPodClient(server string, tlsConfig *tls.Config, token string) *PodClient {
+	transport := &http.Transport{TLSClientConfig: tlsConfig, IdleConnTimeout: 90 * time.Second,
+		ResponseHeaderTimeout: 10 * time.Second}
+	return &PodClient{base: strings.TrimSuffix(server, "/"), token: token,
+		http: &http.Client{Transport: transport, Timeout: 10 * time.Second}, watch: &http.Client{Transport: transport}}
+}
+
+// List lists the pods sel selects.
+func (c *PodClient) List(ctx context.Context, sel Selector) (*PodList, error) {
+	resp, err := c.get(ctx, c.http, sel, url.Values{})
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	list := &PodList{}
+	if err := json.NewDecoder(resp.Body).Decode(list); err != nil {
+		return nil, fmt.Errorf("decoding the pod list: %w", err)
+	}
+	return list, nil
+}
+
+// Watch watches the pods sel selects from resourceVersion; the channel closes when the watch ends (the server
+// closed it, the link broke, an ERROR event came, or ctx ended): the caller lists again.
+func (c *PodClient) Watch(ctx context.Context, sel Selector, resourceVersion string) (<-chan Event, error) {
+	resp, err := c.get(ctx, c.watch, sel, url.Values{"watch": {"true"}, "resourceVersion": {resourceVersion},
+		"allowWatchBookmarks": {"false"}, "timeoutSeconds": {"300"}})
+	if err != nil {
+		return nil, err
+	}
+	events := make(chan Event)
+	go func() {
+		defer close(events)
+		defer resp.Body.Close()
+		dec := json.NewDecoder(bufio.NewReader(resp.Body))
+		for {
+			var raw struct {
+				Type   string          `json:"type"`
+				Object json.RawMessage `json:"object"`
+			}
+			if err := dec.Decode(&raw); err != nil {
+				return
+			}
+			if raw.Type != "ADDED" && raw.Type != "MODIFIED" && raw.Type != "DELETED" {
+				return // ERROR (e.g. 410 Gone: the version is too old) or unknown: list again
+			}
+			ev := Event{Type: raw.Type}
+			if err := json.Unmarshal(raw.Object, &ev.Pod); err != nil {
+				return
+			}
+			select {
+			case events <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return events, nil
+}
+
+func (c *PodClient) get(ctx context.Context, client *http.Client, sel Selector, q url.Values) (*http.Response, error) {
+	if sel.Fields != "" {
+		q.Set("fieldSelector", sel.Fields)
+	}
+	if sel.Labels != "" {
+		q.Set("labelSelector", sel.Labels)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/api/v1/pods?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "lifeline-agent")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s: %s", req.URL.Path, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return resp, nil
+}
