@@ -50,6 +50,8 @@ func main() {
 		apiServer = flag.String("api-server", "http://"+constants.DefaultMetaServerAddr,
 			"where the node's pods are listed and watched: KubeEdge's MetaServer on the node by default")
 		kubeconfig = flag.String("kubeconfig", "", "kubeconfig of the API server; overrides --api-server")
+		cloudProbe = flag.String("cloud-probe", "", "URL in the cloud (cloudcore's edgeHub endpoint, or the API server's /healthz) whose answer says "+
+			"the node is connected; needed with the MetaServer, which answers from the node's store even while the node is cut off")
 		metaServer = flag.String("metaserver", "http://"+constants.DefaultMetaServerAddr,
 			"KubeEdge's MetaServer on the node, which restarts pods without the API server; empty: restart through the runtime only")
 		healGrace = flag.Duration("heal-api-grace", agent.DefaultHealTiming.APIGrace,
@@ -145,7 +147,13 @@ func main() {
 	commands.Publisher = pub
 	timing := agent.DefaultHealTiming
 	timing.APIGrace, timing.DeadFor, timing.ControllerWait = *healGrace, *healDeadFor, *healWait
-	healer := &agent.Healer{Cluster: *cluster, Node: *node, Workers: workers, APIReachable: workers.Reachable,
+	apiReachable := workers.Reachable
+	if *cloudProbe != "" {
+		probe := &agent.CloudProbe{URL: *cloudProbe}
+		go probe.Run(ctx, *heartbeat)
+		apiReachable = func() bool { return workers.Reachable() && probe.Reachable() }
+	}
+	healer := &agent.Healer{Cluster: *cluster, Node: *node, Workers: workers, APIReachable: apiReachable,
 		ControllerReachable: pub.Connected, Actuator: actuator, Publisher: pub, Timing: timing, Log: log.WithName("healer")}
 	reg := prometheus.NewRegistry()
 	reports := reportapi.New(*cluster, *node, pub, pub.BirthSeq, *queue, reg, log.WithName("reports"))
@@ -162,7 +170,7 @@ func main() {
 	go observer.Run(ctx)
 	go followContainerEvents(ctx, runtime, events, log.WithName("events"))
 	go healer.Run(ctx, *poll)
-	go agent.Heartbeats(ctx, *cluster, *node, *heartbeat, pub, workers.Reachable)
+	go agent.Heartbeats(ctx, *cluster, *node, *heartbeat, pub, apiReachable)
 	if *metrics != "" {
 		go func() {
 			srv := &http.Server{Addr: *metrics, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}

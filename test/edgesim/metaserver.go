@@ -7,10 +7,13 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // restartResponse is the body KubeEdge's MetaServer answers a pods/restart call with.
@@ -21,7 +24,8 @@ type restartResponse struct {
 
 // ServeMetaServer serves the part of KubeEdge's MetaServer the edge agent uses, from the node's own state, so it
 // answers while the node is cut off from the API server:
-//   - GET /api/v1/pods: the pods the node runs (a PodList);
+//   - GET /api/v1/pods: the pods the node runs (a PodList), narrowed by a labelSelector of `key` and `key=value`
+//     terms; with watch=true, a stream of watch events: every pod as ADDED, then what changes;
 //   - POST /api/v1/namespaces/<ns>/pods/restart with a JSON list of pod names (what `keadm ctl restart pod`
 //     sends): their containers are restarted at once, without waiting for a crash back-off.
 func (n *Node) ServeMetaServer(ctx context.Context, l net.Listener) error {
@@ -36,24 +40,106 @@ func (n *Node) ServeMetaServer(ctx context.Context, l net.Listener) error {
 	return nil
 }
 
-func (n *Node) serveListPods(w http.ResponseWriter, _ *http.Request) {
+func (n *Node) serveListPods(w http.ResponseWriter, r *http.Request) {
+	selects, err := labelMatcher(r.URL.Query().Get("labelSelector"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if r.URL.Query().Get("watch") == "true" {
+		n.streamPods(w, r, selects)
+		return
+	}
 	list := &corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}}
-	n.mu.Lock()
-	for _, rt := range n.pods {
-		rt.mu.Lock()
-		pod := rt.pod.DeepCopy()
-		if rt.reported != nil {
-			pod.Status = *rt.reported.DeepCopy()
-		}
-		rt.mu.Unlock()
+	for _, pod := range n.podSnapshot(selects) {
 		list.Items = append(list.Items, *pod)
 	}
-	n.mu.Unlock()
 	sort.Slice(list.Items, func(i, j int) bool {
 		return list.Items[i].Namespace+"/"+list.Items[i].Name < list.Items[j].Namespace+"/"+list.Items[j].Name
 	})
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(list)
+}
+
+// podSnapshot copies the pods the node runs that selects accepts, by UID.
+func (n *Node) podSnapshot(selects func(map[string]string) bool) map[types.UID]*corev1.Pod {
+	out := map[types.UID]*corev1.Pod{}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for uid, rt := range n.pods {
+		rt.mu.Lock()
+		if selects(rt.pod.Labels) {
+			pod := rt.pod.DeepCopy()
+			if rt.reported != nil {
+				pod.Status = *rt.reported.DeepCopy()
+			}
+			out[uid] = pod
+		}
+		rt.mu.Unlock()
+	}
+	return out
+}
+
+// streamPods serves a watch: ADDED for every pod now, then ADDED, MODIFIED and DELETED as the node's pods change,
+// checked every sync interval, until the client leaves.
+func (n *Node) streamPods(w http.ResponseWriter, r *http.Request, selects func(map[string]string) bool) {
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	seen := map[types.UID]*corev1.Pod{}
+	for {
+		now := n.podSnapshot(selects)
+		for uid, pod := range now {
+			old, had := seen[uid]
+			switch {
+			case !had:
+				_ = enc.Encode(map[string]any{"type": "ADDED", "object": pod})
+			case old.ResourceVersion != pod.ResourceVersion || !equality.Semantic.DeepEqual(old.Annotations, pod.Annotations):
+				_ = enc.Encode(map[string]any{"type": "MODIFIED", "object": pod})
+			}
+		}
+		for uid, pod := range seen {
+			if _, still := now[uid]; !still {
+				_ = enc.Encode(map[string]any{"type": "DELETED", "object": pod})
+			}
+		}
+		seen = now
+		if flusher != nil {
+			flusher.Flush()
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(n.cfg.SyncInterval):
+		}
+	}
+}
+
+// labelMatcher parses a label selector of comma-separated `key` and `key=value` terms, the subset the agent uses.
+func labelMatcher(selector string) (func(map[string]string) bool, error) {
+	type term struct {
+		key, value string
+		exists     bool
+	}
+	var terms []term
+	for _, t := range strings.Split(selector, ",") {
+		switch key, value, hasValue := strings.Cut(strings.TrimSpace(t), "="); {
+		case key == "" && !hasValue:
+		case strings.ContainsAny(key, "!<>() ") || strings.Contains(value, "="):
+			return nil, fmt.Errorf("label selector %q: only key and key=value terms are served here", selector)
+		default:
+			terms = append(terms, term{key: key, value: value, exists: !hasValue})
+		}
+	}
+	return func(labels map[string]string) bool {
+		for _, t := range terms {
+			v, ok := labels[t.key]
+			if !ok || (!t.exists && v != t.value) {
+				return false
+			}
+		}
+		return true
+	}, nil
 }
 
 func (n *Node) serveRestartPods(w http.ResponseWriter, r *http.Request) {

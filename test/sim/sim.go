@@ -231,12 +231,13 @@ func (s *Sim) StartNode(name string, cloud bool) error {
 	return nil
 }
 
-// startAgent launches the node's lifeline-agent: it reads the API server and the broker through the node's
-// proxies, and the node's runtime and MetaServer directly, as on a real node.
+// startAgent launches the node's lifeline-agent configured as on a KubeEdge node: its workers from the node's
+// MetaServer, the node's link to the cloud probed through the node's API proxy, the broker through the other.
 func (s *Sim) startAgent(name string, e *edgeNode) error {
 	args := []string{"--node-name=" + name, "--cluster=" + Cluster, "--broker=tcp://" + e.brokerProxy.Addr(),
 		"--password-file=" + filepath.Join(s.credentialsDir, name), "--state-dir=" + filepath.Join(s.NodeDir(name), "agent"),
-		"--cri-socket=" + s.CRISocket(name), "--kubeconfig=" + e.kubeconfig, "--metaserver=http://" + e.metaServer,
+		"--cri-socket=" + s.CRISocket(name), "--api-server=http://" + e.metaServer, "--metaserver=http://" + e.metaServer,
+		"--cloud-probe=https://" + e.apiProxy.Addr() + "/healthz",
 		"--report-address=" + e.report, "--metrics-address=", "--heal-api-grace=2s", "-v=2"}
 	p, err := s.ControlPlane.Launch("agent-"+name, filepath.Join(s.ControlPlane.BinDir, AgentBinary), args, nil)
 	if err != nil {

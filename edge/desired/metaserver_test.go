@@ -1,0 +1,54 @@
+package desired
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/lifeline-edge/lifeline/cloud/contract/marks"
+	"github.com/lifeline-edge/lifeline/test/edgesim"
+)
+
+// The agent's default source, KubeEdge's MetaServer on the node (here the hollow node's): it lists and watches
+// the node's worker pods from the node's own store.
+func TestWorkersFromTheMetaServer(t *testing.T) {
+	pod := func(name string, worker bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{}},
+			Spec: corev1.PodSpec{NodeName: "edge-1", Containers: []corev1.Container{{Name: "main", Image: "sleeper"}}}}
+		if worker {
+			p.Labels[marks.RoleLabel] = "edge"
+		}
+		return p
+	}
+	client := fake.NewClientset(pod("worker", true), pod("other", false))
+	node := edgesim.New(edgesim.Config{NodeName: "edge-1", Client: client, StateDir: t.TempDir(),
+		Images: map[string][]string{"sleeper": {"sleep", "60"}}, SyncInterval: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = node.Run(ctx) }()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = node.ServeMetaServer(ctx, l) }()
+
+	w, err := New(NewPodClient("http://"+l.Addr().String(), nil, ""), "edge-1", t.TempDir(), logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go w.Run(ctx, 100*time.Millisecond)
+	waitFor(t, "the worker, and only it, from the MetaServer", func() bool {
+		return w.Reachable() && names(w.Workers()) == "default/worker() "
+	})
+	if err := client.CoreV1().Pods("default").Delete(ctx, "worker", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the deleted worker gone, through the watch", func() bool { return len(w.Workers()) == 0 })
+}
