@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"crypto/tls"
 	"net"
 	"os"
 	"path/filepath"
@@ -25,7 +26,9 @@ type rig struct {
 	broker  *Broker
 }
 
-func startRig(t *testing.T) *rig {
+// startRig runs the embedded broker (TLS when serverTLS is set) for nodes edge1 and edge2, with passwords pw1
+// and pw2.
+func startRig(t *testing.T, serverTLS *tls.Config) *rig {
 	t.Helper()
 	dir := t.TempDir()
 	for node, pw := range map[string]string{"edge1": "pw1", "edge2": "pw2"} {
@@ -44,7 +47,7 @@ func startRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Start(Config{Address: addr, Cluster: "c", CredentialsDir: dir, Tracker: tracker})
+	b, err := Start(Config{Address: addr, Cluster: "c", CredentialsDir: dir, Tracker: tracker, TLS: serverTLS})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +106,7 @@ func eventually(t *testing.T, what string, ok func() bool) {
 // [P-AUTH-1] [P-AUTH-2] [P-BAD-1] A node is admitted by its own password, publishes only its own topics and
 // reads only its own commands; what is refused is counted and never reaches the table.
 func TestBrokerAdmitsNodesAndEnforcesTheACL_P_AUTH_1(t *testing.T) {
-	r := startRig(t)
+	r := startRig(t, nil)
 	if _, err := r.connect("edge1", "wrong", ""); err == nil {
 		t.Error("a wrong password was admitted")
 	}

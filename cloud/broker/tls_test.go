@@ -10,15 +10,10 @@ import (
 	"crypto/x509/pkix"
 	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
 )
@@ -50,29 +45,9 @@ func selfSignedServer(t *testing.T) (tls.Certificate, *x509.CertPool) {
 // The agent's publisher and the controller's broker over TLS: a node that trusts the broker's CA and knows its
 // password is heard; one that does not trust the certificate never connects.
 func TestAgentReachesTheBrokerOverTLS(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "edge1"), []byte("pw1"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	cert, pool := selfSignedServer(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	reg := prometheus.NewRegistry()
-	tracker, err := liveness.NewTracker("c", reg, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := Start(Config{Address: addr, Cluster: "c", CredentialsDir: dir, Tracker: tracker,
-		TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	r := &rig{reg: reg}
+	r := startRig(t, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	addr := r.addr
 
 	agent := func(trust *x509.CertPool) (*publisher.Publisher, context.CancelFunc) {
 		state := t.TempDir()

@@ -22,17 +22,6 @@ type Report struct {
 	At        time.Time
 }
 
-// reportBody is the Sedna worker report (../shared contract): who reports, for which workload, and what.
-type reportBody struct {
-	Name      string           `json:"name"`
-	Namespace string           `json:"namespace"`
-	OwnerName string           `json:"ownerName"`
-	OwnerKind string           `json:"ownerKind"`
-	Status    string           `json:"status"`
-	OwnerInfo map[string]any   `json:"ownerInfo"`
-	Results   []map[string]any `json:"results"`
-}
-
 // ownerKinds maps the report's ownerKind to the workload's Kind.
 var ownerKinds = map[string]string{"jointinferenceservice": "JointInferenceService", "federatedlearningjob": "FederatedLearningJob"}
 
@@ -50,7 +39,7 @@ func (t *Tracker) applyReport(node string, m *lifelinev1.WorkerReport, now time.
 	case m.Seq <= n.reportSeq:
 		return "", DropReplayed
 	}
-	var body reportBody
+	var body lifelinev1.Report
 	kind, known := "", false
 	if err := json.Unmarshal(m.Body, &body); err == nil {
 		kind, known = ownerKinds[strings.ToLower(body.OwnerKind)]

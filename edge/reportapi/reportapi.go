@@ -29,18 +29,6 @@ type Sink interface {
 	Enqueue(journal.Entry) error
 }
 
-// Report is the body Sedna workers POST.
-type Report struct {
-	Name      string          `json:"name"`
-	Namespace string          `json:"namespace"`
-	OwnerName string          `json:"ownerName"`
-	OwnerKind string          `json:"ownerKind"`
-	Kind      string          `json:"kind"`
-	Status    string          `json:"status"`
-	OwnerInfo json.RawMessage `json:"ownerInfo,omitempty"`
-	Results   json.RawMessage `json:"results,omitempty"`
-}
-
 // Server is the report endpoint of one node.
 type Server struct {
 	// Counter, when set, numbers reports with a sequence that survives agent restarts (the journal's), so the
@@ -88,7 +76,7 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, "too_large", http.StatusRequestEntityTooLarge, fmt.Sprintf("report body over %d bytes", MaxBodyBytes))
 		return
 	}
-	var rep Report
+	var rep lifelinev1.Report
 	if err := json.Unmarshal(body, &rep); err != nil {
 		s.reject(w, "malformed", http.StatusBadRequest, "report body is not the worker report JSON: "+err.Error())
 		return

@@ -51,6 +51,17 @@ func readyService(t testing.TB) (*v1alpha1.JointInferenceService, *corev1.Pod) {
 	return ji, pod
 }
 
+// cutOff cuts the edge node's link to the API server, and to the broker too when fromBroker; the links are
+// mended when the test ends, whatever happens.
+func cutOff(t testing.TB, node string, fromBroker bool) {
+	s.CutAPI(node)
+	t.Cleanup(func() { s.RestoreAPI(node) })
+	if fromBroker {
+		s.CutBroker(node)
+		t.Cleanup(func() { s.RestoreBroker(node) })
+	}
+}
+
 // edgeWorkerStatus is the service's status record of its edge worker.
 func edgeWorkerStatus(ctx context.Context, ji *v1alpha1.JointInferenceService) (v1alpha1.WorkerStatus, error) {
 	got := &v1alpha1.JointInferenceService{}
@@ -106,8 +117,7 @@ func hasEvent(ctx context.Context, ji *v1alpha1.JointInferenceService, reason st
 func TestCutOffFromTheAPIServerTheAgentReportsAndRestarts(t *testing.T) {
 	skipShort(t)
 	ji, pod := readyService(t)
-	s.CutAPI(edgeNode)
-	defer s.RestoreAPI(edgeNode)
+	cutOff(t, edgeNode, false)
 	waitEdgeWorker(t, ji, "the status taken from the agent", func(w v1alpha1.WorkerStatus) bool {
 		return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
 	})
@@ -141,10 +151,7 @@ func TestCutOffFromTheAPIServerTheAgentReportsAndRestarts(t *testing.T) {
 func TestCutOffFromEverythingTheAgentHealsByPolicy(t *testing.T) {
 	skipShort(t)
 	ji, pod := readyService(t)
-	s.CutAPI(edgeNode)
-	s.CutBroker(edgeNode)
-	defer s.RestoreAPI(edgeNode)
-	defer s.RestoreBroker(edgeNode)
+	cutOff(t, edgeNode, true)
 	time.Sleep(3 * time.Second) // past the agent's API grace (2 s in the simulation)
 	if err := s.KillWorker(edgeNode, "default", pod.Name, "little-model"); err != nil {
 		t.Fatal(err)
@@ -172,10 +179,7 @@ func TestCutOffFromEverythingTheAgentHealsByPolicy(t *testing.T) {
 func TestNodeRebootedWhileCutOffBringsItsWorkersBack(t *testing.T) {
 	skipShort(t)
 	ji, pod := readyService(t)
-	s.CutAPI(edgeNode)
-	s.CutBroker(edgeNode)
-	defer s.RestoreAPI(edgeNode)
-	defer s.RestoreBroker(edgeNode)
+	cutOff(t, edgeNode, true)
 	if err := s.RestartNode(edgeNode); err != nil {
 		t.Fatal(err)
 	}
@@ -198,8 +202,7 @@ func TestNodeRebootedWhileCutOffBringsItsWorkersBack(t *testing.T) {
 func TestLongPartitionHealsWithoutDuplicates(t *testing.T) {
 	skipShort(t)
 	ji, pod := readyService(t)
-	s.CutAPI(edgeNode)
-	defer s.RestoreAPI(edgeNode)
+	cutOff(t, edgeNode, false)
 	eventually(t, 2*within, "the node NotReady in the API", func(ctx context.Context) (bool, error) {
 		node := &corev1.Node{}
 		if err := s.Client.Get(ctx, client.ObjectKey{Name: edgeNode}, node); err != nil {
@@ -245,10 +248,7 @@ func TestLongPartitionHealsWithoutDuplicates(t *testing.T) {
 func TestServiceDeletedWhileCutOffStopsItsWorkersOnReconnect(t *testing.T) {
 	skipShort(t)
 	ji, pod := readyService(t)
-	s.CutAPI(edgeNode)
-	s.CutBroker(edgeNode)
-	defer s.RestoreAPI(edgeNode)
-	defer s.RestoreBroker(edgeNode)
+	cutOff(t, edgeNode, true)
 	if err := s.Client.Delete(context.Background(), ji); err != nil {
 		t.Fatal(err)
 	}
@@ -268,8 +268,7 @@ func TestServiceDeletedWhileCutOffStopsItsWorkersOnReconnect(t *testing.T) {
 func TestForgedReplayedAndGarbageMessagesChangeNothing(t *testing.T) {
 	skipShort(t)
 	ji, pod := readyService(t)
-	s.CutAPI(edgeNode)
-	defer s.RestoreAPI(edgeNode)
+	cutOff(t, edgeNode, false)
 	waitEdgeWorker(t, ji, "the agent the truth", func(w v1alpha1.WorkerStatus) bool {
 		return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
 	})
@@ -359,8 +358,7 @@ func TestFederatedLearningCompletesWithATrainerCutOff(t *testing.T) {
 		}
 		return v1alpha1.WorkerStatus{}, got, nil
 	}
-	s.CutAPI("edge1")
-	defer s.RestoreAPI("edge1")
+	cutOff(t, "edge1", false)
 	eventually(t, within, "trainer 0's status from the agent", func(ctx context.Context) (bool, error) {
 		w, _, err := trainerStatus(ctx)
 		return w.Source == v1alpha1.StatusSourceAgent, err

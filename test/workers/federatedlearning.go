@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 // roundState is the aggregator's view: the current round and who has sent an update for it.
@@ -131,8 +133,8 @@ func runTrainer(env contractEnv) error {
 	}
 }
 
-func trainReport(env contractEnv, name string, round int, status string) workerReport {
-	return workerReport{
+func trainReport(env contractEnv, name string, round int, status string) lifelinev1.Report {
+	return lifelinev1.Report{
 		Name: name, Namespace: env.get("NAMESPACE"), OwnerName: env.get("JOB_NAME"),
 		OwnerKind: "federatedlearningjob", Kind: "train", Status: status,
 		Results: []map[string]any{{"round": round, "loss": 1.0 / float64(round+1)}},

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 // runBigModel serves /sedna/predict on BIG_MODEL_BIND_PORT and counts what it answered on /stats.
@@ -65,7 +67,7 @@ func runLittleModel(env contractEnv) error {
 		}
 		if time.Since(lastReport) >= 3*time.Second {
 			lastReport = time.Now()
-			err := report(env.get("LC_SERVER"), workerReport{
+			err := report(env.get("LC_SERVER"), lifelinev1.Report{
 				Name: name, Namespace: env.get("NAMESPACE"), OwnerName: env.get("SERVICE_NAME"),
 				OwnerKind: "jointinferenceservice", Kind: "inference", Status: "running",
 				OwnerInfo: map[string]any{"inferenceNumber": inferred, "hardExampleNumber": hard, "uploadCloudRatio": ratio(uploaded, inferred)},

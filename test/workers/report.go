@@ -6,25 +6,15 @@ import (
 	"fmt"
 	"net/http"
 	"time"
-)
 
-// workerReport is the body a Sedna worker POSTs to LC_SERVER.
-type workerReport struct {
-	Name      string           `json:"name"`
-	Namespace string           `json:"namespace"`
-	OwnerName string           `json:"ownerName"`
-	OwnerKind string           `json:"ownerKind"`
-	Kind      string           `json:"kind"`
-	Status    string           `json:"status"`
-	OwnerInfo map[string]any   `json:"ownerInfo,omitempty"`
-	Results   []map[string]any `json:"results,omitempty"`
-}
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+)
 
 var httpClient = &http.Client{Timeout: 2 * time.Second}
 
 // report sends a report to the node's LC endpoint; like Sedna's worker library it does not stop the worker when
 // nobody listens.
-func report(lcServer string, r workerReport) error {
+func report(lcServer string, r lifelinev1.Report) error {
 	if lcServer == "" {
 		return nil
 	}
