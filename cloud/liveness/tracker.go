@@ -29,13 +29,14 @@ const (
 	DropDecode   = "decode"   // the payload does not decode as the topic's message
 	DropForged   = "forged"   // the payload names another node or worker than its topic [P-AUTH-3]
 	DropReplayed = "replayed" // an old seq or an old birth [P-WS-2] [P-DEATH-2]
-	DropKind     = "kind"     // a kind nodes never publish (commands)
 	DropUnknown  = "no-birth" // a node's message before any birth of it was seen
 	DropDenied   = "acl"      // refused by the embedded broker's ACL
 	DropAuth     = "auth"     // a connection refused for its credentials or will
-	dropReasons  = "topic decode forged replayed kind no-birth acl auth"
-	seenInterval = time.Second // the agents' default heartbeat interval
+	dropReasons  = "topic decode forged replayed no-birth acl auth"
 )
+
+// heartbeatInterval is the agents' default; a node is silent after three of them without a heartbeat.
+const heartbeatInterval = time.Second
 
 // nodeRecord is what the table knows of one node.
 type nodeRecord struct {
@@ -82,7 +83,7 @@ type Tracker struct {
 
 // NewTracker returns a tracker whose metrics are registered with reg.
 func NewTracker(cluster string, reg prometheus.Registerer, log logr.Logger) (*Tracker, error) {
-	t := &Tracker{Cluster: cluster, SilentAfter: 3 * seenInterval, Log: log,
+	t := &Tracker{Cluster: cluster, SilentAfter: 3 * heartbeatInterval, Log: log,
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lifeline_liveness_messages_total",
 			Help: "Agent messages accepted, by kind."}, []string{"kind"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lifeline_liveness_dropped_total",
@@ -115,7 +116,7 @@ type subscriber struct {
 	wake chan struct{}
 
 	mu      sync.Mutex
-	pending map[string]bool // namespace/pod
+	pending map[string]bool // keys: namespace/pod, or a workload's ownerKey
 }
 
 func (s *subscriber) add(keys []string) {
@@ -176,10 +177,7 @@ func (t *Tracker) Ingest(topic string, payload []byte, now time.Time) {
 		msg = &lifelinev1.CommandResult{}
 	case lifelinev1.KindReport:
 		msg = &lifelinev1.WorkerReport{}
-	default:
-		if tp.Kind != lifelinev1.KindCommand { // our own commands come back on the inline subscription
-			t.Drop(DropKind, topic)
-		}
+	default: // commands: the controller's own, back through its subscription to every node topic
 		return
 	}
 	if err := proto.Unmarshal(payload, msg); err != nil {

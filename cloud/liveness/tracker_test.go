@@ -56,7 +56,7 @@ func TestTrackerDropsWhatIsOldForgedOrGarbage(t *testing.T) {
 		}
 	}
 	var total float64
-	for _, r := range []string{DropTopic, DropDecode, DropForged, DropReplayed, DropKind, DropUnknown} {
+	for _, r := range []string{DropTopic, DropDecode, DropForged, DropReplayed, DropUnknown} {
 		total += testutil.ToFloat64(tr.dropped.WithLabelValues(r))
 	}
 	if total != 10 {
