@@ -131,7 +131,7 @@ func (r *Reconciler) restartThroughAgents(job *v1alpha1.FederatedLearningJob, wo
 	}
 	sent, err := r.Edge.RestartDead(podsOf(workers), views, now)
 	for id, pod := range sent {
-		r.event(job, nil, corev1.EventTypeNormal, ReasonRestartCommandSent, "Asked the agent of the cut-off node to restart worker %s (command %s)", pod, id)
+		r.event(job, nil, corev1.EventTypeNormal, ReasonRestartCommandSent, "Asked the agent of the cut-off node to heal worker %s (command %s)", pod, id)
 	}
 	return err
 }

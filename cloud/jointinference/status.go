@@ -70,7 +70,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, ji *v1alpha1.JointInferenc
 	}
 	sent, err := r.Edge.RestartDead(pods, views, now)
 	for id, pod := range sent {
-		r.event(ji, nil, corev1.EventTypeNormal, ReasonRestartCommandSent, "Restart", "Asked the agent of the cut-off node to restart worker %s (command %s)", pod, id)
+		r.event(ji, nil, corev1.EventTypeNormal, ReasonRestartCommandSent, "Restart", "Asked the agent of the cut-off node to heal worker %s (command %s)", pod, id)
 	}
 	return err
 }

@@ -109,16 +109,23 @@ type sentCommand struct {
 // commandLifetime is how long an agent may act on a restart command after it was sent.
 const commandLifetime = 30 * time.Second
 
-// RestartDead sends a fenced restart to the agent of a worker that its agent reports dead while its node is cut
-// off from the API server — unless the worker's offline policy is None. One command per (pod uid, state seq):
-// the id is derived from them, so a repeated decision is a duplicate the agent refuses [P-CMD-3]. It returns
-// the id of a command it sent now, or "".
+// RestartDead sends a fenced command to the agent of a worker that its agent reports dead while its node is cut
+// off from the API server — restart when its containers failed, rebuild when the node lost its pod — unless the
+// worker's offline policy is None. One command per (pod uid, state seq): the id is derived from them, so a
+// repeated decision is a duplicate the agent refuses [P-CMD-3]. It returns the id of a command it sent now, or "".
 func (t *Tracker) RestartDead(out Commands, pod *corev1.Pod, v View, now time.Time) (string, error) {
-	if out == nil || v.Truth != TruthAgent || v.State.Phase != lifelinev1.Phase_PHASE_FAILED ||
-		pod.Annotations[contract.OfflinePolicyAnnotation] == string(v1alpha1.OfflineActionNone) {
+	if out == nil || v.Truth != TruthAgent || pod.Annotations[contract.OfflinePolicyAnnotation] == string(v1alpha1.OfflineActionNone) {
 		return "", nil
 	}
-	id := fmt.Sprintf("restart/%s/%d", pod.UID, v.State.Seq)
+	action := lifelinev1.Action_ACTION_RESTART
+	switch v.State.Phase {
+	case lifelinev1.Phase_PHASE_FAILED:
+	case lifelinev1.Phase_PHASE_GONE: // the node lost the pod: the agent runs it again from its manifest
+		action = lifelinev1.Action_ACTION_REBUILD
+	default:
+		return "", nil
+	}
+	id := fmt.Sprintf("%s/%s/%d", strings.ToLower(strings.TrimPrefix(action.String(), "ACTION_")), pod.UID, v.State.Seq)
 	t.mu.Lock()
 	if _, done := t.sent[id]; done {
 		t.mu.Unlock()
@@ -132,7 +139,7 @@ func (t *Tracker) RestartDead(out Commands, pod *corev1.Pod, v View, now time.Ti
 	t.sent[id] = sentCommand{node: pod.Spec.NodeName, worker: pod.Namespace + "/" + pod.Name, at: now}
 	t.mu.Unlock()
 	payload, err := proto.Marshal(&lifelinev1.Command{Id: id, Namespace: pod.Namespace, Pod: pod.Name, PodUid: string(pod.UID),
-		Epoch: v.State.Seq, Action: lifelinev1.Action_ACTION_RESTART, ExpiresUnixNano: now.Add(commandLifetime).UnixNano()})
+		Epoch: v.State.Seq, Action: action, ExpiresUnixNano: now.Add(commandLifetime).UnixNano()})
 	if err != nil {
 		return "", err
 	}

@@ -54,6 +54,8 @@ func main() {
 			"the node is connected; needed with the MetaServer, which answers from the node's store even while the node is cut off")
 		metaServer = flag.String("metaserver", "http://"+constants.DefaultMetaServerAddr,
 			"KubeEdge's MetaServer on the node, which restarts pods without the API server; empty: restart through the runtime only")
+		staticDir = flag.String("static-pod-dir", "/etc/kubeedge/manifests",
+			"edged's static-pod directory, where a worker whose pod the node lost is rebuilt while cut off; empty: never rebuild")
 		healGrace = flag.Duration("heal-api-grace", agent.DefaultHealTiming.APIGrace,
 			"the API server must be out of reach this long before the agent restarts dead workers itself")
 		healDeadFor = flag.Duration("heal-dead-for", agent.DefaultHealTiming.DeadFor, "a worker must stay dead this long before a local restart")
@@ -136,6 +138,11 @@ func main() {
 	}
 	actuator = append(actuator, &agent.CRIActuator{Runtime: runtime})
 	commands := &agent.Commands{Cluster: *cluster, Node: *node, Actuator: actuator, Claims: j}
+	var rebuilder agent.Rebuilder
+	if *staticDir != "" {
+		rebuilder = &agent.StaticPods{Dir: *staticDir, Workers: workers}
+		commands.Rebuilder = rebuilder
+	}
 	pub := publisher.New(publisher.Config{Broker: *broker, Username: *username, Password: password, TLS: tlsConfig,
 		Cluster: *cluster, Node: *node, AgentVersion: version, BootID: bootID(), StateDir: *stateDir,
 		Log: log.WithName("publisher"),
@@ -154,7 +161,7 @@ func main() {
 		apiReachable = func() bool { return workers.Reachable() && probe.Reachable() }
 	}
 	healer := &agent.Healer{Cluster: *cluster, Node: *node, Workers: workers, APIReachable: apiReachable,
-		ControllerReachable: pub.Connected, Actuator: actuator, Publisher: pub, Timing: timing, Log: log.WithName("healer")}
+		ControllerReachable: pub.Connected, Actuator: actuator, Rebuilder: rebuilder, Publisher: pub, Timing: timing, Log: log.WithName("healer")}
 	reg := prometheus.NewRegistry()
 	reports := reportapi.New(*cluster, *node, pub, pub.BirthSeq, *queue, reg, log.WithName("reports"))
 	reports.Counter = j

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -108,4 +110,48 @@ func (f FirstWorking) Restart(ctx context.Context, namespace, pod, uid string) e
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// StaticPods rebuilds a worker whose pod the node lost, as a static pod: its last known manifest is written into
+// edged's manifest directory, and edged runs it without the API server. Release removes them all once the API
+// server is back and the node runs the workers' own pods again, so a worker never runs twice for long.
+type StaticPods struct {
+	Dir     string
+	Workers DesiredWorkers
+}
+
+// staticPrefix marks the manifests the agent wrote, and only those.
+const staticPrefix = "lifeline-"
+
+// Rebuild writes the worker's manifest (atomically: edged must never read half a file).
+func (s *StaticPods) Rebuild(_ context.Context, namespace, pod, uid string) error {
+	for _, w := range s.Workers.Workers() {
+		if w.UID != uid {
+			continue
+		}
+		if w.Manifest == "" {
+			return fmt.Errorf("no manifest known for %s/%s", namespace, pod)
+		}
+		path := filepath.Join(s.Dir, staticPrefix+namespace+"-"+pod+".json")
+		tmp := filepath.Join(s.Dir, "."+staticPrefix+namespace+"-"+pod+".tmp")
+		if err := os.WriteFile(tmp, []byte(w.Manifest), 0o600); err != nil {
+			return fmt.Errorf("writing the static pod of %s/%s: %w", namespace, pod, err)
+		}
+		return os.Rename(tmp, path)
+	}
+	return fmt.Errorf("pod %s/%s (%s) is not one of this node's workers", namespace, pod, uid)
+}
+
+// Release removes every manifest the agent wrote and says how many there were.
+func (s *StaticPods) Release() (int, error) {
+	files, err := filepath.Glob(filepath.Join(s.Dir, staticPrefix+"*.json"))
+	if err != nil {
+		return 0, err
+	}
+	for _, f := range files {
+		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+			return 0, err
+		}
+	}
+	return len(files), nil
 }

@@ -34,7 +34,9 @@ type Claims interface {
 type Commands struct {
 	Cluster, Node string
 	Actuator      Actuator
-	Publisher     Publisher
+	// Rebuilder, when set, executes ACTION_REBUILD; without it a rebuild is answered OUTCOME_FAILED.
+	Rebuilder Rebuilder
+	Publisher Publisher
 	// Claims, when nil, are kept in memory for the life of the process.
 	Claims Claims
 	Now    func() time.Time
@@ -74,7 +76,13 @@ func (c *Commands) Handle(ctx context.Context, payload []byte) error {
 		case !fresh:
 			outcome, message = lifelinev1.Outcome_OUTCOME_DUPLICATE, "command already executed"
 		default:
-			if err := c.Actuator.Restart(ctx, cmd.Namespace, cmd.Pod, cmd.PodUid); err != nil {
+			var err error
+			if cmd.Action == lifelinev1.Action_ACTION_REBUILD {
+				err, message = c.Rebuilder.Rebuild(ctx, cmd.Namespace, cmd.Pod, cmd.PodUid), "rebuilt as a static pod"
+			} else {
+				err = c.Actuator.Restart(ctx, cmd.Namespace, cmd.Pod, cmd.PodUid)
+			}
+			if err != nil {
 				outcome, message = lifelinev1.Outcome_OUTCOME_FAILED, err.Error()
 			}
 		}
@@ -115,7 +123,7 @@ func (c *Commands) decide(cmd *lifelinev1.Command, now time.Time) (lifelinev1.Ou
 	switch {
 	case cmd.ExpiresUnixNano != 0 && now.UnixNano() > cmd.ExpiresUnixNano:
 		return lifelinev1.Outcome_OUTCOME_REFUSED_EXPIRED, "command expired"
-	case cmd.Action != lifelinev1.Action_ACTION_RESTART:
+	case cmd.Action != lifelinev1.Action_ACTION_RESTART && (cmd.Action != lifelinev1.Action_ACTION_REBUILD || c.Rebuilder == nil):
 		return lifelinev1.Outcome_OUTCOME_FAILED, fmt.Sprintf("action %s is not supported by this agent", cmd.Action)
 	case !known || w.uid != cmd.PodUid:
 		return lifelinev1.Outcome_OUTCOME_REFUSED_STALE, fmt.Sprintf("pod %s/%s with uid %s is not on this node", cmd.Namespace, cmd.Pod, cmd.PodUid)

@@ -75,15 +75,32 @@ type Healer struct {
 	// ControllerReachable tells whether the broker session is up (the controller can send commands).
 	ControllerReachable func() bool
 	Actuator            Actuator
+	// Rebuilder, when set, brings back a worker whose pod the node lost (PHASE_GONE) while the API server is out
+	// of reach, and hands it back once the API server is there again.
+	Rebuilder Rebuilder
 	// Publisher, when set, receives a result per local restart, so the cloud learns what happened offline.
 	Publisher Publisher
 	Timing    HealTiming
 	Log       logr.Logger
 
 	mu       sync.Mutex
-	deadFrom map[string]time.Time // uid -> when its worker was first seen dead; absent while alive
+	deadFrom map[string]death     // uid -> since when its worker is dead; absent while alive
 	healedAt map[string]time.Time // uid -> last local restart
 	apiDown  time.Time            // zero while the API server is reachable
+	tidied   bool                 // static pods left by an earlier life of the agent were handed back
+}
+
+// death is a worker seen dead: its containers failed, or its pod is gone from the node.
+type death struct {
+	since time.Time
+	gone  bool
+}
+
+// Rebuilder runs a worker again from its last known pod when the node lost the pod, and gives the workers
+// back to the node's API-driven pods when the API server returns.
+type Rebuilder interface {
+	Rebuild(ctx context.Context, namespace, pod, uid string) error
+	Release() (int, error)
 }
 
 // Observed takes each published worker state (the observer's OnPublished).
@@ -91,14 +108,15 @@ func (h *Healer) Observed(ws *lifelinev1.WorkerState) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.deadFrom == nil {
-		h.deadFrom = map[string]time.Time{}
+		h.deadFrom = map[string]death{}
 	}
-	if ws.Phase != lifelinev1.Phase_PHASE_FAILED {
+	gone := ws.Phase == lifelinev1.Phase_PHASE_GONE
+	if ws.Phase != lifelinev1.Phase_PHASE_FAILED && !gone {
 		delete(h.deadFrom, ws.Uid)
 		return
 	}
-	if _, already := h.deadFrom[ws.Uid]; !already {
-		h.deadFrom[ws.Uid] = time.Unix(0, ws.ObservedUnixNano)
+	if d, already := h.deadFrom[ws.Uid]; !already || d.gone != gone {
+		h.deadFrom[ws.Uid] = death{since: time.Unix(0, ws.ObservedUnixNano), gone: gone}
 	}
 }
 
@@ -116,23 +134,46 @@ func (h *Healer) Run(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// HealOnce restarts every worker the rule selects now.
+// HealOnce restarts (or rebuilds) every worker the rule selects now, and hands rebuilt workers back once the
+// API server is reachable again.
 func (h *Healer) HealOnce(ctx context.Context, now time.Time) {
-	for _, w := range h.due(now) {
-		err := h.Actuator.Restart(ctx, w.Namespace, w.Name, w.UID)
-		outcome, message := lifelinev1.Outcome_OUTCOME_DONE, "restarted by the offline policy"
+	due, release := h.due(now)
+	if release {
+		if n, err := h.Rebuilder.Release(); err != nil {
+			h.Log.Error(err, "removing the static pods of rebuilt workers")
+		} else if n > 0 {
+			h.Log.Info("the API server is back: rebuilt workers handed back to their pods", "count", n)
+		}
+	}
+	for _, d := range due {
+		w, action := d.worker, "restarted"
+		var err error
+		if d.gone {
+			action = "rebuilt as a static pod"
+			err = h.Rebuilder.Rebuild(ctx, w.Namespace, w.Name, w.UID)
+		} else {
+			err = h.Actuator.Restart(ctx, w.Namespace, w.Name, w.UID)
+		}
+		outcome, message := lifelinev1.Outcome_OUTCOME_DONE, action+" by the offline policy"
 		if err != nil {
 			outcome, message = lifelinev1.Outcome_OUTCOME_FAILED, err.Error()
-			h.Log.Error(err, "restarting a worker by its offline policy", "worker", w.Namespace+"/"+w.Name)
+			h.Log.Error(err, "healing a worker by its offline policy", "worker", w.Namespace+"/"+w.Name, "action", action)
 		} else {
-			h.Log.Info("restarted a worker by its offline policy", "worker", w.Namespace+"/"+w.Name, "uid", w.UID)
+			h.Log.Info("healed a worker by its offline policy", "worker", w.Namespace+"/"+w.Name, "uid", w.UID, "action", action)
 		}
 		h.publish(w, now, outcome, message)
 	}
 }
 
-// due picks the workers to restart and marks them healed.
-func (h *Healer) due(now time.Time) []desired.Worker {
+// dueWorker is a worker to heal now.
+type dueWorker struct {
+	worker desired.Worker
+	gone   bool
+}
+
+// due picks the workers to heal and marks them healed; release says the API server came back and rebuilt
+// workers are to be handed back.
+func (h *Healer) due(now time.Time) (due []dueWorker, release bool) {
 	reachable := h.APIReachable()
 	controller := h.ControllerReachable != nil && h.ControllerReachable()
 	h.mu.Lock()
@@ -142,29 +183,29 @@ func (h *Healer) due(now time.Time) []desired.Worker {
 	}
 	switch {
 	case reachable:
-		h.apiDown = time.Time{}
-		return nil // the API server's side acts: nothing to look at
+		// Back from a cut (or just started): static pods stand in for no one any more, whoever wrote them.
+		release = h.Rebuilder != nil && (!h.apiDown.IsZero() || !h.tidied)
+		h.apiDown, h.tidied = time.Time{}, true
+		return nil, release // the API server's side acts
 	case h.apiDown.IsZero():
 		h.apiDown = now
 	}
-	var out []desired.Worker
 	for _, w := range h.Workers.Workers() {
 		c := healCase{policy: w.OfflinePolicy, controllerReachable: controller}
-		if from, dead := h.deadFrom[w.UID]; dead {
-			c.dead, c.deadFor = true, now.Sub(from)
+		d, dead := h.deadFrom[w.UID]
+		if dead && (!d.gone || h.Rebuilder != nil) {
+			c.dead, c.deadFor = true, now.Sub(d.since)
 		}
-		if !h.apiDown.IsZero() {
-			c.apiDownFor = max(now.Sub(h.apiDown), time.Nanosecond)
-		}
+		c.apiDownFor = max(now.Sub(h.apiDown), time.Nanosecond)
 		if at, ok := h.healedAt[w.UID]; ok {
 			c.sinceLastHeal = max(now.Sub(at), time.Nanosecond)
 		}
 		if shouldHeal(h.Timing, c) {
 			h.healedAt[w.UID] = now
-			out = append(out, w)
+			due = append(due, dueWorker{worker: w, gone: d.gone})
 		}
 	}
-	return out
+	return due, false
 }
 
 // publish reports a local restart as a command result with a "local/" id [P-HEAL-2].

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -153,4 +154,38 @@ func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) {
 		}
 	}
 	t.Fatalf("%s: not within %v", what, within)
+}
+
+type recordingRebuilder struct {
+	rebuilt  []string
+	released int
+}
+
+func (r *recordingRebuilder) Rebuild(_ context.Context, ns, pod, _ string) error {
+	r.rebuilt = append(r.rebuilt, ns+"/"+pod)
+	return nil
+}
+
+func (r *recordingRebuilder) Release() (int, error) { r.released++; return 1, nil }
+
+// A worker whose pod the node lost is rebuilt, not restarted, while the node is cut off from everything; the
+// rebuilt workers are handed back once the API server is reachable again.
+func TestHealerRebuildsALostWorkerAndHandsItBack(t *testing.T) {
+	reachable := false
+	act, rebuild := &recordingActuator{}, &recordingRebuilder{}
+	h := &Healer{Workers: fixedWorkers{{Namespace: "default", Name: "w", UID: "u"}}, Actuator: act, Rebuilder: rebuild,
+		APIReachable: func() bool { return reachable }, Timing: DefaultHealTiming, Log: logr.Discard()}
+	start := time.Unix(1000, 0)
+	h.HealOnce(context.Background(), start) // the API server went out of reach
+	h.Observed(&lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u", Phase: lifelinev1.Phase_PHASE_GONE, ObservedUnixNano: start.UnixNano()})
+	h.HealOnce(context.Background(), start.Add(6*time.Second))
+	if len(rebuild.rebuilt) != 1 || len(act.restarted) != 0 {
+		t.Fatalf("rebuilt %v, restarted %v; want one rebuild", rebuild.rebuilt, act.restarted)
+	}
+	reachable = true
+	h.HealOnce(context.Background(), start.Add(7*time.Second))
+	h.HealOnce(context.Background(), start.Add(8*time.Second))
+	if rebuild.released != 1 {
+		t.Errorf("released %d times once the API server was back, want once", rebuild.released)
+	}
 }

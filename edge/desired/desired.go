@@ -32,6 +32,9 @@ type Worker struct {
 	UID           string `json:"uid"`
 	Role          string `json:"role"`
 	OfflinePolicy string `json:"offlinePolicy,omitempty"`
+	// Manifest is the worker's pod as a static-pod manifest (metadata and spec, no node, no status), so the
+	// agent can rebuild a worker whose pod the node lost while cut off.
+	Manifest string `json:"manifest,omitempty"`
 }
 
 // Watcher follows the node's worker pods.
@@ -135,7 +138,30 @@ func (w *Watcher) setReachable(v bool) {
 func toWorker(p *Pod) Worker {
 	m := p.Metadata
 	return Worker{Namespace: m.Namespace, Name: m.Name, UID: m.UID, Role: m.Labels[marks.RoleLabel],
-		OfflinePolicy: m.Annotations[marks.OfflinePolicyAnnotation]}
+		OfflinePolicy: m.Annotations[marks.OfflinePolicyAnnotation], Manifest: staticManifest(p.Raw)}
+}
+
+// staticManifest keeps of a pod what a static pod of it needs: its name, namespace, labels, annotations and
+// spec, without the node it was bound to; "" when the pod cannot be read that way.
+func staticManifest(raw json.RawMessage) string {
+	var pod struct {
+		Metadata struct {
+			Name        string            `json:"name"`
+			Namespace   string            `json:"namespace"`
+			Labels      map[string]string `json:"labels,omitempty"`
+			Annotations map[string]string `json:"annotations,omitempty"`
+		} `json:"metadata"`
+		Spec map[string]json.RawMessage `json:"spec"`
+	}
+	if len(raw) == 0 || json.Unmarshal(raw, &pod) != nil || pod.Spec == nil {
+		return ""
+	}
+	delete(pod.Spec, "nodeName")
+	out, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": pod.Metadata, "spec": pod.Spec})
+	if err != nil {
+		return ""
+	}
+	return string(out)
 }
 
 func (w *Watcher) replace(pods []Pod) {

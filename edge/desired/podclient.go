@@ -27,6 +27,18 @@ type Pod struct {
 	Spec struct {
 		NodeName string `json:"nodeName"`
 	} `json:"spec"`
+	// Raw is the pod as it was received, for a static-pod manifest of it.
+	Raw json.RawMessage `json:"-"`
+}
+
+// UnmarshalJSON decodes the fields above and keeps the whole object in Raw.
+func (p *Pod) UnmarshalJSON(data []byte) error {
+	type fields Pod // without this method
+	if err := json.Unmarshal(data, (*fields)(p)); err != nil {
+		return err
+	}
+	p.Raw = append(json.RawMessage(nil), data...)
+	return nil
 }
 
 // PodList is a list response.

@@ -394,3 +394,33 @@ func TestFederatedLearningCompletesWithATrainerCutOff(t *testing.T) {
 		return true, nil
 	})
 }
+
+// 8. A node cut off from the API server loses a worker's pod (as an eviction would): the controller asks the
+// agent to rebuild it, the agent runs it as a static pod from its last known manifest, and once the link is
+// back the static pod gives way to the worker's own pod: one worker process in the end, under its own name.
+func TestLostPodIsRebuiltAsAStaticPodAndHandedBack(t *testing.T) {
+	skipShort(t)
+	ji, pod := readyService(t)
+	cutOff(t, edgeNode, false)
+	waitEdgeWorker(t, ji, "the agent the truth", func(w v1alpha1.WorkerStatus) bool { return w.Source == v1alpha1.StatusSourceAgent })
+	if err := s.LosePod(edgeNode, "default", pod.Name); err != nil {
+		t.Fatal(err)
+	}
+	static := pod.Name + "-" + edgeNode // edged names a static pod after its node
+	eventually(t, within, "the worker running again as a static pod", func(context.Context) (bool, error) {
+		return s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
+	})
+	eventually(t, within, "the rebuild told in Events", func(ctx context.Context) (bool, error) {
+		return hasEvent(ctx, ji, jointinference.ReasonRestartCommandSent) && hasEvent(ctx, ji, liveness.ReasonRestartedByAgent), nil
+	})
+	s.RestoreAPI(edgeNode)
+	eventually(t, within, "the worker back in its own pod, the static pod gone", func(context.Context) (bool, error) {
+		return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") && !s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
+	})
+	waitEdgeWorker(t, ji, "the API server the truth again", func(w v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAPIServer && w.Liveness == v1alpha1.LivenessAlive
+	})
+	if n := edgePods(t); n != 1 {
+		t.Errorf("%d edge worker pods in the API, want exactly 1", n)
+	}
+}

@@ -32,6 +32,12 @@ func (n *Node) ServeMetaServer(ctx context.Context, l net.Listener) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v1/pods", n.serveListPods)
 	mux.HandleFunc("POST /api/v1/namespaces/{namespace}/pods/restart", n.serveRestartPods)
+	// Not MetaServer's: the simulation's fault injection, a pod the node loses (as an eviction would).
+	mux.HandleFunc("POST /debug/lose/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if !n.LosePod(r.PathValue("namespace"), r.PathValue("name")) {
+			http.Error(w, "no such pod on this node", http.StatusNotFound)
+		}
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	if err := srv.Serve(l); err != nil && err != http.ErrServerClosed {
@@ -159,6 +165,26 @@ func (n *Node) serveRestartPods(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(resp)
+}
+
+// LosePod makes the node forget a pod it runs, processes and state, without the API server knowing: what an
+// eviction or a lost local store would do. It tells whether the pod was there.
+func (n *Node) LosePod(namespace, name string) bool {
+	n.mu.Lock()
+	var uid types.UID
+	for id, rt := range n.pods {
+		rt.mu.Lock()
+		if rt.pod.Namespace == namespace && rt.pod.Name == name {
+			uid = id
+		}
+		rt.mu.Unlock()
+	}
+	n.mu.Unlock()
+	if uid == "" {
+		return false
+	}
+	n.forget(uid)
+	return true
 }
 
 // RestartPod stops the containers of a pod and starts them again at once, as edged does for a pods/restart call.

@@ -49,6 +49,8 @@ type Config struct {
 	CrashBackoff, MaxCrashBackoff time.Duration
 	// SyncInterval is how often containers are checked (default 200 ms).
 	SyncInterval time.Duration
+	// StaticPodDir, when set, is edged's manifest directory: the pods in it run without the API server.
+	StaticPodDir string
 	// LCServer, when set, replaces the workers' LC_SERVER: every simulated node shares this machine's
 	// localhost, so each node's agent listens on its own port instead of the contract's 9100.
 	LCServer string
@@ -125,6 +127,7 @@ func (n *Node) Run(ctx context.Context) error {
 			n.stopAll()
 			return nil
 		case <-tick.C:
+			n.syncStaticPods()
 			n.syncAll(ctx)
 		}
 	}
@@ -207,8 +210,11 @@ func (n *Node) forget(uid types.UID) {
 func (n *Node) forgetMissing(seen map[types.UID]bool) {
 	n.mu.Lock()
 	var gone []types.UID
-	for uid := range n.pods {
-		if !seen[uid] {
+	for uid, rt := range n.pods {
+		rt.mu.Lock()
+		static := isStatic(rt.pod)
+		rt.mu.Unlock()
+		if !seen[uid] && !static {
 			gone = append(gone, uid)
 		}
 	}
@@ -390,6 +396,12 @@ func (n *Node) reportStatus(ctx context.Context, rt *podRuntime, pod *corev1.Pod
 	update := pod.DeepCopy()
 	update.Status = status
 	n.savePod(update) // the node's own record, current even while the API server is out of reach
+	if isStatic(pod) {
+		rt.mu.Lock()
+		rt.reported, rt.pod = &status, update // no API object: the node's record is all there is
+		rt.mu.Unlock()
+		return
+	}
 	got, err := n.cfg.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, update, metav1.UpdateOptions{})
 	if err != nil {
 		if apierrors.IsConflict(err) {
@@ -547,7 +559,7 @@ func (n *Node) loadPods() {
 			continue
 		}
 		pod := &corev1.Pod{}
-		if json.Unmarshal(data, pod) == nil && pod.Spec.NodeName == n.cfg.NodeName {
+		if !staticPodFile(data) && json.Unmarshal(data, pod) == nil && pod.Spec.NodeName == n.cfg.NodeName {
 			n.upsert(pod)
 			n.restoreRestartCounts(pod)
 		}

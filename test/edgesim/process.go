@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -90,4 +91,26 @@ func PIDFile(stateDir, namespace, pod, container string) string {
 // LogFile is where a container's output goes.
 func LogFile(stateDir, namespace, pod, container string) string {
 	return filepath.Join(stateDir, "logs", namespace+"_"+pod+"_"+container+".log")
+}
+
+// ProcessRuns tells whether the process whose pid a pid file holds runs (and is not a zombie).
+func ProcessRuns(pidFile string) bool {
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	return err == nil && PIDRuns(pid)
+}
+
+// PIDRuns tells whether the process pid runs (and is not a zombie).
+func PIDRuns(pid int) bool { return syscall.Kill(pid, 0) == nil && !isZombie(pid) }
+
+func isZombie(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	fields := strings.Fields(string(data))
+	return len(fields) > 2 && fields[2] == "Z"
 }

@@ -201,6 +201,9 @@ func (s *Sim) writeImageMap() error {
 // NodeDir is the state directory of a hollow node: its pods, container logs and pid files.
 func (s *Sim) NodeDir(node string) string { return filepath.Join(s.ControlPlane.Dir, "nodes", node) }
 
+// StaticPodDir is a hollow node's static-pod manifest directory, which its agent writes rebuilt workers into.
+func (s *Sim) StaticPodDir(node string) string { return filepath.Join(s.NodeDir(node), "manifests") }
+
 // CRISocket is where a hollow node serves its CRI subset, for the node's agent.
 func (s *Sim) CRISocket(node string) string { return filepath.Join(s.NodeDir(node), "cri.sock") }
 
@@ -218,7 +221,10 @@ func (s *Sim) StartNode(name string, cloud bool) error {
 		args = append(args, "--cloud")
 	}
 	if e != nil {
-		args = append(args, "--metaserver-address="+e.metaServer, "--lc-server=http://"+e.report)
+		args = append(args, "--metaserver-address="+e.metaServer, "--lc-server=http://"+e.report, "--static-pod-dir="+s.StaticPodDir(name))
+		if err := os.MkdirAll(s.StaticPodDir(name), 0o755); err != nil {
+			return err
+		}
 	}
 	p, err := s.ControlPlane.Launch("node-"+name, filepath.Join(s.ControlPlane.BinDir, EdgesimBinary), args, nil)
 	if err != nil {
@@ -237,7 +243,7 @@ func (s *Sim) startAgent(name string, e *edgeNode) error {
 	args := []string{"--node-name=" + name, "--cluster=" + Cluster, "--broker=tcp://" + e.brokerProxy.Addr(),
 		"--password-file=" + filepath.Join(s.credentialsDir, name), "--state-dir=" + filepath.Join(s.NodeDir(name), "agent"),
 		"--cri-socket=" + s.CRISocket(name), "--api-server=http://" + e.metaServer, "--metaserver=http://" + e.metaServer,
-		"--cloud-probe=https://" + e.apiProxy.Addr() + "/healthz",
+		"--cloud-probe=https://" + e.apiProxy.Addr() + "/healthz", "--static-pod-dir=" + s.StaticPodDir(name),
 		"--report-address=" + e.report, "--metrics-address=", "--heal-api-grace=2s", "-v=2"}
 	p, err := s.ControlPlane.Launch("agent-"+name, filepath.Join(s.ControlPlane.BinDir, AgentBinary), args, nil)
 	if err != nil {
@@ -293,6 +299,24 @@ func (s *Sim) ControllerMetric(name, match string) (float64, error) {
 		}
 	}
 	return sum, nil
+}
+
+// LosePod makes an edge node lose a pod (processes and local state) without the API server knowing, as an
+// eviction would.
+func (s *Sim) LosePod(node, namespace, pod string) error {
+	e := s.edges[node]
+	if e == nil {
+		return fmt.Errorf("%s is not an edge node", node)
+	}
+	resp, err := http.Post("http://"+e.metaServer+"/debug/lose/"+namespace+"/"+pod, "", nil)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("losing %s/%s on %s: %s", namespace, pod, node, resp.Status)
+	}
+	return nil
 }
 
 // RestartPod restarts a pod's containers at once through the edge node's MetaServer (no crash back-off).
@@ -407,7 +431,7 @@ func (s *Sim) KillWorker(node, namespace, pod, container string) error {
 	}
 	// Returns once the process is gone, so what follows sees the worker dead, not the dying process.
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if syscall.Kill(pid, 0) != nil || isZombie(pid) {
+		if !edgesim.PIDRuns(pid) {
 			return nil
 		}
 	}
@@ -416,21 +440,7 @@ func (s *Sim) KillWorker(node, namespace, pod, container string) error {
 
 // WorkerRunning tells whether the process of a container runs, by its pid file.
 func (s *Sim) WorkerRunning(node, namespace, pod, container string) bool {
-	data, err := os.ReadFile(edgesim.PIDFile(s.NodeDir(node), namespace, pod, container))
-	if err != nil {
-		return false
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	return err == nil && syscall.Kill(pid, 0) == nil && !isZombie(pid)
-}
-
-func isZombie(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	fields := strings.Fields(string(data))
-	return len(fields) > 2 && fields[2] == "Z"
+	return edgesim.ProcessRuns(edgesim.PIDFile(s.NodeDir(node), namespace, pod, container))
 }
 
 // Kubectl runs the pinned kubectl against the simulation.

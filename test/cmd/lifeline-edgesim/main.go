@@ -27,6 +27,7 @@ func main() {
 		cloud      = flag.Bool("cloud", false, "register a cloud node (no edge labels)")
 		criSocket  = flag.String("cri-socket", "", "serve the node's CRI subset (what the edge agent reads) on this unix socket")
 		metaServer = flag.String("metaserver-address", "", "serve the node's MetaServer subset (pod list, pods/restart) on this TCP address")
+		staticDir  = flag.String("static-pod-dir", "", "edged's manifest directory: the pods in it run without the API server")
 		lcServer   = flag.String("lc-server", "", "LC_SERVER given to the node's workers instead of theirs (the node agent's report address)")
 		heartbeat  = flag.Duration("heartbeat-interval", 10*time.Second, "how often the node renews its lease and status")
 		lease      = flag.Duration("lease-duration", 40*time.Second, "duration of the node's lease")
@@ -35,7 +36,7 @@ func main() {
 	)
 	flag.Parse()
 	if err := run(*kubeconfig, *nodeName, *stateDir, *imagesFile, *criSocket, *metaServer, *cloud, edgesim.Config{
-		HeartbeatInterval: *heartbeat, LeaseDuration: *lease, CrashBackoff: *backoff, MaxCrashBackoff: *maxBackoff, LCServer: *lcServer,
+		HeartbeatInterval: *heartbeat, LeaseDuration: *lease, CrashBackoff: *backoff, MaxCrashBackoff: *maxBackoff, LCServer: *lcServer, StaticPodDir: *staticDir,
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-edgesim:", err)
 		os.Exit(1)

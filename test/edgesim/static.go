@@ -1,0 +1,89 @@
+package edgesim
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
+)
+
+// Annotations the kubelet puts on a static pod.
+const (
+	configSourceAnnotation = "kubernetes.io/config.source"
+	configHashAnnotation   = "kubernetes.io/config.hash"
+)
+
+// isStatic tells whether a pod came from the static-pod directory rather than the API server.
+func isStatic(pod *corev1.Pod) bool { return pod.Annotations[configSourceAnnotation] == "file" }
+
+// syncStaticPods runs the pods of the static-pod directory, as edged does with its manifest directory: one pod
+// per manifest (JSON or YAML), named `<name>-<node>`, its UID the hash of the manifest; a manifest removed or
+// changed stops its pod. Static pods need no API server; no mirror pod is created for them.
+func (n *Node) syncStaticPods() {
+	if n.cfg.StaticPodDir == "" {
+		return
+	}
+	want := map[types.UID]*corev1.Pod{}
+	entries, _ := os.ReadDir(n.cfg.StaticPodDir)
+	for _, e := range entries {
+		ext := filepath.Ext(e.Name())
+		if e.IsDir() || (ext != ".json" && ext != ".yaml" && ext != ".yml") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(n.cfg.StaticPodDir, e.Name()))
+		if err != nil {
+			continue
+		}
+		pod := &corev1.Pod{}
+		if err := yaml.Unmarshal(data, pod); err != nil || pod.Name == "" || len(pod.Spec.Containers) == 0 {
+			continue // a manifest being written, or not a pod: looked at again on the next pass
+		}
+		sum := sha256.Sum256(data)
+		hash := hex.EncodeToString(sum[:8])
+		pod.Name = pod.Name + "-" + n.cfg.NodeName
+		if pod.Namespace == "" {
+			pod.Namespace = "default"
+		}
+		pod.UID = types.UID("static-" + hash)
+		pod.Spec.NodeName = n.cfg.NodeName
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[configSourceAnnotation], pod.Annotations[configHashAnnotation] = "file", hash
+		want[pod.UID] = pod
+	}
+	n.mu.Lock()
+	var gone []types.UID
+	for uid, rt := range n.pods {
+		rt.mu.Lock()
+		static := isStatic(rt.pod)
+		rt.mu.Unlock()
+		if _, wanted := want[uid]; static && !wanted {
+			gone = append(gone, uid)
+		}
+	}
+	var added []*corev1.Pod
+	for uid, pod := range want {
+		if _, running := n.pods[uid]; !running {
+			added = append(added, pod)
+		}
+	}
+	n.mu.Unlock()
+	for _, uid := range gone {
+		n.forget(uid)
+	}
+	for _, pod := range added {
+		n.upsert(pod)
+	}
+}
+
+// staticPodFile reports whether a pod file of the node's state holds a static pod (those are read from the
+// manifest directory again, not from the state).
+func staticPodFile(data []byte) bool {
+	return strings.Contains(string(data), `"`+configSourceAnnotation+`":"file"`)
+}
