@@ -159,6 +159,7 @@ func main() {
 		probe := &agent.CloudProbe{URL: *cloudProbe}
 		go probe.Run(ctx, *heartbeat)
 		apiReachable = func() bool { return workers.Reachable() && probe.Reachable() }
+		workers.Hold = func() bool { return !probe.Reachable() }
 	}
 	healer := &agent.Healer{Cluster: *cluster, Node: *node, Workers: workers, APIReachable: apiReachable,
 		ControllerReachable: pub.Connected, Actuator: actuator, Rebuilder: rebuilder, Publisher: pub, Timing: timing, Log: log.WithName("healer")}

@@ -39,6 +39,12 @@ type Worker struct {
 
 // Watcher follows the node's worker pods.
 type Watcher struct {
+	// Hold, when set and true, keeps workers that the source stops listing: with KubeEdge's MetaServer as the
+	// source, a pod that vanishes while the node is cut off from the cloud was lost by the node, not deleted by
+	// the cloud (whose deletions cannot arrive then), and is still a worker to heal. Once Hold turns false the
+	// source is listed again and its word stands.
+	Hold func() bool
+
 	pods PodSource
 	node string
 	path string
@@ -116,18 +122,41 @@ func (w *Watcher) Run(ctx context.Context, retry time.Duration) {
 			continue
 		}
 		w.setReachable(true)
-		for ev := range events {
+		w.follow(events)
+		// The watch ended: by the server's timeout (the list that follows succeeds), because the link broke
+		// (the list fails, and says so), or because a hold ended (the list that follows is the word to take).
+	}
+}
+
+// follow applies watch events until the watch ends or a hold ends.
+func (w *Watcher) follow(events <-chan Event) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	held := w.holding()
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
 			switch ev.Type {
 			case "ADDED", "MODIFIED":
 				w.put(&ev.Pod)
 			case "DELETED":
-				w.remove(ev.Pod.Metadata.UID)
+				if held = w.holding(); !held {
+					w.remove(ev.Pod.Metadata.UID)
+				}
 			}
+		case <-tick.C:
+			if held && !w.holding() {
+				return
+			}
+			held = held || w.holding()
 		}
-		// The watch ended: by the server's timeout (the list that follows succeeds), or because the link broke
-		// (the list fails, and says so).
 	}
 }
+
+func (w *Watcher) holding() bool { return w.Hold != nil && w.Hold() }
 
 func (w *Watcher) setReachable(v bool) {
 	w.mu.Lock()
@@ -165,8 +194,11 @@ func staticManifest(raw json.RawMessage) string {
 }
 
 func (w *Watcher) replace(pods []Pod) {
+	held := w.holding()
 	w.mu.Lock()
-	w.workers = map[string]Worker{}
+	if !held {
+		w.workers = map[string]Worker{}
+	}
 	for i := range pods {
 		w.workers[pods[i].Metadata.UID] = toWorker(&pods[i])
 	}

@@ -3,6 +3,7 @@ package desired
 import (
 	"context"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 )
 
 // The agent's default source, KubeEdge's MetaServer on the node (here the hollow node's): it lists and watches
-// the node's worker pods from the node's own store.
+// the node's worker pods from the node's own store. While the node is cut off, a pod the node loses stays a
+// worker.
 func TestWorkersFromTheMetaServer(t *testing.T) {
 	pod := func(name string, worker bool) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{}},
@@ -43,12 +45,25 @@ func TestWorkersFromTheMetaServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var hold atomic.Bool
+	w.Hold = hold.Load
 	go w.Run(ctx, 100*time.Millisecond)
 	waitFor(t, "the worker, and only it, from the MetaServer", func() bool {
 		return w.Reachable() && names(w.Workers()) == "default/worker() "
 	})
+	// Cut off from the cloud, the node loses the pod: still a worker, to be healed.
+	hold.Store(true)
+	if !node.LosePod("default", "worker") {
+		t.Fatal("the node had no pod to lose")
+	}
+	time.Sleep(300 * time.Millisecond)
+	if names(w.Workers()) != "default/worker() " {
+		t.Fatalf("a pod the node lost while cut off was dropped from the workers: %q", names(w.Workers()))
+	}
+	// Back in touch, the cloud deleted it meanwhile: the source's word stands again.
 	if err := client.CoreV1().Pods("default").Delete(ctx, "worker", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the deleted worker gone, through the watch", func() bool { return len(w.Workers()) == 0 })
+	hold.Store(false)
+	waitFor(t, "the deleted worker gone once the hold ended", func() bool { return len(w.Workers()) == 0 })
 }
