@@ -243,10 +243,8 @@ func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, now time.Time, c
 		if m.Namespace != tp.Namespace || m.Name != tp.Pod {
 			return DropForged
 		}
-		if t.PodNode != nil {
-			if node, known := t.PodNode(m.Namespace, m.Name); known && node != tp.Node {
-				return DropForged
-			}
+		if node, known := t.podNode(m.Namespace, m.Name); known && node != tp.Node {
+			return DropForged
 		}
 		// Kept per node: what one node says of a pod never overwrites what the pod's own node says.
 		key := m.Namespace + "/" + m.Name
@@ -311,14 +309,73 @@ func changedObject(key string) client.Object {
 func (t *Tracker) Run(ctx context.Context) {
 	tick := time.NewTicker(t.SilentAfter / 6)
 	defer tick.Stop()
+	lastPrune := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
 			t.notify(t.onlineChanges(now))
+			if now.Sub(lastPrune) >= time.Minute {
+				t.prune(now)
+				lastPrune = now
+			}
 		}
 	}
+}
+
+// forgetAfter is how long the table keeps what nobody asks for any more: the states of pods that are gone from
+// the API server, results no reconcile took, reports of workloads that stopped reporting.
+const forgetAfter = time.Hour
+
+// prune forgets what is older than forgetAfter and no longer matters, so the table does not grow with every
+// pod and workload that ever was.
+func (t *Tracker) prune(now time.Time) {
+	t.mu.Lock()
+	var stale []*workerRecord
+	for _, w := range t.workers {
+		if now.Sub(w.at) > forgetAfter {
+			stale = append(stale, w)
+		}
+	}
+	t.mu.Unlock()
+	var gone []string
+	for _, w := range stale { // asked outside the lock: PodNode reads the cache
+		ns, name, _ := strings.Cut(w.pod, "/")
+		if node, known := t.podNode(ns, name); !known || node != w.node {
+			gone = append(gone, w.node+"/"+w.pod)
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, key := range gone {
+		if w := t.workers[key]; w != nil && now.Sub(w.at) > forgetAfter {
+			delete(t.workers, key)
+		}
+	}
+	for key, results := range t.actions {
+		if last := results[len(results)-1]; now.Sub(time.Unix(0, last.TimeUnixNano)) > forgetAfter {
+			delete(t.actions, key)
+		}
+	}
+	for owner, workers := range t.reports {
+		for name, r := range workers {
+			if now.Sub(r.At) > forgetAfter {
+				delete(workers, name)
+			}
+		}
+		if len(workers) == 0 {
+			delete(t.reports, owner)
+		}
+	}
+}
+
+// podNode is PodNode, or "not known" without it.
+func (t *Tracker) podNode(namespace, name string) (string, bool) {
+	if t.PodNode == nil {
+		return "", false
+	}
+	return t.PodNode(namespace, name)
 }
 
 func (t *Tracker) onlineChanges(now time.Time) []string {

@@ -212,3 +212,34 @@ func TestReportsBecomeMetricsAndProgress(t *testing.T) {
 		t.Errorf("metrics %v, want %v", m, want)
 	}
 }
+
+// The table forgets, after an hour, the states of pods the API server no longer has, untaken results and old
+// reports; it keeps the states of pods that still exist.
+func TestTrackerForgetsWhatNoLongerMatters(t *testing.T) {
+	tr, _ := NewTracker("c", prometheus.NewRegistry(), logr.Discard())
+	tr.PodNode = func(_, name string) (string, bool) { return "edge1", name == "kept" }
+	then := time.Unix(1000, 0)
+	birth, _ := proto.Marshal(&lifelinev1.NodeBirth{Node: "edge1", BirthSeq: 1})
+	tr.Ingest("lifeline/v1/c/nodes/edge1/birth", birth, then)
+	for i, name := range []string{"kept", "gone"} {
+		ws, _ := proto.Marshal(&lifelinev1.WorkerState{Namespace: "default", Name: name, Uid: name, Seq: uint64(i + 1)})
+		tr.Ingest("lifeline/v1/c/nodes/edge1/workers/default/"+name, ws, then)
+	}
+	local, _ := proto.Marshal(&lifelinev1.CommandResult{CommandId: "local/default/gone/gone/1", TimeUnixNano: then.UnixNano()})
+	tr.Ingest("lifeline/v1/c/nodes/edge1/results", local, then)
+	report, _ := proto.Marshal(&lifelinev1.WorkerReport{Namespace: "default", Worker: "t0", Seq: 1,
+		Body: []byte(`{"name":"t0","namespace":"default","ownerName":"job","ownerKind":"federatedlearningjob"}`)})
+	tr.Ingest("lifeline/v1/c/nodes/edge1/reports", report, then)
+
+	tr.prune(then.Add(30 * time.Minute))
+	if len(tr.workers) != 2 || len(tr.actions) != 1 || len(tr.reports) != 1 {
+		t.Fatalf("pruned within the hour: %d states, %d results, %d reports", len(tr.workers), len(tr.actions), len(tr.reports))
+	}
+	tr.prune(then.Add(2 * time.Hour))
+	if _, kept := tr.workers["edge1/default/kept"]; !kept || len(tr.workers) != 1 {
+		t.Errorf("states after an hour: %v, want only the existing pod's", tr.workers)
+	}
+	if len(tr.actions) != 0 || len(tr.reports) != 0 {
+		t.Errorf("after an hour: %d results, %d reports left, want none", len(tr.actions), len(tr.reports))
+	}
+}
