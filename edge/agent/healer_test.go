@@ -70,7 +70,9 @@ func TestHealerRestartsADeadWorkerThroughTheMetaServer(t *testing.T) {
 		Images: map[string][]string{"sleeper": {"sleep", "60"}}, CrashBackoff: time.Minute, SyncInterval: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = node.Run(ctx) }()
+	stopped := make(chan struct{})
+	go func() { _ = node.Run(ctx); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped }) // before the state directory is removed: the node writes into it
 	socket := filepath.Join(dir, "cri.sock")
 	go func() { _ = node.ServeCRI(ctx, socket) }()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -34,7 +34,9 @@ func TestWorkersFromTheMetaServer(t *testing.T) {
 		Images: map[string][]string{"sleeper": {"sleep", "60"}}, SyncInterval: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = node.Run(ctx) }()
+	stopped := make(chan struct{})
+	go func() { _ = node.Run(ctx); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped }) // before the state directory is removed: the node writes into it
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,9 @@ func TestStaticPodManifestsRunWithoutTheAPIServer(t *testing.T) {
 		Images: map[string][]string{"sleeper": {"sleep", "60"}}, SyncInterval: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = n.Run(ctx) }()
+	stopped := make(chan struct{})
+	go func() { _ = n.Run(ctx); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped }) // before the state directory is removed: the node writes into it
 	manifest := filepath.Join(manifests, "trainer.yaml")
 	if err := os.WriteFile(manifest, []byte("apiVersion: v1\nkind: Pod\nmetadata:\n  name: trainer\n  namespace: fl\n"+
 		"spec:\n  containers:\n  - name: main\n    image: sleeper:v1\n"), 0o600); err != nil {
