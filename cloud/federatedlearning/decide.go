@@ -22,13 +22,10 @@ const (
 	ReasonBackoffLimitExceeded = "BackoffLimitExceeded"
 	ReasonDeadlineExceeded     = "DeadlineExceeded"
 	ReasonCompleted            = "Completed"
-	// ReasonRestartCommandSent: a trainer died on a node cut off from the API server and its agent was told to
-	// restart it.
-	ReasonRestartCommandSent = "RestartCommandSent"
-	ReasonWorkersRunning     = "WorkersRunning"
-	ReasonWaitingForWorkers  = "WaitingForWorkers"
-	ReasonNameConflict       = "NameConflict"
-	ReasonInputsNotFound     = "InputsNotFound"
+	ReasonWorkersRunning       = "WorkersRunning"
+	ReasonWaitingForWorkers    = "WaitingForWorkers"
+	ReasonNameConflict         = "NameConflict"
+	ReasonInputsNotFound       = "InputsNotFound"
 )
 
 // worker is one identity with the pod the cache shows under its name and the record the job's status keeps.

@@ -77,7 +77,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.writeStatus(ctx, job, p.status); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.restartThroughAgents(job, workers, now); err != nil {
+	if err := r.actThroughAgents(job, workers, now); err != nil {
 		return ctrl.Result{}, err
 	}
 	for _, e := range p.events {
@@ -115,23 +115,16 @@ func (r *Reconciler) observe(ctx context.Context, job *v1alpha1.FederatedLearnin
 	return workers, nil
 }
 
-// restartThroughAgents asks the agents of cut-off nodes to restart the dead trainers they report; the job waits
-// for them meanwhile, as it waits for any trainer.
-func (r *Reconciler) restartThroughAgents(job *v1alpha1.FederatedLearningJob, workers []worker, now time.Time) error {
+// actThroughAgents asks the agents of cut-off nodes to heal the dead trainers they report, and tells what the
+// agents did; the job waits for such trainers meanwhile, as it waits for any trainer.
+func (r *Reconciler) actThroughAgents(job *v1alpha1.FederatedLearningJob, workers []worker, now time.Time) error {
 	views := map[string]liveness.View{}
 	for _, w := range workers {
 		views[w.id.name] = w.view
 	}
-	for _, a := range r.Edge.TakeAgentActions(podsOf(workers)) {
-		kind := corev1.EventTypeNormal
-		if a.Warning {
-			kind = corev1.EventTypeWarning
-		}
-		r.event(job, nil, kind, a.Reason, "Worker %s: %s", a.Pod, a.Message)
-	}
-	sent, err := r.Edge.RestartDead(podsOf(workers), views, now)
-	for id, pod := range sent {
-		r.event(job, nil, corev1.EventTypeNormal, ReasonRestartCommandSent, "Asked the agent of the cut-off node to heal worker %s (command %s)", pod, id)
+	events, err := r.Edge.Act(podsOf(workers), views, now)
+	for _, e := range events {
+		r.event(job, nil, e.Type, e.Reason, "%s", e.Message)
 	}
 	return err
 }

@@ -38,13 +38,10 @@ const (
 	ReasonSuccessfulUpdate = "SuccessfulUpdate"
 	ReasonSuccessfulDelete = "SuccessfulDelete"
 	ReasonAdopted          = "Adopted"
-	// ReasonRestartCommandSent: a worker died on a node cut off from the API server and its agent was told to
-	// restart it.
-	ReasonRestartCommandSent = "RestartCommandSent"
-	ReasonNameConflict       = "NameConflict"
-	ReasonModelNotFound      = "ModelNotFound"
-	ReasonSecretNotFound     = "SecretNotFound"
-	ReasonInvalidSpec        = "InvalidSpec"
+	ReasonNameConflict     = "NameConflict"
+	ReasonModelNotFound    = "ModelNotFound"
+	ReasonSecretNotFound   = "SecretNotFound"
+	ReasonInvalidSpec      = "InvalidSpec"
 )
 
 // staleRequeue is how soon a reconcile runs again after it removed a child left by an earlier service of the

@@ -65,12 +65,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, ji *v1alpha1.JointInferenc
 			return fmt.Errorf("patching status: %w", err)
 		}
 	}
-	for _, a := range r.Edge.TakeAgentActions(pods) {
-		r.event(ji, nil, eventType(a.Warning), a.Reason, "Restart", "Worker %s: %s", a.Pod, a.Message)
-	}
-	sent, err := r.Edge.RestartDead(pods, views, now)
-	for id, pod := range sent {
-		r.event(ji, nil, corev1.EventTypeNormal, ReasonRestartCommandSent, "Restart", "Asked the agent of the cut-off node to heal worker %s (command %s)", pod, id)
+	events, err := r.Edge.Act(pods, views, now)
+	for _, e := range events {
+		r.event(ji, nil, e.Type, e.Reason, "Heal", "%s", e.Message)
 	}
 	return err
 }
@@ -179,13 +176,6 @@ func roleOf(workerType string) v1alpha1.WorkerRole {
 		return v1alpha1.WorkerRoleEdge
 	}
 	return v1alpha1.WorkerRoleCloud
-}
-
-func eventType(warning bool) string {
-	if warning {
-		return corev1.EventTypeWarning
-	}
-	return corev1.EventTypeNormal
 }
 
 // podWorkerStatus is the status entry of one worker pod as the API server reports it, merged with what the

@@ -58,66 +58,56 @@ func (e *Edge) nodeReady(ctx context.Context, name string) bool {
 	return false
 }
 
-// RestartDead sends the restart commands the views call for and returns, per command sent, the pod it restarts.
-func (e *Edge) RestartDead(pods []*corev1.Pod, views map[string]View, now time.Time) (map[string]string, error) {
-	if e == nil || e.Tracker == nil {
-		return nil, nil
-	}
-	sent := map[string]string{}
-	for _, p := range pods {
-		if p == nil {
-			continue
-		}
-		id, err := e.Tracker.RestartDead(e.Commands, p, views[p.Name], now)
-		if err != nil {
-			return sent, err
-		}
-		if id != "" {
-			sent[id] = p.Name
-		}
-	}
-	return sent, nil
+// Event is an Event for a workload: something an agent did to one of its workers, or a command sent to one.
+type Event struct {
+	Type, Reason, Message string
 }
 
-// AgentAction is something an agent did to a worker, as an Event of the workload tells it.
-type AgentAction struct {
-	Pod, Reason, Message string
-	Warning              bool
-}
-
-// Event reasons of agent actions, stable for alerting.
+// Event reasons, stable for alerting.
 const (
-	// ReasonRestartedByAgent: the agent restarted the worker on the controller's command.
+	// ReasonRestartCommandSent: a worker died (or its pod was lost) on a node cut off from the API server, and
+	// its agent was told to heal it.
+	ReasonRestartCommandSent = "RestartCommandSent"
+	// ReasonRestartedByAgent: the agent healed the worker on the controller's command.
 	ReasonRestartedByAgent = "RestartedByAgent"
-	// ReasonRestartedOffline: the agent restarted the worker by its offline policy, cut off from the cloud.
+	// ReasonRestartedOffline: the agent healed the worker by its offline policy, cut off from the cloud.
 	ReasonRestartedOffline = "RestartedOffline"
-	// ReasonAgentRestartFailed: the agent refused or failed a restart.
+	// ReasonAgentRestartFailed: the agent refused or failed to heal the worker.
 	ReasonAgentRestartFailed = "AgentRestartFailed"
 )
 
-// TakeAgentActions returns what the agents reported doing to the pods since the last call.
-func (e *Edge) TakeAgentActions(pods []*corev1.Pod) []AgentAction {
+// Act sends the commands the views call for, and returns as Events, for the workload of pods, what the agents
+// reported doing to them since the last call and the commands sent now.
+func (e *Edge) Act(pods []*corev1.Pod, views map[string]View, now time.Time) ([]Event, error) {
 	if e == nil || e.Tracker == nil {
-		return nil
+		return nil, nil
 	}
-	var out []AgentAction
+	var events []Event
 	for _, p := range pods {
 		if p == nil {
 			continue
 		}
 		for _, r := range e.Tracker.TakeActions(p.Namespace, p.Name) {
-			a := AgentAction{Pod: p.Name, Reason: ReasonRestartedByAgent, Message: r.Message}
+			ev := Event{Type: corev1.EventTypeNormal, Reason: ReasonRestartedByAgent, Message: fmt.Sprintf("Worker %s: %s", p.Name, r.Message)}
 			switch {
 			case r.Outcome != lifelinev1.Outcome_OUTCOME_DONE:
-				a.Reason, a.Warning = ReasonAgentRestartFailed, true
-				a.Message = fmt.Sprintf("%s: %s", r.Outcome, r.Message)
+				ev.Type, ev.Reason = corev1.EventTypeWarning, ReasonAgentRestartFailed
+				ev.Message = fmt.Sprintf("Worker %s: %s: %s", p.Name, r.Outcome, r.Message)
 			case strings.HasPrefix(r.CommandId, "local/"):
-				a.Reason = ReasonRestartedOffline
+				ev.Reason = ReasonRestartedOffline
 			}
-			out = append(out, a)
+			events = append(events, ev)
+		}
+		id, err := e.Tracker.RestartDead(e.Commands, p, views[p.Name], now)
+		if err != nil {
+			return events, err
+		}
+		if id != "" {
+			events = append(events, Event{Type: corev1.EventTypeNormal, Reason: ReasonRestartCommandSent,
+				Message: fmt.Sprintf("Asked the agent of the cut-off node to heal worker %s (command %s)", p.Name, id)})
 		}
 	}
-	return out
+	return events, nil
 }
 
 // Source wakes a controller for the owner of every pod whose view changed (podOwner maps a worker pod, read from

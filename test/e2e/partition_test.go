@@ -135,7 +135,7 @@ func TestCutOffFromTheAPIServerTheAgentReportsAndRestarts(t *testing.T) {
 		t.Error("the status says Alive but the little model's process does not run")
 	}
 	eventually(t, within, "the RestartCommandSent and RestartedByAgent events", func(ctx context.Context) (bool, error) {
-		return hasEvent(ctx, ji, jointinference.ReasonRestartCommandSent) && hasEvent(ctx, ji, liveness.ReasonRestartedByAgent), nil
+		return hasEvent(ctx, ji, liveness.ReasonRestartCommandSent) && hasEvent(ctx, ji, liveness.ReasonRestartedByAgent), nil
 	})
 	if n := edgePods(t); n != 1 {
 		t.Errorf("%d edge worker pods, want exactly 1", n)
@@ -313,7 +313,7 @@ func TestForgedReplayedAndGarbageMessagesChangeNothing(t *testing.T) {
 	if w.Liveness != v1alpha1.LivenessAlive || w.Source != v1alpha1.StatusSourceAgent || w.Restarts != 0 {
 		t.Errorf("the edge worker's status changed: %+v", w)
 	}
-	if hasEvent(context.Background(), ji, jointinference.ReasonRestartCommandSent) {
+	if hasEvent(context.Background(), ji, liveness.ReasonRestartCommandSent) {
 		t.Error("a restart command was sent on forged input")
 	}
 }
@@ -411,7 +411,7 @@ func TestLostPodIsRebuiltAsAStaticPodAndHandedBack(t *testing.T) {
 		return s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
 	})
 	eventually(t, within, "the rebuild told in Events", func(ctx context.Context) (bool, error) {
-		return hasEvent(ctx, ji, jointinference.ReasonRestartCommandSent) && hasEvent(ctx, ji, liveness.ReasonRestartedByAgent), nil
+		return hasEvent(ctx, ji, liveness.ReasonRestartCommandSent) && hasEvent(ctx, ji, liveness.ReasonRestartedByAgent), nil
 	})
 	s.RestoreAPI(edgeNode)
 	eventually(t, within, "the worker back in its own pod, the static pod gone", func(context.Context) (bool, error) {

@@ -170,38 +170,22 @@ func (n *Node) serveRestartPods(w http.ResponseWriter, r *http.Request) {
 // LosePod makes the node forget a pod it runs, processes and state, without the API server knowing: what an
 // eviction or a lost local store would do. It tells whether the pod was there.
 func (n *Node) LosePod(namespace, name string) bool {
-	n.mu.Lock()
-	var uid types.UID
-	for id, rt := range n.pods {
-		rt.mu.Lock()
-		if rt.pod.Namespace == namespace && rt.pod.Name == name {
-			uid = id
-		}
-		rt.mu.Unlock()
+	found := n.runtimesWhere(func(pod *corev1.Pod) bool { return pod.Namespace == namespace && pod.Name == name })
+	for _, rt := range found {
+		n.forget(rt.pod.UID)
 	}
-	n.mu.Unlock()
-	if uid == "" {
-		return false
-	}
-	n.forget(uid)
-	return true
+	return len(found) > 0
 }
 
 // RestartPod stops the containers of a pod and starts them again at once, as edged does for a pods/restart call.
 func (n *Node) RestartPod(namespace, name string) error {
-	var rt *podRuntime
-	n.mu.Lock()
-	for _, candidate := range n.pods {
-		candidate.mu.Lock()
-		if candidate.pod.Namespace == namespace && candidate.pod.Name == name && candidate.pod.DeletionTimestamp == nil {
-			rt = candidate
-		}
-		candidate.mu.Unlock()
-	}
-	n.mu.Unlock()
-	if rt == nil {
+	found := n.runtimesWhere(func(pod *corev1.Pod) bool {
+		return pod.Namespace == namespace && pod.Name == name && pod.DeletionTimestamp == nil
+	})
+	if len(found) == 0 {
 		return fmt.Errorf("pod %s/%s is not on this node", namespace, name)
 	}
+	rt := found[0]
 	rt.mu.Lock()
 	var running []*process
 	for _, c := range rt.pod.Spec.Containers {

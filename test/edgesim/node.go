@@ -207,32 +207,33 @@ func (n *Node) forget(uid types.UID) {
 	}
 }
 
+// forgetMissing stops the API-given pods the API server's list no longer has (static pods are not its).
 func (n *Node) forgetMissing(seen map[types.UID]bool) {
+	for _, rt := range n.runtimesWhere(func(pod *corev1.Pod) bool { return !seen[pod.UID] && !isStatic(pod) }) {
+		n.forget(rt.pod.UID)
+	}
+}
+
+// runtimesWhere returns the pods the node runs whose pod object keep accepts (all of them for nil), each
+// looked at under its lock.
+func (n *Node) runtimesWhere(keep func(*corev1.Pod) bool) []*podRuntime {
 	n.mu.Lock()
-	var gone []types.UID
-	for uid, rt := range n.pods {
+	defer n.mu.Unlock()
+	out := make([]*podRuntime, 0, len(n.pods))
+	for _, rt := range n.pods {
 		rt.mu.Lock()
-		static := isStatic(rt.pod)
+		kept := keep == nil || keep(rt.pod)
 		rt.mu.Unlock()
-		if !seen[uid] && !static {
-			gone = append(gone, uid)
+		if kept {
+			out = append(out, rt)
 		}
 	}
-	n.mu.Unlock()
-	for _, uid := range gone {
-		n.forget(uid)
-	}
+	return out
 }
 
 // syncAll runs one pass over every pod: start or restart containers, finish deletions, report status.
 func (n *Node) syncAll(ctx context.Context) {
-	n.mu.Lock()
-	rts := make([]*podRuntime, 0, len(n.pods))
-	for _, rt := range n.pods {
-		rts = append(rts, rt)
-	}
-	n.mu.Unlock()
-	for _, rt := range rts {
+	for _, rt := range n.runtimesWhere(nil) {
 		n.syncPod(ctx, rt)
 	}
 }
@@ -513,13 +514,7 @@ func stopProcesses(rt *podRuntime, grace time.Duration) {
 }
 
 func (n *Node) stopAll() {
-	n.mu.Lock()
-	rts := make([]*podRuntime, 0, len(n.pods))
-	for _, rt := range n.pods {
-		rts = append(rts, rt)
-	}
-	n.mu.Unlock()
-	for _, rt := range rts {
+	for _, rt := range n.runtimesWhere(nil) {
 		stopProcesses(rt, 2*time.Second)
 	}
 }

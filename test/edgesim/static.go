@@ -57,16 +57,10 @@ func (n *Node) syncStaticPods() {
 		pod.Annotations[configSourceAnnotation], pod.Annotations[configHashAnnotation] = "file", hash
 		want[pod.UID] = pod
 	}
-	n.mu.Lock()
-	var gone []types.UID
-	for uid, rt := range n.pods {
-		rt.mu.Lock()
-		static := isStatic(rt.pod)
-		rt.mu.Unlock()
-		if _, wanted := want[uid]; static && !wanted {
-			gone = append(gone, uid)
-		}
+	for _, rt := range n.runtimesWhere(func(pod *corev1.Pod) bool { return isStatic(pod) && want[pod.UID] == nil }) {
+		n.forget(rt.pod.UID)
 	}
+	n.mu.Lock()
 	var added []*corev1.Pod
 	for uid, pod := range want {
 		if _, running := n.pods[uid]; !running {
@@ -74,9 +68,6 @@ func (n *Node) syncStaticPods() {
 		}
 	}
 	n.mu.Unlock()
-	for _, uid := range gone {
-		n.forget(uid)
-	}
 	for _, pod := range added {
 		n.upsert(pod)
 	}

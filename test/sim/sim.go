@@ -304,35 +304,28 @@ func (s *Sim) ControllerMetric(name, match string) (float64, error) {
 // LosePod makes an edge node lose a pod (processes and local state) without the API server knowing, as an
 // eviction would.
 func (s *Sim) LosePod(node, namespace, pod string) error {
-	e := s.edges[node]
-	if e == nil {
-		return fmt.Errorf("%s is not an edge node", node)
-	}
-	resp, err := http.Post("http://"+e.metaServer+"/debug/lose/"+namespace+"/"+pod, "", nil)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("losing %s/%s on %s: %s", namespace, pod, node, resp.Status)
-	}
-	return nil
+	return s.postToNode(node, "/debug/lose/"+namespace+"/"+pod, nil)
 }
 
 // RestartPod restarts a pod's containers at once through the edge node's MetaServer (no crash back-off).
 func (s *Sim) RestartPod(node, namespace, pod string) error {
+	body, _ := json.Marshal([]string{pod})
+	return s.postToNode(node, "/api/v1/namespaces/"+namespace+"/pods/restart", body)
+}
+
+// postToNode posts to an edge node's MetaServer address.
+func (s *Sim) postToNode(node, path string, body []byte) error {
 	e := s.edges[node]
 	if e == nil {
 		return fmt.Errorf("%s is not an edge node", node)
 	}
-	body, _ := json.Marshal([]string{pod})
-	resp, err := http.Post("http://"+e.metaServer+"/api/v1/namespaces/"+namespace+"/pods/restart", "application/json", bytes.NewReader(body))
+	resp, err := http.Post("http://"+e.metaServer+path, "application/json", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("restarting %s/%s on %s: %s", namespace, pod, node, resp.Status)
+		return fmt.Errorf("POST %s on %s: %s", path, node, resp.Status)
 	}
 	return nil
 }
