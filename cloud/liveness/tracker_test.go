@@ -135,7 +135,7 @@ func TestRestartDeadIsFencedAndSentOnce(t *testing.T) {
 	if err := proto.Unmarshal(out.payloads["edge1"], cmd); err != nil {
 		t.Fatal(err)
 	}
-	if cmd.PodUid != "u1" || cmd.Epoch != 7 || cmd.Action != lifelinev1.Action_ACTION_RESTART || cmd.ExpiresUnixNano <= now.UnixNano() {
+	if cmd.PodUid != "u1" || cmd.Epoch != 7 || cmd.Action != lifelinev1.Action_ACTION_RESTART || cmd.TtlMillis == 0 {
 		t.Errorf("command %v", cmd)
 	}
 	if again, _ := tr.RestartDead(out, pod, dead, now); again != "" {

@@ -139,7 +139,7 @@ func (t *Tracker) RestartDead(out Commands, pod *corev1.Pod, v View, now time.Ti
 	t.sent[id] = sentCommand{node: pod.Spec.NodeName, worker: pod.Namespace + "/" + pod.Name, at: now}
 	t.mu.Unlock()
 	payload, err := proto.Marshal(&lifelinev1.Command{Id: id, Namespace: pod.Namespace, Pod: pod.Name, PodUid: string(pod.UID),
-		Epoch: v.State.Seq, Action: action, ExpiresUnixNano: now.Add(commandLifetime).UnixNano()})
+		Epoch: v.State.Seq, Action: action, TtlMillis: uint32(commandLifetime / time.Millisecond)})
 	if err != nil {
 		return "", err
 	}

@@ -99,8 +99,8 @@ func (c *Commands) now() time.Time {
 
 func (c *Commands) claim(cmd *lifelinev1.Command, now time.Time) (bool, error) {
 	forget := now.Add(24 * time.Hour)
-	if cmd.ExpiresUnixNano != 0 {
-		forget = time.Unix(0, cmd.ExpiresUnixNano)
+	if cmd.TtlMillis != 0 {
+		forget = now.Add(time.Duration(cmd.TtlMillis) * time.Millisecond)
 	}
 	if c.Claims != nil {
 		return c.Claims.ClaimCommand(cmd.Id, forget, now)
@@ -121,7 +121,7 @@ func (c *Commands) claim(cmd *lifelinev1.Command, now time.Time) (bool, error) {
 func (c *Commands) decide(cmd *lifelinev1.Command, now time.Time) (lifelinev1.Outcome, string) {
 	w, known := c.workers[cmd.Namespace+"/"+cmd.Pod]
 	switch {
-	case cmd.ExpiresUnixNano != 0 && now.UnixNano() > cmd.ExpiresUnixNano:
+	case cmd.TtlMillis == 0:
 		return lifelinev1.Outcome_OUTCOME_REFUSED_EXPIRED, "command expired"
 	case cmd.Action != lifelinev1.Action_ACTION_RESTART && (cmd.Action != lifelinev1.Action_ACTION_REBUILD || c.Rebuilder == nil):
 		return lifelinev1.Outcome_OUTCOME_FAILED, fmt.Sprintf("action %s is not supported by this agent", cmd.Action)

@@ -51,10 +51,10 @@ func TestCommandsAreFenced_P_CMD_2(t *testing.T) {
 	now := time.Unix(1000, 0)
 	restart := func(id, uid string, epoch uint64) *lifelinev1.Command {
 		return &lifelinev1.Command{Id: id, Namespace: "default", Pod: "w", PodUid: uid, Epoch: epoch,
-			Action: lifelinev1.Action_ACTION_RESTART, ExpiresUnixNano: now.Add(time.Minute).UnixNano()}
+			Action: lifelinev1.Action_ACTION_RESTART, TtlMillis: 60000}
 	}
 	expired := restart("c-expired", "uid-1", 7)
-	expired.ExpiresUnixNano = now.Add(-time.Second).UnixNano()
+	expired.TtlMillis = 0 // no lifetime: expired on receipt
 	cases := []struct {
 		name    string
 		cmd     *lifelinev1.Command
@@ -101,7 +101,7 @@ func TestFailedActionAndMalformedCommand(t *testing.T) {
 	c := &Commands{Cluster: "c", Node: "edge-1", Actuator: act, Publisher: pub}
 	c.Observed(&lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u", Seq: 1})
 	payload, _ := proto.Marshal(&lifelinev1.Command{Id: "x", Namespace: "default", Pod: "w", PodUid: "u", Epoch: 1,
-		Action: lifelinev1.Action_ACTION_RESTART})
+		Action: lifelinev1.Action_ACTION_RESTART, TtlMillis: 60000})
 	if err := c.Handle(context.Background(), payload); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestCommandIsExecutedOnceAcrossAgentRestarts_P_CMD_3(t *testing.T) {
 	}
 	defer j.Close()
 	payload, _ := proto.Marshal(&lifelinev1.Command{Id: "once", Namespace: "default", Pod: "w", PodUid: "u", Epoch: 1,
-		Action: lifelinev1.Action_ACTION_RESTART, ExpiresUnixNano: time.Now().Add(time.Minute).UnixNano()})
+		Action: lifelinev1.Action_ACTION_RESTART, TtlMillis: 60000})
 	act := &recordingActuator{}
 	var outcomes []lifelinev1.Outcome
 	for range 2 { // two lives of the agent, one journal

@@ -130,7 +130,7 @@ func TestCommandOverMQTTRestartsTheWorker_P_CMD_4(t *testing.T) {
 	}
 	defer controller.Disconnect(0)
 	cmd, _ := proto.Marshal(&lifelinev1.Command{Id: "restart-1", Namespace: "default", Pod: "w", PodUid: "uid-1",
-		Epoch: state.Seq, Action: lifelinev1.Action_ACTION_RESTART, ExpiresUnixNano: time.Now().Add(time.Minute).UnixNano()})
+		Epoch: state.Seq, Action: lifelinev1.Action_ACTION_RESTART, TtlMillis: 60000})
 	if tok := controller.Publish(lifelinev1.AgentCommandTopic("c", "edge-1"), 1, false, cmd); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatal(tok.Error())
 	}

@@ -498,8 +498,12 @@ type WorkerState struct {
 	Seq              uint64                 `protobuf:"varint,9,opt,name=seq,proto3" json:"seq,omitempty"`
 	ObservedUnixNano int64                  `protobuf:"varint,10,opt,name=observed_unix_nano,json=observedUnixNano,proto3" json:"observed_unix_nano,omitempty"`
 	BirthSeq         uint64                 `protobuf:"varint,11,opt,name=birth_seq,json=birthSeq,proto3" json:"birth_seq,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// episode is the seq of the state that began the worker's current episode: it changes only when the worker
+	// goes from alive to dead or back, not on every new state of a dead worker (a stop re-stamps an exited
+	// container), so the controller sends one command per death [P-CMD-5].
+	Episode       uint64 `protobuf:"varint,12,opt,name=episode,proto3" json:"episode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerState) Reset() {
@@ -609,6 +613,13 @@ func (x *WorkerState) GetBirthSeq() uint64 {
 	return 0
 }
 
+func (x *WorkerState) GetEpisode() uint64 {
+	if x != nil {
+		return x.Episode
+	}
+	return 0
+}
+
 // WorkerReport carries a Sedna worker's report (the JSON body POSTed to the LC endpoint) [P-REP-1].
 type WorkerReport struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -705,11 +716,13 @@ type Command struct {
 	PodUid    string `protobuf:"bytes,4,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
 	// epoch is the worker's state seq the controller decided on; an agent refuses a command older than what it
 	// has published since [P-CMD-2].
-	Epoch           uint64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Action          Action `protobuf:"varint,6,opt,name=action,proto3,enum=lifeline.v1.Action" json:"action,omitempty"`
-	ExpiresUnixNano int64  `protobuf:"varint,7,opt,name=expires_unix_nano,json=expiresUnixNano,proto3" json:"expires_unix_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	Epoch  uint64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Action Action `protobuf:"varint,6,opt,name=action,proto3,enum=lifeline.v1.Action" json:"action,omitempty"`
+	// ttl_millis is how long after the agent received it the command may still be acted on: a duration, so the
+	// node's clock need not agree with the controller's [P-CMD-2].
+	TtlMillis     uint32 `protobuf:"varint,8,opt,name=ttl_millis,json=ttlMillis,proto3" json:"ttl_millis,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Command) Reset() {
@@ -784,21 +797,28 @@ func (x *Command) GetAction() Action {
 	return Action_ACTION_UNSPECIFIED
 }
 
-func (x *Command) GetExpiresUnixNano() int64 {
+func (x *Command) GetTtlMillis() uint32 {
 	if x != nil {
-		return x.ExpiresUnixNano
+		return x.TtlMillis
 	}
 	return 0
 }
 
 // CommandResult answers a command [P-CMD-4].
 type CommandResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CommandId     string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
-	Outcome       Outcome                `protobuf:"varint,2,opt,name=outcome,proto3,enum=lifeline.v1.Outcome" json:"outcome,omitempty"`
-	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
-	BirthSeq      uint64                 `protobuf:"varint,4,opt,name=birth_seq,json=birthSeq,proto3" json:"birth_seq,omitempty"`
-	TimeUnixNano  int64                  `protobuf:"varint,5,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	CommandId    string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	Outcome      Outcome                `protobuf:"varint,2,opt,name=outcome,proto3,enum=lifeline.v1.Outcome" json:"outcome,omitempty"`
+	Message      string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	BirthSeq     uint64                 `protobuf:"varint,4,opt,name=birth_seq,json=birthSeq,proto3" json:"birth_seq,omitempty"`
+	TimeUnixNano int64                  `protobuf:"varint,5,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	// The worker the result is about. The controller checks it against the pod the API server binds to the
+	// reporting node, and for a command against what it sent [P-AUTH-3].
+	Namespace string `protobuf:"bytes,6,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Pod       string `protobuf:"bytes,7,opt,name=pod,proto3" json:"pod,omitempty"`
+	PodUid    string `protobuf:"bytes,8,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
+	// local says the agent acted by the worker's offline policy, without a command [P-HEAL-2].
+	Local         bool `protobuf:"varint,9,opt,name=local,proto3" json:"local,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -868,6 +888,34 @@ func (x *CommandResult) GetTimeUnixNano() int64 {
 	return 0
 }
 
+func (x *CommandResult) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *CommandResult) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
+func (x *CommandResult) GetPodUid() string {
+	if x != nil {
+		return x.PodUid
+	}
+	return ""
+}
+
+func (x *CommandResult) GetLocal() bool {
+	if x != nil {
+		return x.Local
+	}
+	return false
+}
+
 var File_proto_lifeline_v1_liveness_proto protoreflect.FileDescriptor
 
 const file_proto_lifeline_v1_liveness_proto_rawDesc = "" +
@@ -893,7 +941,7 @@ const file_proto_lifeline_v1_liveness_proto_rawDesc = "" +
 	"\brestarts\x18\x03 \x01(\x05R\brestarts\x12\x1b\n" +
 	"\texit_code\x18\x04 \x01(\x05R\bexitCode\x12*\n" +
 	"\x11started_unix_nano\x18\x05 \x01(\x03R\x0fstartedUnixNano\x12,\n" +
-	"\x12finished_unix_nano\x18\x06 \x01(\x03R\x10finishedUnixNano\"\xeb\x02\n" +
+	"\x12finished_unix_nano\x18\x06 \x01(\x03R\x10finishedUnixNano\"\x85\x03\n" +
 	"\vWorkerState\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -908,29 +956,35 @@ const file_proto_lifeline_v1_liveness_proto_rawDesc = "" +
 	"\x03seq\x18\t \x01(\x04R\x03seq\x12,\n" +
 	"\x12observed_unix_nano\x18\n" +
 	" \x01(\x03R\x10observedUnixNano\x12\x1b\n" +
-	"\tbirth_seq\x18\v \x01(\x04R\bbirthSeq\"\xb5\x01\n" +
+	"\tbirth_seq\x18\v \x01(\x04R\bbirthSeq\x12\x18\n" +
+	"\aepisode\x18\f \x01(\x04R\aepisode\"\xb5\x01\n" +
 	"\fWorkerReport\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x12\n" +
 	"\x04body\x18\x03 \x01(\fR\x04body\x12\x10\n" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12,\n" +
 	"\x12received_unix_nano\x18\x05 \x01(\x03R\x10receivedUnixNano\x12\x1b\n" +
-	"\tbirth_seq\x18\x06 \x01(\x04R\bbirthSeq\"\xd1\x01\n" +
+	"\tbirth_seq\x18\x06 \x01(\x04R\bbirthSeq\"\xdd\x01\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03pod\x18\x03 \x01(\tR\x03pod\x12\x17\n" +
 	"\apod_uid\x18\x04 \x01(\tR\x06podUid\x12\x14\n" +
 	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12+\n" +
-	"\x06action\x18\x06 \x01(\x0e2\x13.lifeline.v1.ActionR\x06action\x12*\n" +
-	"\x11expires_unix_nano\x18\a \x01(\x03R\x0fexpiresUnixNano\"\xbb\x01\n" +
+	"\x06action\x18\x06 \x01(\x0e2\x13.lifeline.v1.ActionR\x06action\x12\x1d\n" +
+	"\n" +
+	"ttl_millis\x18\b \x01(\rR\tttlMillisJ\x04\b\a\x10\bR\x11expires_unix_nano\"\x9a\x02\n" +
 	"\rCommandResult\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12.\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x14.lifeline.v1.OutcomeR\aoutcome\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1b\n" +
 	"\tbirth_seq\x18\x04 \x01(\x04R\bbirthSeq\x12$\n" +
-	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano*{\n" +
+	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\x12\x1c\n" +
+	"\tnamespace\x18\x06 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03pod\x18\a \x01(\tR\x03pod\x12\x17\n" +
+	"\apod_uid\x18\b \x01(\tR\x06podUid\x12\x14\n" +
+	"\x05local\x18\t \x01(\bR\x05local*{\n" +
 	"\x05Phase\x12\x15\n" +
 	"\x11PHASE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPHASE_PENDING\x10\x01\x12\x11\n" +
