@@ -202,9 +202,13 @@ type NodeBirth struct {
 	// boot_id changes when the node (not just the agent) restarts.
 	BootId string `protobuf:"bytes,2,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
 	// birth_seq is greater than every earlier birth of this node [P-BIRTH-2].
-	BirthSeq      uint64 `protobuf:"varint,3,opt,name=birth_seq,json=birthSeq,proto3" json:"birth_seq,omitempty"`
-	AgentVersion  string `protobuf:"bytes,4,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
-	TimeUnixNano  int64  `protobuf:"varint,5,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	BirthSeq     uint64 `protobuf:"varint,3,opt,name=birth_seq,json=birthSeq,proto3" json:"birth_seq,omitempty"`
+	AgentVersion string `protobuf:"bytes,4,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	TimeUnixNano int64  `protobuf:"varint,5,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	// state_id identifies the agent's state directory (journal, counters, birth sequence). A birth with a new
+	// state_id or boot_id starts a new epoch of the node: the receiver takes it whatever its birth_seq and starts
+	// the node's sequences anew, so a wiped state directory or a reboot never locks a node out [P-BIRTH-3].
+	StateId       string `protobuf:"bytes,6,opt,name=state_id,json=stateId,proto3" json:"state_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -272,6 +276,13 @@ func (x *NodeBirth) GetTimeUnixNano() int64 {
 		return x.TimeUnixNano
 	}
 	return 0
+}
+
+func (x *NodeBirth) GetStateId() string {
+	if x != nil {
+		return x.StateId
+	}
+	return ""
 }
 
 // NodeDeath is the agent's MQTT last will, retained; it carries the birth_seq of the session it ends, so a late
@@ -920,13 +931,14 @@ var File_proto_lifeline_v1_liveness_proto protoreflect.FileDescriptor
 
 const file_proto_lifeline_v1_liveness_proto_rawDesc = "" +
 	"\n" +
-	" proto/lifeline/v1/liveness.proto\x12\vlifeline.v1\"\xa0\x01\n" +
+	" proto/lifeline/v1/liveness.proto\x12\vlifeline.v1\"\xbb\x01\n" +
 	"\tNodeBirth\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x17\n" +
 	"\aboot_id\x18\x02 \x01(\tR\x06bootId\x12\x1b\n" +
 	"\tbirth_seq\x18\x03 \x01(\x04R\bbirthSeq\x12#\n" +
 	"\ragent_version\x18\x04 \x01(\tR\fagentVersion\x12$\n" +
-	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\"<\n" +
+	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\x12\x19\n" +
+	"\bstate_id\x18\x06 \x01(\tR\astateId\"<\n" +
 	"\tNodeDeath\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1b\n" +
 	"\tbirth_seq\x18\x02 \x01(\x04R\bbirthSeq\"\x85\x01\n" +
