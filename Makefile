@@ -49,12 +49,14 @@ test: lint verify-generated tools build fuzz ## Everything CI runs: lint, genera
 # count of executions, not a duration: Go 1.26's fuzz coordinator can fail a duration-bound run with a spurious
 # "context deadline exceeded" when the machine is loaded (go.dev/issue/75804, fixed in Go 1.27).
 FUZZTIME ?= 50000x
-FUZZ_TARGETS := FuzzParseTopic FuzzDecodeWorkerState
+# Each target is <package>:<fuzz function>.
+FUZZ_TARGETS := ./proto/lifeline/v1/:FuzzParseTopic ./proto/lifeline/v1/:FuzzDecodeMessages \
+	./cloud/liveness/:FuzzIngest ./cloud/liveness/:FuzzIngestSequence ./edge/reportapi/:FuzzReportHandler
 
 .PHONY: fuzz
-fuzz: ## Fuzz the protocol's topic parser and decoders ($(FUZZTIME) executions each).
-	@for f in $(FUZZ_TARGETS); do echo "==> fuzz $$f ($(FUZZTIME) executions)"; \
-		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./proto/lifeline/v1/ || exit 1; done
+fuzz: ## Fuzz the protocol's topic parser and decoders, the controller's liveness table and the agent's report API ($(FUZZTIME) executions each).
+	@for t in $(FUZZ_TARGETS); do f=$${t##*:}; p=$${t%:*}; echo "==> fuzz $$f in $$p ($(FUZZTIME) executions)"; \
+		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$p || exit 1; done
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (no control plane).
@@ -65,7 +67,7 @@ test-integration: tools build ## Integration tests against the real control plan
 	$(GO) test -race -count=1 ./...
 
 # Packages that hold benchmarks; those that need it start their own control plane (test/e2e: the whole simulation).
-BENCH_PKGS := ./cloud/jointinference/ ./cloud/federatedlearning/ ./cloud/liveness/ ./edge/agent/ ./test/e2e/
+BENCH_PKGS := ./cloud/broker/ ./cloud/jointinference/ ./cloud/federatedlearning/ ./cloud/liveness/ ./edge/agent/ ./test/e2e/
 
 .PHONY: bench
 bench: tools build ## Benchmarks, each printed beside an anchor measured in the same run.

@@ -30,8 +30,20 @@ type rig struct {
 // and pw2.
 func startRig(t *testing.T, serverTLS *tls.Config) *rig {
 	t.Helper()
+	return startRigWith(t, serverTLS, Limits{})
+}
+
+// startRigWith is startRig with the broker's limits.
+func startRigWith(t testing.TB, serverTLS *tls.Config, limits Limits) *rig {
+	t.Helper()
+	return startBroker(t, serverTLS, limits, map[string]string{"edge1": "pw1", "edge2": "pw2"})
+}
+
+// startBroker runs the embedded broker for the nodes of passwords (node name to password).
+func startBroker(t testing.TB, serverTLS *tls.Config, limits Limits, passwords map[string]string) *rig {
+	t.Helper()
 	dir := t.TempDir()
-	for node, pw := range map[string]string{"edge1": "pw1", "edge2": "pw2"} {
+	for node, pw := range passwords {
 		if err := os.WriteFile(filepath.Join(dir, node), []byte(pw+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +59,7 @@ func startRig(t *testing.T, serverTLS *tls.Config) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Start(Config{Address: addr, Cluster: "c", CredentialsDir: dir, Tracker: tracker, TLS: serverTLS})
+	b, err := Start(Config{Address: addr, Cluster: "c", CredentialsDir: dir, Tracker: tracker, TLS: serverTLS, Limits: limits})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,12 +67,20 @@ func startRig(t *testing.T, serverTLS *tls.Config) *rig {
 	return &rig{addr: addr, reg: reg, tracker: tracker, broker: b}
 }
 
-// connect returns a connected client, or the connection error.
+// connect returns a client connected as user with the agent's client id, or the connection error.
 func (r *rig) connect(user, password, will string) (mqtt.Client, error) {
-	opts := mqtt.NewClientOptions().AddBroker("tcp://" + r.addr).SetClientID("c-" + user + will).
+	return r.connectAs(AgentClientIDPrefix+user, user, password, will, nil)
+}
+
+// connectAs connects with any client id; onLost, when set, is told when the connection is lost.
+func (r *rig) connectAs(clientID, user, password, will string, onLost func()) (mqtt.Client, error) {
+	opts := mqtt.NewClientOptions().AddBroker("tcp://" + r.addr).SetClientID(clientID).
 		SetUsername(user).SetPassword(password).SetAutoReconnect(false).SetProtocolVersion(4)
 	if will != "" {
 		opts.SetWill(will, "x", 1, true)
+	}
+	if onLost != nil {
+		opts.SetConnectionLostHandler(func(mqtt.Client, error) { onLost() })
 	}
 	c := mqtt.NewClient(opts)
 	tok := c.Connect()
@@ -87,13 +107,13 @@ func (r *rig) count(name, label string) float64 {
 	return 0
 }
 
-func publish(t *testing.T, c mqtt.Client, qos byte, topic string, m proto.Message) {
+func publish(t testing.TB, c mqtt.Client, qos byte, topic string, m proto.Message) {
 	t.Helper()
 	payload, _ := proto.Marshal(m)
 	c.Publish(topic, qos, false, payload).WaitTimeout(5 * time.Second)
 }
 
-func eventually(t *testing.T, what string, ok func() bool) {
+func eventually(t testing.TB, what string, ok func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if ok() {
@@ -126,13 +146,9 @@ func TestBrokerAdmitsNodesAndEnforcesTheACL_P_AUTH_1(t *testing.T) {
 	publish(t, edge1, 1, "lifeline/v1/c/nodes/edge1/birth", &lifelinev1.NodeBirth{Node: "edge1", BirthSeq: 1})
 	publish(t, edge1, 1, "lifeline/v1/c/nodes/edge1/heartbeat", &lifelinev1.Heartbeat{BirthSeq: 1, Seq: 1})
 	publish(t, edge1, 1, "lifeline/v1/c/nodes/edge1/workers/default/w1", &lifelinev1.WorkerState{Namespace: "default", Name: "w1", Uid: "u1", Seq: 1, Phase: lifelinev1.Phase_PHASE_RUNNING})
-	// edge1's credentials impersonating edge2 and sending a command (QoS 0: a refused QoS 1 publish ends the
-	// session, which would stop the test at the first one).
-	intruder, err := r.connect("edge1", "pw1", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer intruder.Disconnect(0)
+	// edge1 impersonating edge2 and sending a command (QoS 0: a refused QoS 1 publish ends the session, which
+	// would stop the test at the first one).
+	intruder := edge1
 	publish(t, intruder, 0, "lifeline/v1/c/nodes/edge2/birth", &lifelinev1.NodeBirth{Node: "edge2", BirthSeq: 1})
 	publish(t, intruder, 0, "lifeline/v1/c/nodes/edge2/workers/default/w2", &lifelinev1.WorkerState{Namespace: "default", Name: "w2", Uid: "u2", Seq: 1, Phase: lifelinev1.Phase_PHASE_FAILED})
 	publish(t, intruder, 0, "lifeline/v1/c/nodes/edge1/commands", &lifelinev1.Command{Id: "x"})

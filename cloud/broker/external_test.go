@@ -19,10 +19,21 @@ import (
 	"github.com/lifeline-edge/lifeline/test/mqtttest"
 )
 
-// With mosquitto as the broker: the agent's states reach the controller's table, retained ones included for a
-// controller that connects later, and the controller's commands reach the agent.
+// mosquittoLimits are the limits docs/operations.md gives for mosquitto (its listener aside).
+const mosquittoLimits = `max_packet_size 67584
+max_inflight_messages 64
+max_queued_messages 64
+max_queued_bytes 1048576
+max_keepalive 60
+use_username_as_clientid true
+max_connections 1000
+`
+
+// With mosquitto as the broker, bounded as docs/operations.md says: the agent's states reach the controller's
+// table, retained ones included for a controller that connects later, and the controller's commands reach the
+// agent.
 func TestControllerReadsAndCommandsThroughMosquitto(t *testing.T) {
-	addr := mqtttest.StartMosquitto(t, "cloud", "")
+	addr := mqtttest.StartMosquitto(t, "cloud", mosquittoLimits)
 	state := t.TempDir()
 	j, err := journal.Open(filepath.Join(state, "journal.db"), 10)
 	if err != nil {
@@ -30,7 +41,7 @@ func TestControllerReadsAndCommandsThroughMosquitto(t *testing.T) {
 	}
 	defer j.Close()
 	commands := make(chan []byte, 4)
-	pub := publisher.New(publisher.Config{Broker: "tcp://" + addr, Cluster: "c", Node: "edge1", StateDir: state,
+	pub := publisher.New(publisher.Config{Broker: "tcp://" + addr, Username: "edge1", Cluster: "c", Node: "edge1", StateDir: state,
 		RetryInterval: 100 * time.Millisecond, OnCommand: func(p []byte) { commands <- p }}, j)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -48,7 +59,7 @@ func TestControllerReadsAndCommandsThroughMosquitto(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ext, err := Connect(ExternalConfig{URL: "tcp://" + addr, Cluster: "c", Tracker: tracker})
+	ext, err := Connect(ExternalConfig{URL: "tcp://" + addr, Username: "lifeline-controller", Cluster: "c", Tracker: tracker})
 	if err != nil {
 		t.Fatal(err)
 	}

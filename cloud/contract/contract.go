@@ -68,33 +68,43 @@ func LabelPrefix(kind string) string {
 	return strings.ToLower(kind) + ".sedna.io/"
 }
 
-// SetEnv sets vars on every container of spec. A user variable of the same name is replaced, so the contract's
-// value is the only one; the other user variables stay in their order, followed by the contract's, sorted, so the
-// rendered pod is the same on every pass.
-func SetEnv(spec *corev1.PodSpec, vars map[string]string) {
+// SetEnv sets vars (literal values) and refs (values from elsewhere, e.g. a Secret's key) on every container of
+// spec. A user variable of the same name is replaced, so the contract's value is the only one; the other user
+// variables stay in their order, followed by the contract's, sorted, so the rendered pod is the same on every
+// pass.
+func SetEnv(spec *corev1.PodSpec, vars map[string]string, refs ...corev1.EnvVar) {
+	env := envList(vars, refs)
+	replaced := make(map[string]bool, len(env))
+	for _, e := range env {
+		replaced[e.Name] = true
+	}
 	for i := range spec.Containers {
 		c := &spec.Containers[i]
 		kept := c.Env[:0:0]
 		for _, e := range c.Env {
-			if _, replaced := vars[e.Name]; !replaced {
+			if !replaced[e.Name] {
 				kept = append(kept, e)
 			}
 		}
-		c.Env = append(kept, envList(vars)...)
+		c.Env = append(kept, env...)
 	}
 }
 
-// envList turns vars into environment variables sorted by name.
-func envList(vars map[string]string) []corev1.EnvVar {
-	names := make([]string, 0, len(vars))
-	for n := range vars {
-		names = append(names, n)
+// envList turns vars and refs into environment variables sorted by name; of two of the same name, the ref wins,
+// and of two refs, the later.
+func envList(vars map[string]string, refs []corev1.EnvVar) []corev1.EnvVar {
+	byName := make(map[string]corev1.EnvVar, len(vars)+len(refs))
+	for n, v := range vars {
+		byName[n] = corev1.EnvVar{Name: n, Value: v}
 	}
-	sort.Strings(names)
-	env := make([]corev1.EnvVar, 0, len(names))
-	for _, n := range names {
-		env = append(env, corev1.EnvVar{Name: n, Value: vars[n]})
+	for _, e := range refs {
+		byName[e.Name] = e
 	}
+	env := make([]corev1.EnvVar, 0, len(byName))
+	for _, e := range byName {
+		env = append(env, e)
+	}
+	sort.Slice(env, func(i, j int) bool { return env[i].Name < env[j].Name })
 	return env
 }
 

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Where storage appears inside a worker container.
@@ -38,8 +39,9 @@ type Storage struct {
 	URL string
 	// IsDir marks a node path as a directory, mounted as it is; a file's parent directory is mounted instead.
 	IsDir bool
-	// Credential is the Secret for an s3:// URL, or nil.
-	Credential *corev1.Secret
+	// Credential is the metadata of the Secret for an s3:// URL, or nil. Its keys are never read: pods refer to
+	// them.
+	Credential *metav1.PartialObjectMetadata
 }
 
 // MountStorage makes every item reachable from spec's containers — node paths as hostPath volumes under
@@ -48,7 +50,7 @@ type Storage struct {
 func MountStorage(spec *corev1.PodSpec, items []Storage) (map[string]string, error) {
 	env := map[string]string{}
 	var downloadArgs []string
-	var initEnv map[string]string
+	var initEnv []corev1.EnvVar
 	hostVolumes := map[string]bool{}
 	for _, item := range items {
 		u, err := url.Parse(item.URL)
@@ -74,12 +76,7 @@ func MountStorage(spec *corev1.PodSpec, items []Storage) (map[string]string, err
 				if err != nil {
 					return nil, err
 				}
-				if initEnv == nil {
-					initEnv = map[string]string{}
-				}
-				for k, v := range creds {
-					initEnv[k] = v
-				}
+				initEnv = append(initEnv, creds...)
 			}
 		default:
 			return nil, fmt.Errorf("%s URL %q: scheme %q is not supported (use a node path, s3://, http:// or https://)",
@@ -92,8 +89,11 @@ func MountStorage(spec *corev1.PodSpec, items []Storage) (map[string]string, err
 	return env, nil
 }
 
-// CredentialEnv reads the object-store endpoint and keys of a credential Secret, as Sedna workers expect them.
-func CredentialEnv(secret *corev1.Secret) (map[string]string, error) {
+// CredentialEnv is the object-store endpoint and keys of a credential Secret, as Sedna workers expect them: the
+// endpoint from the Secret's annotations, the keys as references into the Secret, so no key is ever copied into
+// a pod spec, where everyone who may read pods (every edge agent) and every node's disk would hold it. A Secret
+// without a key leaves the container unstarted (CreateContainerConfigError), which its pod's status tells.
+func CredentialEnv(secret *metav1.PartialObjectMetadata) ([]corev1.EnvVar, error) {
 	endpoint := secret.Annotations[AnnotationS3Endpoint]
 	if endpoint == "" {
 		return nil, fmt.Errorf("secret %s has no %q annotation", secret.Name, AnnotationS3Endpoint)
@@ -102,19 +102,21 @@ func CredentialEnv(secret *corev1.Secret) (map[string]string, error) {
 	if secret.Annotations[AnnotationS3UseHTTPS] == "0" {
 		scheme = "http://"
 	}
-	env := map[string]string{EnvS3EndpointURL: scheme + endpoint}
+	env := []corev1.EnvVar{{Name: EnvS3EndpointURL, Value: scheme + endpoint}}
 	for _, key := range []string{EnvAccessKeyID, EnvSecretAccessKey} {
-		v, ok := secret.Data[key]
-		if !ok {
-			if s, ok := secret.StringData[key]; ok {
-				v = []byte(s)
-			} else {
-				return nil, fmt.Errorf("secret %s has no key %s", secret.Name, key)
-			}
-		}
-		env[key] = string(v)
+		env = append(env, corev1.EnvVar{Name: key, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: secret.Name}, Key: key,
+		}}})
 	}
 	return env, nil
+}
+
+// SecretMetadata is a Secret's metadata to read into. The controllers read credential Secrets only this way, so
+// their cache holds no Secret's data: the endpoint is an annotation, and the keys reach the pods by reference.
+func SecretMetadata() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	return m
 }
 
 func hostPaths(p string, isDir bool) (hostDir, mountPath, containerPath string) {
@@ -149,7 +151,7 @@ func addHostPathVolume(spec *corev1.PodSpec, name, hostDir, mountPath string) {
 	}
 }
 
-func addStorageInitializer(spec *corev1.PodSpec, args []string, env map[string]string) {
+func addStorageInitializer(spec *corev1.PodSpec, args []string, env []corev1.EnvVar) {
 	spec.Volumes = append(spec.Volumes, corev1.Volume{
 		Name: downloadVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
 	})
@@ -168,7 +170,7 @@ func addStorageInitializer(spec *corev1.PodSpec, args []string, env map[string]s
 			corev1.ResourceMemory: resource.MustParse("1Gi"),
 		}},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-		Env:                      envList(env),
+		Env:                      envList(nil, env),
 	}
 	spec.InitContainers = append(spec.InitContainers, init)
 }

@@ -9,11 +9,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-func credential(annotations map[string]string) *corev1.Secret {
-	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "s3-cred", Annotations: annotations},
-		Data:       map[string][]byte{EnvAccessKeyID: []byte("AK"), EnvSecretAccessKey: []byte("SK")},
-	}
+func credential(annotations map[string]string) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "s3-cred", Annotations: annotations}}
+}
+
+// keyRef is a variable read from a key of the s3-cred Secret.
+func keyRef(key string) corev1.EnvVar {
+	return corev1.EnvVar{Name: key, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "s3-cred"}, Key: key}}}
 }
 
 func TestMountStorage(t *testing.T) {
@@ -60,8 +63,8 @@ func TestMountStorage(t *testing.T) {
 			EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 		wantMounts: []corev1.VolumeMount{{Name: "sedna-storage-initializer", MountPath: DownloadPrefix, ReadOnly: true}},
 		wantArgs:   []string{"s3://bucket/models/m.pb", "/downloads/bucket/models"},
-		wantInit: []corev1.EnvVar{{Name: EnvAccessKeyID, Value: "AK"}, {Name: EnvS3EndpointURL, Value: "https://minio:9000"},
-			{Name: EnvSecretAccessKey, Value: "SK"}},
+		wantInit: []corev1.EnvVar{keyRef(EnvAccessKeyID), {Name: EnvS3EndpointURL, Value: "https://minio:9000"},
+			keyRef(EnvSecretAccessKey)},
 	}, {
 		name:    "plain-http object store",
 		items:   []Storage{{EnvName: EnvModelURL, URL: "s3://b/m", Credential: credential(map[string]string{AnnotationS3Endpoint: "minio:9000", AnnotationS3UseHTTPS: "0"})}},
@@ -70,8 +73,8 @@ func TestMountStorage(t *testing.T) {
 			EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 		wantMounts: []corev1.VolumeMount{{Name: "sedna-storage-initializer", MountPath: DownloadPrefix, ReadOnly: true}},
 		wantArgs:   []string{"s3://b/m", "/downloads/b"},
-		wantInit: []corev1.EnvVar{{Name: EnvAccessKeyID, Value: "AK"}, {Name: EnvS3EndpointURL, Value: "http://minio:9000"},
-			{Name: EnvSecretAccessKey, Value: "SK"}},
+		wantInit: []corev1.EnvVar{keyRef(EnvAccessKeyID), {Name: EnvS3EndpointURL, Value: "http://minio:9000"},
+			keyRef(EnvSecretAccessKey)},
 	}, {
 		name:    "https without a credential",
 		items:   []Storage{{EnvName: EnvModelURL, URL: "https://example.com/m/model.onnx"}},
@@ -139,10 +142,11 @@ func TestSetEnvReplacesContractNamesAndKeepsUserOrder(t *testing.T) {
 	spec := &corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Env: []corev1.EnvVar{
 		{Name: "input_shape", Value: "416,736"}, {Name: EnvWorkerName, Value: "mine"}, {Name: "video_url", Value: "rtsp://x"},
 	}}}}
-	SetEnv(spec, map[string]string{EnvWorkerName: "ji-deployment-edge", EnvNamespace: "default"})
+	SetEnv(spec, map[string]string{EnvWorkerName: "ji-deployment-edge", EnvNamespace: "default", EnvAccessKeyID: "literal"},
+		keyRef(EnvAccessKeyID))
 	want := []corev1.EnvVar{
 		{Name: "input_shape", Value: "416,736"}, {Name: "video_url", Value: "rtsp://x"},
-		{Name: EnvNamespace, Value: "default"}, {Name: EnvWorkerName, Value: "ji-deployment-edge"},
+		keyRef(EnvAccessKeyID), {Name: EnvNamespace, Value: "default"}, {Name: EnvWorkerName, Value: "ji-deployment-edge"},
 	}
 	if diff := cmp.Diff(want, spec.Containers[0].Env); diff != "" {
 		t.Errorf("env (-want +got):\n%s", diff)

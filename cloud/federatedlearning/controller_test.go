@@ -2,6 +2,7 @@ package federatedlearning_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -24,6 +25,12 @@ import (
 )
 
 const within = 30 * time.Second
+
+// The keys of the fixtures' credential Secret, which must never appear in a pod.
+const (
+	accessKey = "access-key-7f3c"
+	secretKey = "secret-key-9e1d"
+)
 
 var flFixtures = []string{
 	"federatedlearningjob_v1alpha1.yaml",
@@ -58,7 +65,7 @@ func loadJob(t testing.TB, file, ns string) *v1alpha1.FederatedLearningJob {
 	if t := job.Spec.Transmitter; t != nil && t.S3 != nil && t.S3.CredentialName != "" {
 		create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: t.S3.CredentialName,
 			Annotations: map[string]string{contract.AnnotationS3Endpoint: "minio:9000"}},
-			StringData: map[string]string{contract.EnvAccessKeyID: "ak", contract.EnvSecretAccessKey: "sk"}})
+			StringData: map[string]string{contract.EnvAccessKeyID: accessKey, contract.EnvSecretAccessKey: secretKey}})
 	}
 	return job
 }
@@ -212,10 +219,11 @@ func TestFixturesCreateNamedWorkersWithTheContract(t *testing.T) {
 				if !tr.Spec.HostNetwork || tr.Spec.RestartPolicy != corev1.RestartPolicyOnFailure {
 					t.Errorf("%s hostNetwork=%v restartPolicy=%s", name, tr.Spec.HostNetwork, tr.Spec.RestartPolicy)
 				}
-				if job.Spec.Transmitter != nil && job.Spec.Transmitter.S3 != nil {
-					if e[contract.EnvTransmitter] != "s3" || e[contract.EnvS3EndpointURL] != "https://minio:9000" || e[contract.EnvAccessKeyID] != "ak" {
+				if s3 := job.Spec.Transmitter; s3 != nil && s3.S3 != nil {
+					if e[contract.EnvTransmitter] != "s3" || e[contract.EnvS3EndpointURL] != "https://minio:9000" {
 						t.Errorf("%s s3 transmitter env = %v", name, e)
 					}
+					assertKeysByReference(t, tr, s3.S3.CredentialName)
 				}
 				if job.Spec.PretrainedModel != nil && e[contract.EnvPretrainedModelURL] != "/home/data/models/fl/pretrained.pb" {
 					t.Errorf("%s PRETRAINED_MODEL_URL = %q", name, e[contract.EnvPretrainedModelURL])
@@ -242,6 +250,34 @@ func TestFixturesCreateNamedWorkersWithTheContract(t *testing.T) {
 				return true, nil
 			})
 		})
+	}
+}
+
+// assertKeysByReference: a pod reads the object store's keys from the Secret by reference, and holds no key
+// itself — every edge agent may read pods, and keeps their specs on its disk.
+func assertKeysByReference(t *testing.T, pod *corev1.Pod, secret string) {
+	t.Helper()
+	refs := 0
+	for _, c := range pod.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name != contract.EnvAccessKeyID && e.Name != contract.EnvSecretAccessKey {
+				continue
+			}
+			if ref := e.ValueFrom; e.Value != "" || ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != secret || ref.SecretKeyRef.Key != e.Name {
+				t.Errorf("%s container %s: %s = %+v, want a reference to key %s of Secret %s", pod.Name, c.Name, e.Name, e, e.Name, secret)
+			}
+			refs++
+		}
+	}
+	if refs == 0 {
+		t.Errorf("%s has no object store keys", pod.Name)
+	}
+	data, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), accessKey) || strings.Contains(string(data), secretKey) {
+		t.Errorf("%s holds a credential key", pod.Name)
 	}
 }
 
@@ -520,5 +556,31 @@ func TestRecreatingTheSameNameRightAfterDeletionWorks(t *testing.T) {
 		if !metav1.IsControlledBy(p, again) {
 			t.Errorf("%s is not owned by the new job", name)
 		}
+	}
+}
+
+// TestMissingCredentialIsReported: a job whose transmitter names a Secret that does not exist creates no worker
+// and says which Secret is missing, though the controller reads Secrets as metadata only.
+func TestMissingCredentialIsReported(t *testing.T) {
+	cluster.SkipIfShort(t)
+	ns := env.NewNamespace(t, "fl")
+	job := loadJob(t, "federatedlearningjob_yolo_v1alpha1.yaml", ns)
+	secret := job.Spec.Transmitter.S3.CredentialName
+	if err := env.Client.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: secret}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, within, "Training=False InputsNotFound naming the Secret", func(ctx context.Context) (bool, error) {
+		got := getJob(t, job)
+		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.FLConditionTraining)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != fl.ReasonInputsNotFound || !strings.Contains(c.Message, "Secret "+secret) {
+			return false, fmt.Errorf("Training condition %+v", c)
+		}
+		return true, nil
+	})
+	if pods := workerPods(t, job); len(pods) != 0 {
+		t.Errorf("workers created without their credential: %v", keys(pods))
 	}
 }

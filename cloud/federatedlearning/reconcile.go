@@ -3,6 +3,7 @@ package federatedlearning
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -57,33 +58,41 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	now := r.now()
 	p := decide(job, workers, effectivePolicy(job), now)
 
-	if !finished(p.status) {
-		if err := r.ensureService(ctx, job, &p); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	if err := r.createWorkers(ctx, job, &p); err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.removePods(ctx, job, p.remove); err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.releasePods(ctx, p.release); err != nil {
-		return ctrl.Result{}, err
+	// Neither a child that cannot be synced nor a status that cannot be written stops the agents from healing the
+	// workers; the pass then fails, to be retried, with every error it met.
+	childErr := r.syncChildren(ctx, job, &p)
+	actErr := r.actThroughAgents(job, workers, now)
+	if childErr != nil {
+		return ctrl.Result{}, errors.Join(childErr, actErr)
 	}
 	if progress := liveness.TrainingProgress(r.Edge.Reports(Kind, job.Namespace, job.Name)); progress != nil {
+		progress.Metrics = v1alpha1.BoundMetrics(progress.Metrics)
 		p.status.Progress = progress
 	}
-	if err := r.writeStatus(ctx, job, p.status); err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.actThroughAgents(job, workers, now); err != nil {
-		return ctrl.Result{}, err
+	if err := r.writeStatus(ctx, job, p.status); err != nil || actErr != nil {
+		return ctrl.Result{}, errors.Join(actErr, err)
 	}
 	for _, e := range p.events {
 		r.event(job, nil, e.eventType, e.reason, e.note)
 	}
 	return r.afterFinish(ctx, job, p, now)
+}
+
+// syncChildren makes the children what the plan decided: the aggregator's Service, the missing workers, and the
+// pods to delete or let go.
+func (r *Reconciler) syncChildren(ctx context.Context, job *v1alpha1.FederatedLearningJob, p *plan) error {
+	if !finished(p.status) {
+		if err := r.ensureService(ctx, job, p); err != nil {
+			return err
+		}
+	}
+	if err := r.createWorkers(ctx, job, p); err != nil {
+		return err
+	}
+	if err := r.removePods(ctx, job, p.remove); err != nil {
+		return err
+	}
+	return r.releasePods(ctx, p.release)
 }
 
 // observe pairs each identity with its pod in the cache. Pods of an earlier job of the same name (another UID)
@@ -171,12 +180,17 @@ func (r *Reconciler) createWorkers(ctx context.Context, job *v1alpha1.FederatedL
 	return nil
 }
 
-// readInputs reads the Models, Datasets and Secrets the job names; the message says what is missing.
+// readInputs reads the Models and Datasets the job names, and the metadata of their Secrets; the message says
+// what is missing.
 func (r *Reconciler) readInputs(ctx context.Context, job *v1alpha1.FederatedLearningJob) (inputs, string) {
-	in := inputs{job: job, secrets: map[string]*corev1.Secret{}, lcServer: r.LCServer}
+	in := inputs{job: job, secrets: map[string]*metav1.PartialObjectMetadata{}, lcServer: r.LCServer}
 	get := func(name string, obj client.Object) string {
 		if err := r.Get(ctx, types.NamespacedName{Namespace: job.Namespace, Name: name}, obj); err != nil {
-			return fmt.Sprintf("%T %s: %v", obj, name, err)
+			kind := fmt.Sprintf("%T", obj)
+			if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+				kind = m.Kind
+			}
+			return fmt.Sprintf("%s %s: %v", kind, name, err)
 		}
 		return ""
 	}
@@ -207,7 +221,7 @@ func (r *Reconciler) readInputs(ctx context.Context, job *v1alpha1.FederatedLear
 		if name == "" || in.secrets[name] != nil {
 			continue
 		}
-		s := &corev1.Secret{}
+		s := contract.SecretMetadata()
 		if msg := get(name, s); msg != "" {
 			return in, msg
 		}

@@ -25,7 +25,7 @@ type inputs struct {
 	model           *v1alpha1.Model
 	pretrainedModel *v1alpha1.Model // nil when the spec names none
 	datasets        []*v1alpha1.Dataset
-	secrets         map[string]*corev1.Secret
+	secrets         map[string]*metav1.PartialObjectMetadata // credential Secrets, metadata only
 	lcServer        string
 }
 
@@ -115,7 +115,7 @@ func renderTrainerPod(in inputs, i int) (*corev1.Pod, error) {
 	return pod, nil
 }
 
-func (in inputs) credential(name string) *corev1.Secret {
+func (in inputs) credential(name string) *metav1.PartialObjectMetadata {
 	if name == "" {
 		return nil
 	}
@@ -138,7 +138,7 @@ func renderPod(in inputs, name, workerType string, role v1alpha1.WorkerRole, tmp
 	for k, v := range storageEnv {
 		env[k] = v
 	}
-	transmitterEnv, err := in.transmitterEnv()
+	transmitterEnv, credentials, err := in.transmitterEnv()
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +149,7 @@ func renderPod(in inputs, name, workerType string, role v1alpha1.WorkerRole, tmp
 	env[contract.EnvJobName] = job.Name
 	env[contract.EnvWorkerName] = name
 	env[contract.EnvParticipantsCount] = strconv.Itoa(len(job.Spec.TrainingWorkers))
-	contract.SetEnv(&t.Spec, env)
+	contract.SetEnv(&t.Spec, env, credentials...)
 	if t.Spec.RestartPolicy == "" {
 		t.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
 	}
@@ -180,23 +180,23 @@ func renderPod(in inputs, name, workerType string, role v1alpha1.WorkerRole, tmp
 	}, nil
 }
 
-// transmitterEnv is how workers exchange updates: websocket by default, or an object store with its keys.
-func (in inputs) transmitterEnv() (map[string]string, error) {
+// transmitterEnv is how workers exchange updates: websocket by default, or an object store, whose endpoint and
+// keys (references into its Secret) come second.
+func (in inputs) transmitterEnv() (map[string]string, []corev1.EnvVar, error) {
 	tr := in.job.Spec.Transmitter
 	if tr == nil || tr.S3 == nil {
-		return map[string]string{contract.EnvTransmitter: "ws"}, nil
+		return map[string]string{contract.EnvTransmitter: "ws"}, nil, nil
 	}
 	env := map[string]string{contract.EnvTransmitter: "s3", contract.EnvAggDataPath: tr.S3.AggDataPath}
-	if secret := in.credential(tr.S3.CredentialName); secret != nil {
-		creds, err := contract.CredentialEnv(secret)
-		if err != nil {
-			return nil, fmt.Errorf("transmitter: %w", err)
-		}
-		for k, v := range creds {
-			env[k] = v
-		}
+	secret := in.credential(tr.S3.CredentialName)
+	if secret == nil {
+		return env, nil, nil
 	}
-	return env, nil
+	creds, err := contract.CredentialEnv(secret)
+	if err != nil {
+		return nil, nil, fmt.Errorf("transmitter: %w", err)
+	}
+	return env, creds, nil
 }
 
 // renderAggregationService renders the Service trainers reach the aggregator through; `tcp-0` is the port name

@@ -85,3 +85,75 @@ func TestAggregatorRendering(t *testing.T) {
 		t.Errorf("service %+v", svc)
 	}
 }
+
+func secretMeta(name string) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Annotations: map[string]string{contract.AnnotationS3Endpoint: "minio.storage:9000"}}}
+}
+
+// TestRenderedPodsHoldNoCredentialValue: wherever a credential is used — the model's, the dataset's, the
+// pretrained model's, the transmitter's — every worker container and storage initializer reads the keys from the
+// Secret by reference; a literal key in a pod spec would be readable by every edge agent and stored on its disk.
+func TestRenderedPodsHoldNoCredentialValue(t *testing.T) {
+	cases := []struct {
+		name   string
+		edit   func(*inputs)
+		secret string // the Secret the keys must come from
+		inInit bool   // the storage initializer reads them (downloads); otherwise the workers do
+	}{
+		{"model on s3", func(in *inputs) {
+			in.model.Spec.URL, in.model.Spec.CredentialName = "s3://models/m.pb", "model-cred"
+		}, "model-cred", true},
+		{"dataset on s3", func(in *inputs) {
+			in.datasets[0].Spec.URL, in.datasets[0].Spec.CredentialName = "s3://data/train.txt", "data-cred"
+		}, "data-cred", true},
+		{"pretrained model on s3", func(in *inputs) {
+			in.job.Spec.PretrainedModel = &v1alpha1.PretrainedModel{Name: "pre"}
+			in.pretrainedModel = &v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Name: "pre"},
+				Spec: v1alpha1.ModelSpec{URL: "s3://models/pre.pb", CredentialName: "pre-cred"}}
+		}, "pre-cred", true},
+		{"s3 transmitter", func(in *inputs) {
+			in.job.Spec.Transmitter = &v1alpha1.Transmitter{S3: &v1alpha1.S3Transmitter{AggDataPath: "s3://agg/", CredentialName: "tx-cred"}}
+		}, "tx-cred", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := renderInputs(corev1.PodSpec{Containers: []corev1.Container{{Name: "train"}}})
+			tc.edit(&in)
+			in.secrets = map[string]*metav1.PartialObjectMetadata{tc.secret: secretMeta(tc.secret)}
+			for _, id := range identities(in.job) {
+				pod, err := renderWorker(in, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				containers := pod.Spec.Containers
+				if tc.inInit {
+					containers = pod.Spec.InitContainers
+				}
+				refs := 0
+				for _, c := range append(pod.Spec.InitContainers, pod.Spec.Containers...) {
+					for _, e := range c.Env {
+						if e.Name != contract.EnvAccessKeyID && e.Name != contract.EnvSecretAccessKey {
+							continue
+						}
+						if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil ||
+							e.ValueFrom.SecretKeyRef.Name != tc.secret || e.ValueFrom.SecretKeyRef.Key != e.Name {
+							t.Errorf("%s container %s: %s = %+v, want a reference to key %s of Secret %s", id.name, c.Name, e.Name, e, e.Name, tc.secret)
+						}
+					}
+				}
+				for _, c := range containers {
+					for _, e := range c.Env {
+						if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+							refs++
+						}
+					}
+				}
+				// The dataset is the trainers' only; the other credentials reach every worker.
+				if want := 2; refs != want && (tc.secret != "data-cred" || id.role == v1alpha1.WorkerRoleTrainer) {
+					t.Errorf("%s: %d key references where they are used, want %d", id.name, refs, want)
+				}
+			}
+		})
+	}
+}

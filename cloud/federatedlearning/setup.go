@@ -10,14 +10,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/contract/nodewatch"
 )
 
+// nodeIndex indexes worker pods by the node they are bound to.
+const nodeIndex = "federatedlearning.node"
+
 // SetupWithManager registers the controller: it reconciles on changes of the job and of the pods and Service
-// it owns, and whenever an agent's word on one of its workers changes.
+// it owns; and, edge-aware, whenever an agent's word on one of its workers changes, and when the Ready condition
+// of a node its workers are bound to changes, on which the agents' word depends.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr)
 	if edge := r.Edge.Source(mgr.GetClient(), podToJob, Kind); edge != nil {
-		b = b.WatchesRawSource(edge)
+		var err error
+		if b, err = nodewatch.Watch(context.Background(), mgr, b.WatchesRawSource(edge), nodeIndex, podToJob); err != nil {
+			return err
+		}
 	}
 	return b.
 		For(&v1alpha1.FederatedLearningJob{}).

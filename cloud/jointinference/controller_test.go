@@ -2,6 +2,7 @@ package jointinference_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -484,8 +485,9 @@ func sednaDeployment(ji *v1alpha1.JointInferenceService, workerType string) *app
 }
 
 // TestMissingCredentialIsReportedThenResolved: a Model whose credential Secret is missing blocks its worker with
-// SecretNotFound; creating the Secret (watched through the Model) makes the service Ready, and the worker gets
-// the storage initializer with the Secret's keys.
+// SecretNotFound; creating the Secret (watched, as metadata, through the Model) makes the service Ready, and the
+// worker gets the storage initializer reading the Secret's keys by reference: no key is ever written into a
+// Deployment or a pod, where every edge agent could read it and would store it on its disk.
 func TestMissingCredentialIsReportedThenResolved(t *testing.T) {
 	cluster.SkipIfShort(t)
 	ns := newNamespace(t)
@@ -509,7 +511,7 @@ func TestMissingCredentialIsReportedThenResolved(t *testing.T) {
 	})
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-cred",
 		Annotations: map[string]string{contract.AnnotationS3Endpoint: "minio.storage:9000"}},
-		StringData: map[string]string{contract.EnvAccessKeyID: "ak", contract.EnvSecretAccessKey: "sk"}}
+		StringData: map[string]string{contract.EnvAccessKeyID: "access-key-7f3c", contract.EnvSecretAccessKey: "secret-key-9e1d"}}
 	if err := env.Client.Create(context.Background(), secret); err != nil {
 		t.Fatal(err)
 	}
@@ -519,8 +521,31 @@ func TestMissingCredentialIsReportedThenResolved(t *testing.T) {
 	if len(inits) != 1 || inits[0].Image != contract.StorageInitializerImage {
 		t.Fatalf("init containers %+v, want the storage initializer", inits)
 	}
-	if env := containerEnv(inits[0]); env[contract.EnvS3EndpointURL] != "https://minio.storage:9000" || env[contract.EnvAccessKeyID] != "ak" {
+	if env := containerEnv(inits[0]); env[contract.EnvS3EndpointURL] != "https://minio.storage:9000" {
 		t.Errorf("initializer env %v", env)
+	}
+	for _, e := range inits[0].Env {
+		if e.Name != contract.EnvAccessKeyID && e.Name != contract.EnvSecretAccessKey {
+			continue
+		}
+		if ref := e.ValueFrom; e.Value != "" || ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != "s3-cred" || ref.SecretKeyRef.Key != e.Name {
+			t.Errorf("initializer %s = %+v, want a reference to key %s of Secret s3-cred", e.Name, e, e.Name)
+		}
+	}
+	pods := &corev1.PodList{}
+	if err := env.Client.List(context.Background(), pods, client.InNamespace(ns)); err != nil || len(pods.Items) == 0 {
+		t.Fatalf("pods: %d, %v", len(pods.Items), err)
+	}
+	for _, obj := range []any{edge, pods} {
+		data, err := json.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{"access-key-7f3c", "secret-key-9e1d"} {
+			if strings.Contains(string(data), key) {
+				t.Errorf("a credential key is written in %T", obj)
+			}
+		}
 	}
 	if env := containerEnv(edge.Spec.Template.Spec.Containers[0]); env[contract.EnvModelURL] != "/downloads/models/little.pb" {
 		t.Errorf("MODEL_URL = %q", env[contract.EnvModelURL])

@@ -2,6 +2,7 @@ package jointinference
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 )
 
@@ -49,7 +51,7 @@ const (
 const staleRequeue = 200 * time.Millisecond
 
 // Reconcile runs one level-triggered pass: read the service and its inputs, render the children, make the
-// cluster match, then write status once.
+// cluster match, act on the agents of cut-off nodes, then write status once.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ji := &v1alpha1.JointInferenceService{}
 	if err := r.Get(ctx, req.NamespacedName, ji); err != nil {
@@ -70,17 +72,37 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 
-	outcome, err := r.syncChildren(ctx, ji, want)
+	// Neither a child that cannot be synced nor a status that cannot be written stops the agents from healing the
+	// workers; the pass then fails, to be retried, with every error it met.
+	outcome, syncErr := r.syncChildren(ctx, ji, want)
+	workers, err := r.observeWorkers(ctx, ji)
 	if err != nil {
-		return ctrl.Result{}, err
+		return ctrl.Result{}, errors.Join(syncErr, err)
 	}
-	if err := r.writeStatus(ctx, ji, blocked, outcome); err != nil {
-		return ctrl.Result{}, err
+	now := r.now()
+	pods := workers.pods()
+	views := r.Edge.Views(ctx, pods, now)
+	actErr := r.actThroughAgents(ji, pods, views, now)
+	if syncErr != nil {
+		// What was synced is partial: the status would describe a pass that did not happen.
+		return ctrl.Result{}, errors.Join(syncErr, actErr)
+	}
+	if err := r.writeStatus(ctx, ji, workers, views, blocked, outcome, now); err != nil || actErr != nil {
+		return ctrl.Result{}, errors.Join(actErr, err)
 	}
 	if outcome.removedStale {
 		return ctrl.Result{RequeueAfter: staleRequeue}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// actThroughAgents sends the restart commands the views call for and tells, as Events, what the agents did.
+func (r *Reconciler) actThroughAgents(ji *v1alpha1.JointInferenceService, pods []*corev1.Pod, views map[string]liveness.View, now time.Time) error {
+	events, err := r.Edge.Act(pods, views, now)
+	for _, e := range events {
+		r.event(ji, nil, e.Type, e.Reason, "Heal", "%s", e.Message)
+	}
+	return err
 }
 
 // problem is why the workers cannot be rendered now; it is reported in the Ready condition and retried when
@@ -89,9 +111,9 @@ type problem struct {
 	reason, message string
 }
 
-// readInputs reads the Models the service names and the Secrets those name.
+// readInputs reads the Models the service names and the metadata of the Secrets those name.
 func (r *Reconciler) readInputs(ctx context.Context, ji *v1alpha1.JointInferenceService) (inputs, *problem) {
-	in := inputs{ji: ji, secrets: map[string]*corev1.Secret{}, lcServer: r.LCServer}
+	in := inputs{ji: ji, secrets: map[string]*metav1.PartialObjectMetadata{}, lcServer: r.LCServer}
 	for _, ref := range []struct {
 		name string
 		into **v1alpha1.Model
@@ -104,7 +126,7 @@ func (r *Reconciler) readInputs(ctx context.Context, ji *v1alpha1.JointInference
 		if m.Spec.CredentialName == "" {
 			continue
 		}
-		s := &corev1.Secret{}
+		s := contract.SecretMetadata()
 		if err := r.Get(ctx, types.NamespacedName{Namespace: ji.Namespace, Name: m.Spec.CredentialName}, s); err != nil {
 			return in, &problem{reason: ReasonSecretNotFound,
 				message: fmt.Sprintf("Secret %s of Model %s: %v", m.Spec.CredentialName, m.Name, err)}

@@ -49,13 +49,14 @@ func ServiceName(ji string) string { return ji + "-" + workerCloud }
 // HPAName is `hpa-<deployment>`, Sedna's name.
 func HPAName(deployment string) string { return "hpa-" + deployment }
 
-// inputs is everything a rendering depends on: the service, the Models it names, the Secrets those name, and
-// the controller's settings. The reconciler reads them from its cache; the render functions never do I/O.
+// inputs is everything a rendering depends on: the service, the Models it names, the metadata of the Secrets
+// those name, and the controller's settings. The reconciler reads them from its cache; the render functions
+// never do I/O.
 type inputs struct {
 	ji         *v1alpha1.JointInferenceService
 	edgeModel  *v1alpha1.Model
 	cloudModel *v1alpha1.Model
-	secrets    map[string]*corev1.Secret
+	secrets    map[string]*metav1.PartialObjectMetadata
 	lcServer   string
 }
 
@@ -165,7 +166,7 @@ func renderWorkerDeployment(in inputs, workerType string, tmpl corev1.PodTemplat
 	t.Labels = merge(t.Labels, labels)
 	t.Labels[contract.RoleLabel] = workerType
 
-	var credential *corev1.Secret
+	var credential *metav1.PartialObjectMetadata
 	if model.Spec.CredentialName != "" {
 		credential = in.secrets[model.Spec.CredentialName]
 	}

@@ -243,3 +243,44 @@ func TestRenderFollowsTheSpec(t *testing.T) {
 		})
 	}
 }
+
+// TestRenderedWorkersHoldNoCredentialValue: a Model on an object store gets its keys into the storage
+// initializer by reference to its Secret; a literal key in a Deployment would reach every pod spec, readable by
+// every edge agent and stored on its disk.
+func TestRenderedWorkersHoldNoCredentialValue(t *testing.T) {
+	for _, workerType := range []string{workerEdge, workerCloud} {
+		t.Run(workerType, func(t *testing.T) {
+			in := testInputs(t, "helmet_detection_inference.yaml")
+			m := in.cloudModel
+			if workerType == workerEdge {
+				m = in.edgeModel
+			}
+			m.Spec.URL, m.Spec.CredentialName = "s3://models/m.pb", "s3-cred"
+			in.secrets = map[string]*metav1.PartialObjectMetadata{"s3-cred": {ObjectMeta: metav1.ObjectMeta{Name: "s3-cred",
+				Annotations: map[string]string{contract.AnnotationS3Endpoint: "minio.storage:9000"}}}}
+			want, err := render(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range want.deployments {
+				spec := d.Spec.Template.Spec
+				refs := 0
+				for _, c := range append(spec.InitContainers, spec.Containers...) {
+					for _, e := range c.Env {
+						if e.Name != contract.EnvAccessKeyID && e.Name != contract.EnvSecretAccessKey {
+							continue
+						}
+						if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil ||
+							e.ValueFrom.SecretKeyRef.Name != "s3-cred" || e.ValueFrom.SecretKeyRef.Key != e.Name {
+							t.Errorf("%s container %s: %s = %+v, want a reference to key %s of Secret s3-cred", d.Name, c.Name, e.Name, e, e.Name)
+						}
+						refs++
+					}
+				}
+				if wantRefs := map[bool]int{true: 2, false: 0}[d.Name == DeploymentName(in.ji.Name, workerType)]; refs != wantRefs {
+					t.Errorf("%s: %d key references, want %d", d.Name, refs, wantRefs)
+				}
+			}
+		})
+	}
+}

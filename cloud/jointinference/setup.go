@@ -7,12 +7,14 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/contract/nodewatch"
 )
 
 // Cache indexes.
@@ -21,10 +23,13 @@ const (
 	modelIndex = "jointinference.models"
 	// credentialIndex indexes Models by the Secret they name.
 	credentialIndex = "model.credential"
+	// nodeIndex indexes worker pods by the node they are bound to.
+	nodeIndex = "jointinference.node"
 )
 
 // SetupWithManager registers the controller: it reconciles on changes of the service, of the children it owns,
-// of their pods, and of the Models and Secrets the service depends on.
+// of their pods, and of the Models and Secrets the service depends on; and, edge-aware, on what the agents say
+// and on the Ready condition of the nodes the workers are bound to, on which the agents' word depends.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	ctx := context.Background()
 	indexer := mgr.GetFieldIndexer()
@@ -44,7 +49,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	b := ctrl.NewControllerManagedBy(mgr)
 	if edge := r.Edge.Source(mgr.GetClient(), podToService, Kind); edge != nil {
-		b = b.WatchesRawSource(edge)
+		var err error
+		if b, err = nodewatch.Watch(ctx, mgr, b.WatchesRawSource(edge), nodeIndex, podToService); err != nil {
+			return err
+		}
 	}
 	return b.
 		For(&v1alpha1.JointInferenceService{}).
@@ -54,7 +62,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&autoscalingv2.HorizontalPodAutoscaler{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToService)).
 		Watches(&v1alpha1.Model{}, handler.EnqueueRequestsFromMapFunc(r.modelToServices)).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToServices)).
+		// Secrets as metadata only: the controller never holds a credential's keys.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToServices), builder.OnlyMetadata).
 		Complete(r)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -36,40 +37,47 @@ type workerObservation struct {
 	pods       []corev1.Pod
 }
 
-// writeStatus computes the status from what the cache shows and patches it when it changed.
-func (r *Reconciler) writeStatus(ctx context.Context, ji *v1alpha1.JointInferenceService, blocked *problem, outcome syncOutcome) error {
-	workers := make([]workerObservation, 0, 2)
-	for _, wt := range []string{workerCloud, workerEdge} {
-		obs, err := r.observeWorker(ctx, ji, wt)
-		if err != nil {
-			return err
-		}
-		workers = append(workers, obs)
-	}
-	now := r.now()
+// observation is both worker Deployments as the cache shows them, with their pods.
+type observation []workerObservation
+
+func (o observation) pods() []*corev1.Pod {
 	var pods []*corev1.Pod
-	for _, w := range workers {
+	for _, w := range o {
 		for i := range w.pods {
 			pods = append(pods, &w.pods[i])
 		}
 	}
-	views := r.Edge.Views(ctx, pods, now)
+	return pods
+}
+
+func (r *Reconciler) observeWorkers(ctx context.Context, ji *v1alpha1.JointInferenceService) (observation, error) {
+	workers := make(observation, 0, 2)
+	for _, wt := range []string{workerCloud, workerEdge} {
+		obs, err := r.observeWorker(ctx, ji, wt)
+		if err != nil {
+			return nil, err
+		}
+		workers = append(workers, obs)
+	}
+	return workers, nil
+}
+
+// writeStatus computes the status from what the cache shows and patches it when it changed.
+func (r *Reconciler) writeStatus(ctx context.Context, ji *v1alpha1.JointInferenceService, workers observation,
+	views map[string]liveness.View, blocked *problem, outcome syncOutcome, now time.Time) error {
 	status := computeStatus(ji, workers, views, blocked, outcome.conflicts, metav1.NewTime(now))
 	if metrics := liveness.ServiceMetrics(r.Edge.Reports(Kind, ji.Namespace, ji.Name)); metrics != nil {
-		status.Metrics = metrics
+		status.Metrics = v1alpha1.BoundMetrics(metrics)
 	}
-	if !equality.Semantic.DeepEqual(status, ji.Status) {
-		patched := ji.DeepCopy()
-		patched.Status = status
-		if err := r.Status().Patch(ctx, patched, client.MergeFrom(ji)); err != nil {
-			return fmt.Errorf("patching status: %w", err)
-		}
+	if equality.Semantic.DeepEqual(status, ji.Status) {
+		return nil
 	}
-	events, err := r.Edge.Act(pods, views, now)
-	for _, e := range events {
-		r.event(ji, nil, e.Type, e.Reason, "Heal", "%s", e.Message)
+	patched := ji.DeepCopy()
+	patched.Status = status
+	if err := r.Status().Patch(ctx, patched, client.MergeFrom(ji)); err != nil {
+		return fmt.Errorf("patching status: %w", err)
 	}
-	return err
+	return nil
 }
 
 func (r *Reconciler) observeWorker(ctx context.Context, ji *v1alpha1.JointInferenceService, workerType string) (workerObservation, error) {
@@ -128,7 +136,7 @@ func computeStatus(ji *v1alpha1.JointInferenceService, workers []workerObservati
 			s.Workers = append(s.Workers, ws)
 		}
 	}
-	sort.Slice(s.Workers, func(i, j int) bool { return s.Workers[i].Name < s.Workers[j].Name })
+	s.Workers = boundWorkers(s.Workers)
 	s.Active = active
 	s.Failed = max(desired-active, 0)
 
@@ -147,6 +155,21 @@ func computeStatus(ji *v1alpha1.JointInferenceService, workers []workerObservati
 	}
 	conditions.Set(&s.Conditions, cond, now)
 	return s
+}
+
+// boundWorkers sorts the worker records by name and keeps at most MaxStatusWorkers of them (a rollout of a large
+// HPA can show more pods), those that need attention — not alive and ready — first: active and failed still
+// count every pod.
+func boundWorkers(ws []v1alpha1.WorkerStatus) []v1alpha1.WorkerStatus {
+	sort.Slice(ws, func(i, j int) bool { return ws[i].Name < ws[j].Name })
+	if len(ws) <= v1alpha1.MaxStatusWorkers {
+		return ws
+	}
+	healthy := func(w v1alpha1.WorkerStatus) bool { return w.Liveness == v1alpha1.LivenessAlive && w.Ready }
+	sort.SliceStable(ws, func(i, j int) bool { return !healthy(ws[i]) && healthy(ws[j]) })
+	ws = ws[:v1alpha1.MaxStatusWorkers]
+	sort.Slice(ws, func(i, j int) bool { return ws[i].Name < ws[j].Name })
+	return ws
 }
 
 // deploymentReadiness is (ready pods, desired pods).

@@ -66,3 +66,41 @@ func BenchmarkIngestWorkerStates(b *testing.B) {
 		fmt.Printf("  ratio Lifeline/anchor: %.2fx   goal: >= 20000 msg/s/core\n", rate/anchor)
 	}
 }
+
+// BenchmarkTableUnderFlood has one node send a flood of every kind of message an attacker can: states of pods
+// the API server does not know, results and reports for another node's pods, its own local results and reports
+// for as many workers as it likes. It reports the records the table holds against the messages sent (the
+// anchor: without bounds, one record each).
+func BenchmarkTableUnderFlood(b *testing.B) {
+	const perKind = 4000
+	for range b.N {
+		bn := newBench(b)
+		now := time.Unix(1000, 0)
+		bn.cutOff("edge1", now)
+		bn.addPod("edge2", "default", "victim", "v")
+		for i := range perKind {
+			name := fmt.Sprintf("w%d", i)
+			bn.pods[podRef{"default", name}] = PodInfo{Node: "edge1", UID: name, Worker: name, OwnerKind: "FederatedLearningJob", OwnerName: name}
+		}
+		sent := 0
+		for i := range perKind {
+			name := fmt.Sprintf("w%d", i)
+			bn.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: fmt.Sprintf("fake-%d", i), Uid: "u", Seq: 1}, now)
+			bn.result("edge1", &lifelinev1.CommandResult{CommandId: "local/1", Namespace: "default", Pod: "victim", PodUid: "v", Local: true}, now)
+			bn.result("edge1", &lifelinev1.CommandResult{CommandId: fmt.Sprintf("local/report/x/u/%d", i), Namespace: "default", Pod: name, PodUid: name, Local: true}, now)
+			bn.report("edge1", uint64(i+1), "default", name,
+				fmt.Sprintf(`{"name":%q,"namespace":"default","ownerName":%q,"ownerKind":"federatedlearningjob"}`, name, name), now)
+			sent += 4
+		}
+		held := bn.workers("edge1") + len(bn.tr.sent)
+		for _, r := range bn.tr.actions {
+			held += len(r)
+		}
+		for _, r := range bn.tr.reports {
+			held += len(r)
+		}
+		b.ReportMetric(float64(held), "records-held")
+		b.ReportMetric(float64(sent), "anchor-messages-sent")
+		fmt.Printf("\nTable under a flood from one node (%d messages of 4 kinds): %d records held\n", sent, held)
+	}
+}

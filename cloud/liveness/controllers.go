@@ -3,7 +3,6 @@ package liveness
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -93,7 +92,7 @@ func (e *Edge) Act(pods []*corev1.Pod, views map[string]View, now time.Time) ([]
 			case r.Outcome != lifelinev1.Outcome_OUTCOME_DONE:
 				ev.Type, ev.Reason = corev1.EventTypeWarning, ReasonAgentRestartFailed
 				ev.Message = fmt.Sprintf("Worker %s: %s: %s", p.Name, r.Outcome, r.Message)
-			case strings.HasPrefix(r.CommandId, "local/"):
+			case r.Local:
 				ev.Reason = ReasonRestartedOffline
 			}
 			events = append(events, ev)

@@ -1,11 +1,10 @@
 package liveness
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -13,47 +12,107 @@ import (
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
-// Report is a Sedna worker's report as the controller keeps it: the latest one per worker.
+// Report is a Sedna worker's report as the controller keeps it: the latest one per worker, bounded (see
+// boundMetrics).
 type Report struct {
 	Worker    string
 	Status    string
 	OwnerInfo map[string]any
 	Results   []map[string]any
 	At        time.Time
+	node      string // the node it came from
 }
 
 // ownerKinds maps the report's ownerKind to the workload's Kind.
 var ownerKinds = map[string]string{"jointinferenceservice": "JointInferenceService", "federatedlearningjob": "FederatedLearningJob"}
 
-// ownerKey names a workload in the report table and in the subscribers' pending set.
-func ownerKey(kind, namespace, name string) string {
-	return "report/" + kind + "/" + namespace + "/" + name
-}
+// What one report may make the controller keep and write into a workload's status.
+const (
+	// maxMetrics bounds the keys of a report's ownerInfo, of each of its results, and of a status's metrics.
+	maxMetrics = 32
+	// maxMetricKeyLen and maxMetricValueLen bound a metric's key and a text value (longer keys are left out,
+	// longer values cut).
+	maxMetricKeyLen   = 64
+	maxMetricValueLen = 256
+	// maxResults bounds the results (rounds) kept of a report: its latest ones.
+	maxResults = 16
+)
 
-// applyReport keeps a report, with t.mu held; it returns the key of the workload to wake, or a drop reason.
-func (t *Tracker) applyReport(node string, m *lifelinev1.WorkerReport, now time.Time) (string, string) {
+// applyReport keeps a report whose body and pod check found true, with t.mu held.
+func (t *Tracker) applyReport(node string, m *lifelinev1.WorkerReport, c checked, now time.Time, changed *changes) string {
 	n := t.nodes[node]
 	switch {
-	case n == nil:
-		return "", DropUnknown
+	case n == nil || !n.born:
+		return DropUnknown
 	case m.Seq <= n.reportSeq:
-		return "", DropReplayed
+		return DropReplayed
 	}
-	var body lifelinev1.Report
-	kind, known := "", false
-	if err := json.Unmarshal(m.Body, &body); err == nil {
-		kind, known = ownerKinds[strings.ToLower(body.OwnerKind)]
-	}
-	if !known || body.Name != m.Worker || body.Namespace != m.Namespace || body.OwnerName == "" {
-		return "", DropForged
+	key := workloadRef{c.kind, m.Namespace, c.report.OwnerName}
+	old, had := t.reports[key][m.Worker]
+	moved := !had || old.node != node
+	if moved && n.reports >= maxReportsPerNode {
+		return DropOverflow
 	}
 	n.reportSeq = m.Seq
-	key := ownerKey(kind, body.Namespace, body.OwnerName)
+	if had && moved {
+		t.nodes[old.node].reports--
+	}
+	if moved {
+		n.reports++
+	}
 	if t.reports[key] == nil {
 		t.reports[key] = map[string]Report{}
 	}
-	t.reports[key][body.Name] = Report{Worker: body.Name, Status: body.Status, OwnerInfo: body.OwnerInfo, Results: body.Results, At: now}
-	return key, ""
+	results := c.report.Results[max(0, len(c.report.Results)-maxResults):]
+	r := Report{Worker: m.Worker, Status: truncate(c.report.Status, maxMetricValueLen), OwnerInfo: boundMetrics(c.report.OwnerInfo, ""),
+		Results: make([]map[string]any, 0, len(results)), At: now, node: node}
+	for _, res := range results {
+		r.Results = append(r.Results, boundMetrics(res, "round"))
+	}
+	t.reports[key][m.Worker] = r
+	changed.workloads = []workloadRef{key}
+	return ""
+}
+
+// boundMetrics keeps of a report's metrics what a status may show: numbers, texts (cut to maxMetricValueLen)
+// and booleans, under keys of at most maxMetricKeyLen bytes, the first maxMetrics keys in order, the key named
+// first (a result's round) before all others; nested values are no metrics.
+func boundMetrics(in map[string]any, first string) map[string]any {
+	keys := make([]string, 0, len(in))
+	for k, v := range in {
+		switch v.(type) {
+		case float64, string, bool:
+			if k != "" && len(k) <= maxMetricKeyLen {
+				keys = append(keys, k)
+			}
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if fi, fj := keys[i] == first, keys[j] == first; fi != fj {
+			return fi
+		}
+		return keys[i] < keys[j]
+	})
+	out := make(map[string]any, min(len(keys), maxMetrics))
+	for _, k := range keys[:min(len(keys), maxMetrics)] {
+		if s, isText := in[k].(string); isText {
+			out[k] = truncate(s, maxMetricValueLen)
+		} else {
+			out[k] = in[k]
+		}
+	}
+	return out
+}
+
+// truncate cuts s to at most n bytes, on a character boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // Reports returns the latest report of each worker of a workload, by worker name.
@@ -61,7 +120,7 @@ func (t *Tracker) Reports(kind, namespace, name string) []Report {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []Report
-	for _, r := range t.reports[ownerKey(kind, namespace, name)] {
+	for _, r := range t.reports[workloadRef{kind, namespace, name}] {
 		out = append(out, r)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Worker < out[j].Worker })
@@ -95,7 +154,7 @@ func ServiceMetrics(reports []Report) []v1alpha1.Metric {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out
+	return out[:min(len(out), maxMetrics)]
 }
 
 // TrainingProgress turns the trainers' latest reports into the job's progress: the highest round reported in
@@ -139,6 +198,7 @@ func TrainingProgress(reports []Report) *v1alpha1.TrainingProgress {
 		p.Metrics = append(p.Metrics, v1alpha1.Metric{Key: k, Value: formatNumber(v / float64(counts[k]))})
 	}
 	sort.Slice(p.Metrics, func(i, j int) bool { return p.Metrics[i].Key < p.Metrics[j].Key })
+	p.Metrics = p.Metrics[:min(len(p.Metrics), maxMetrics)]
 	return p
 }
 

@@ -6,6 +6,7 @@ package liveness
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -14,47 +15,88 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
-	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 // Drop reasons, the values of the dropped-messages metric's reason label.
 const (
-	DropTopic    = "topic"    // the topic does not parse or is not this cluster's
-	DropDecode   = "decode"   // the payload does not decode as the topic's message
-	DropForged   = "forged"   // the payload names another node or worker than its topic [P-AUTH-3]
-	DropReplayed = "replayed" // an old seq or an old birth [P-WS-2] [P-DEATH-2]
-	DropUnknown  = "no-birth" // a node's message before any birth of it was seen
-	DropDenied   = "acl"      // refused by the embedded broker's ACL
-	DropAuth     = "auth"     // a connection refused for its credentials or will
-	dropReasons  = "topic decode forged replayed no-birth acl auth"
+	DropTopic      = "topic"       // the topic does not parse or is not this cluster's
+	DropDecode     = "decode"      // the payload does not decode as the topic's message, or is too large to be one
+	DropForged     = "forged"      // the payload names another node or worker than its topic, or a pod of another node [P-AUTH-3]
+	DropReplayed   = "replayed"    // an old seq or an old birth [P-WS-2] [P-DEATH-2]
+	DropUnknown    = "no-birth"    // a node's message before any birth of it was seen
+	DropUnknownPod = "unknown-pod" // a result or report on a pod the API server does not have, or a state of one that stayed unknown
+	DropOverflow   = "overflow"    // a bound of the table for the node is reached
+	DropDenied     = "acl"         // refused by the embedded broker's ACL
+	DropAuth       = "auth"        // a connection refused for its credentials or will
+	dropReasons    = "topic decode forged replayed no-birth unknown-pod overflow acl auth"
 )
 
 // heartbeatInterval is the agents' default; a node is silent after three of them without a heartbeat.
 const heartbeatInterval = time.Second
 
+// The table's bounds: what one node can make the controller keep.
+const (
+	// maxPayloadBytes bounds a message: the largest report body and its envelope.
+	maxPayloadBytes = lifelinev1.MaxReportBodyBytes + 1024
+	// maxNodes bounds the nodes the table knows.
+	maxNodes = 10000
+	// maxWorkersPerNode bounds the worker states kept per node, far above the pods a node runs (110 by default).
+	maxWorkersPerNode = 1024
+	// maxPendingPerNode bounds the states kept per node of pods the API server's cache does not know (yet), and
+	// pendingFor how long one is kept unless the cache learns the pod: a new pod reaches the agent and the
+	// controller's cache at about the same moment, so its first state is never lost to the cache's lag.
+	maxPendingPerNode = 16
+	pendingFor        = 30 * time.Second
+	// maxResultsPerNode bounds the results of a node that no reconcile took yet.
+	maxResultsPerNode = 64
+	// maxReportsPerNode bounds the workers a node's reports are kept for.
+	maxReportsPerNode = 64
+)
+
 // nodeRecord is what the table knows of one node.
 type nodeRecord struct {
+	born          bool // a birth of the node arrived
 	birthSeq      uint64
 	bootID        string
+	stateID       string
 	dead          bool // a death of the current birth arrived
 	lastHeartbeat time.Time
 	heartbeatSeq  uint64
 	reportSeq     uint64
 	apiReachable  bool
+	workers       map[podRef]*workerRecord
+	pending       int // workers whose state is kept while the cache does not know their pod
+	results       int // results waiting in Tracker.actions
+	reports       int // workers whose report is kept
+	commands      tokenBucket
 }
 
-// workerRecord is the latest accepted state of one worker.
+// workerRecord is the latest accepted state of one worker, as one node reported it.
 type workerRecord struct {
-	node  string
-	pod   string // namespace/name
 	state *lifelinev1.WorkerState
-	at    time.Time // when the controller accepted it
+	seq   uint64    // the last accepted seq of the node's epoch; 0 after a new epoch began [P-BIRTH-3]
+	at    time.Time // when the controller accepted the state
+	// pending: the cache did not know the pod as bound to this node, with this UID, when the state arrived.
+	pending bool
+	// The worker episode the latest command was sent for, and when [P-CMD-5].
+	commandedUID     string
+	commandedEpisode uint64
+	commandedAt      time.Time
+}
+
+// workerKey names a worker record: a pod as one node reports it.
+type workerKey struct {
+	node string
+	pod  podRef
+}
+
+// pendingResult is an agent's result waiting for the reconcile of its worker's workload.
+type pendingResult struct {
+	result *lifelinev1.CommandResult
+	node   string
+	at     time.Time // when the controller accepted it
 }
 
 // Tracker ingests the agents' messages. It is safe for concurrent use.
@@ -62,22 +104,26 @@ type Tracker struct {
 	Cluster string
 	// SilentAfter: a node whose heartbeats stopped this long is silent (three default intervals).
 	SilentAfter time.Duration
-	// PodNode, when set, tells the node a pod is bound to, so a node's word on another node's pod is dropped
-	// as forged [P-AUTH-3]; pods it does not know are taken at the node's word.
-	PodNode func(namespace, name string) (string, bool)
-	Log     logr.Logger
+	// Pods, when set, is the API server's word on worker pods: a node's word on another node's pod is dropped as
+	// forged, results and reports are accepted only of pods bound to the reporting node, and states of pods it
+	// does not know are kept only for a while [P-AUTH-3]. Without it no pod is known.
+	Pods Pods
+	Log  logr.Logger
 
-	received *prometheus.CounterVec
-	dropped  *prometheus.CounterVec
+	received  *prometheus.CounterVec
+	dropped   *prometheus.CounterVec
+	throttled *prometheus.CounterVec
+	panics    prometheus.Counter
 
 	mu          sync.Mutex
 	nodes       map[string]*nodeRecord
-	workers     map[string]*workerRecord // node/namespace/pod
-	online      map[string]bool          // as last announced to subscribers
+	online      map[string]bool // as last announced to subscribers
 	subscribers []*subscriber
-	actions     map[string][]*lifelinev1.CommandResult // namespace/pod -> restarts by agents not yet taken
-	sent        map[string]sentCommand                 // restart command id -> what and when
-	reports     map[string]map[string]Report           // ownerKey -> worker -> latest report
+	pending     map[workerKey]bool                // worker records of pods the cache did not know
+	actions     map[podRef][]pendingResult        // restarts by agents not yet taken
+	sent        map[string]sentCommand            // command id -> what and when
+	deferred    map[podRef]time.Time              // workers whose command a rate limit held back, and until when
+	reports     map[workloadRef]map[string]Report // workload -> worker -> latest report
 	loggedDrop  map[string]bool
 }
 
@@ -88,59 +134,19 @@ func NewTracker(cluster string, reg prometheus.Registerer, log logr.Logger) (*Tr
 			Help: "Agent messages accepted, by kind."}, []string{"kind"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lifeline_liveness_dropped_total",
 			Help: "Agent messages and connections dropped, by reason: " + dropReasons + "."}, []string{"reason"}),
-		nodes: map[string]*nodeRecord{}, workers: map[string]*workerRecord{}, online: map[string]bool{},
-		actions: map[string][]*lifelinev1.CommandResult{}, sent: map[string]sentCommand{}, reports: map[string]map[string]Report{}, loggedDrop: map[string]bool{}}
-	for _, c := range []prometheus.Collector{t.received, t.dropped} {
+		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lifeline_liveness_commands_throttled_total",
+			Help: "Commands to agents held back by a rate limit (sent later), by limit: worker, node."}, []string{"limit"}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{Name: "lifeline_liveness_delivery_panics_total",
+			Help: "Changes of the liveness table whose delivery to a controller panicked (and was recovered)."}),
+		nodes: map[string]*nodeRecord{}, online: map[string]bool{}, pending: map[workerKey]bool{},
+		actions: map[podRef][]pendingResult{}, sent: map[string]sentCommand{}, deferred: map[podRef]time.Time{},
+		reports: map[workloadRef]map[string]Report{}, loggedDrop: map[string]bool{}}
+	for _, c := range []prometheus.Collector{t.received, t.dropped, t.throttled, t.panics} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering liveness metrics: %w", err)
 		}
 	}
 	return t, nil
-}
-
-// Subscribe returns a channel that receives a pod (namespace and name only) whenever what the table says of
-// that worker may have changed; the controllers map it to the workload that owns the pod. Changes are never
-// lost: while the reader is behind, they are coalesced per pod.
-func (t *Tracker) Subscribe() <-chan event.GenericEvent {
-	sub := &subscriber{ch: make(chan event.GenericEvent), wake: make(chan struct{}, 1), pending: map[string]bool{}}
-	go sub.deliver()
-	t.mu.Lock()
-	t.subscribers = append(t.subscribers, sub)
-	t.mu.Unlock()
-	return sub.ch
-}
-
-// subscriber hands changes to one reader at its pace.
-type subscriber struct {
-	ch   chan event.GenericEvent
-	wake chan struct{}
-
-	mu      sync.Mutex
-	pending map[string]bool // keys: namespace/pod, or a workload's ownerKey
-}
-
-func (s *subscriber) add(keys []string) {
-	s.mu.Lock()
-	for _, k := range keys {
-		s.pending[k] = true
-	}
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (s *subscriber) deliver() {
-	for range s.wake {
-		s.mu.Lock()
-		batch := s.pending
-		s.pending = map[string]bool{}
-		s.mu.Unlock()
-		for key := range batch {
-			s.ch <- event.GenericEvent{Object: changedObject(key)}
-		}
-	}
 }
 
 // Drop counts a message dropped before it reached the tracker (the broker's ACL and authentication).
@@ -180,13 +186,23 @@ func (t *Tracker) Ingest(topic string, payload []byte, now time.Time) {
 	default: // commands: the controller's own, back through its subscription to every node topic
 		return
 	}
-	if err := proto.Unmarshal(payload, msg); err != nil {
+	if tp.Kind == lifelinev1.KindWorkerState && len(payload) == 0 {
+		t.forgetWorker(tp) // [P-WS-4]
+		return
+	}
+	if len(payload) > maxPayloadBytes || proto.Unmarshal(payload, msg) != nil {
 		t.Drop(DropDecode, topic)
 		return
 	}
-	var changed []string
+	// What the API server says is asked before the table is locked: the cache has locks of its own.
+	check, reason := t.check(tp, msg)
+	if reason != "" {
+		t.Drop(reason, topic)
+		return
+	}
+	var changed changes
 	t.mu.Lock()
-	reason := t.apply(tp, msg, now, &changed)
+	reason = t.apply(tp, msg, check, now, &changed)
 	t.mu.Unlock()
 	if reason != "" {
 		t.Drop(reason, topic)
@@ -196,37 +212,166 @@ func (t *Tracker) Ingest(topic string, payload []byte, now time.Time) {
 	t.notify(changed)
 }
 
-// apply updates the table with t.mu held, listing the workers whose view changed; it returns a drop reason.
-func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, now time.Time, changed *[]string) string {
-	n := t.nodes[tp.Node]
+// checked is what the checks against the topic and the API server found of a message, for apply.
+type checked struct {
+	verified bool // a worker state of a pod the cache binds to the node, same UID
+	report   *lifelinev1.Report
+	kind     string // the report's workload kind
+}
+
+// check holds a message against its topic and the API server's pods, without the table; it returns a drop
+// reason for a message that cannot be true whatever the table holds.
+func (t *Tracker) check(tp lifelinev1.Topic, msg proto.Message) (checked, string) {
+	var c checked
 	switch m := msg.(type) {
 	case *lifelinev1.NodeBirth:
 		if m.Node != tp.Node {
-			return DropForged
+			return c, DropForged
 		}
-		if n != nil && m.BirthSeq < n.birthSeq {
+	case *lifelinev1.NodeDeath:
+		if m.Node != tp.Node {
+			return c, DropForged
+		}
+	case *lifelinev1.WorkerState:
+		if m.Namespace != tp.Namespace || m.Name != tp.Pod {
+			return c, DropForged
+		}
+		info, known := t.pod(m.Namespace, m.Name)
+		switch s := stateStanding(tp.Node, m.Uid, info, known); s {
+		case standingForged:
+			return c, DropForged
+		default:
+			c.verified = s == standingVerified
+		}
+	case *lifelinev1.CommandResult:
+		info, known := t.pod(m.Namespace, m.Pod)
+		if reason := resultStanding(tp.Node, m, info, known); reason != "" {
+			return c, reason
+		}
+	case *lifelinev1.WorkerReport:
+		c.report = &lifelinev1.Report{}
+		if len(m.Body) > lifelinev1.MaxReportBodyBytes || json.Unmarshal(m.Body, c.report) != nil {
+			return c, DropDecode
+		}
+		kind, known := ownerKinds[strings.ToLower(c.report.OwnerKind)]
+		if !known || c.report.Name != m.Worker || c.report.Namespace != m.Namespace || c.report.OwnerName == "" {
+			return c, DropForged
+		}
+		c.kind = kind
+		var pods []PodInfo
+		if t.Pods != nil {
+			pods = t.Pods.Workers(m.Namespace, m.Worker)
+		}
+		if reason := reportStanding(tp.Node, kind, c.report.OwnerName, pods); reason != "" {
+			return c, reason
+		}
+	}
+	return c, ""
+}
+
+// standing is what the API server's word makes of a node's state of a pod.
+type standing int
+
+const (
+	standingVerified standing = iota // the pod is bound to the node, with the state's UID
+	standingPending                  // the cache does not know the pod as this node's (yet): kept for a while
+	standingForged                   // the pod is bound to another node
+)
+
+// stateStanding judges a node's state of a pod by what the cache has of the pod. A pod the cache does not
+// have, has not scheduled yet, or has as another incarnation (another UID, on this node) may be a new pod the
+// cache has not caught up with.
+func stateStanding(node, uid string, info PodInfo, known bool) standing {
+	switch {
+	case !known || info.Node == "":
+		return standingPending
+	case info.Node != node:
+		return standingForged
+	case info.UID != uid:
+		return standingPending
+	default:
+		return standingVerified
+	}
+}
+
+// resultStanding judges a node's result by the pod it names: the pod must be bound to the node with the
+// result's UID [P-AUTH-3] [P-HEAL-2]. Whether a command's result answers a command sent is for apply.
+func resultStanding(node string, m *lifelinev1.CommandResult, info PodInfo, known bool) string {
+	switch {
+	case !known:
+		return DropUnknownPod
+	case info.Node != node || info.UID != m.PodUid:
+		return DropForged
+	}
+	return ""
+}
+
+// reportStanding judges a node's report by the pods of its worker (by WORKER_NAME): one must be bound to the
+// node and work for the workload the report names.
+func reportStanding(node, kind, owner string, pods []PodInfo) string {
+	if len(pods) == 0 {
+		return DropUnknownPod
+	}
+	for _, p := range pods {
+		if p.Node == node && p.OwnerKind == kind && p.OwnerName == owner {
+			return ""
+		}
+	}
+	return DropForged
+}
+
+// pod is Pods.Pod, or "not known" without Pods.
+func (t *Tracker) pod(namespace, name string) (PodInfo, bool) {
+	if t.Pods == nil {
+		return PodInfo{}, false
+	}
+	return t.Pods.Pod(namespace, name)
+}
+
+// node returns the record of a node, made on its first message while the table has room.
+func (t *Tracker) node(name string) *nodeRecord {
+	n := t.nodes[name]
+	if n == nil && len(t.nodes) < maxNodes {
+		n = &nodeRecord{workers: map[podRef]*workerRecord{}}
+		t.nodes[name] = n
+	}
+	return n
+}
+
+// apply updates the table with t.mu held, listing what changed; it returns a drop reason.
+func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, c checked, now time.Time, changed *changes) string {
+	n := t.nodes[tp.Node]
+	switch m := msg.(type) {
+	case *lifelinev1.NodeBirth:
+		if n = t.node(tp.Node); n == nil {
+			return DropOverflow
+		}
+		switch birthOrder(n, m) {
+		case birthOld:
 			return DropReplayed
+		case birthRedelivered:
+			return ""
+		case birthNewEpoch: // a wiped state directory or a reboot: the node's sequences start anew [P-BIRTH-3]
+			n.reportSeq = 0
+			for _, w := range n.workers {
+				w.seq = 0
+			}
 		}
-		if n == nil {
-			n = &nodeRecord{}
-			t.nodes[tp.Node] = n
-		}
-		n.birthSeq, n.bootID, n.dead, n.lastHeartbeat = m.BirthSeq, m.BootId, false, now
-		*changed = t.workersOf(tp.Node)
+		n.born, n.birthSeq, n.bootID, n.stateID, n.dead = true, m.BirthSeq, m.BootId, m.StateId, false
+		n.lastHeartbeat, n.heartbeatSeq = now, 0 // the agent's heartbeats count from 1 again [P-BIRTH-3]
+		changed.pods = workersOf(n)
 	case *lifelinev1.NodeDeath:
 		switch {
-		case m.Node != tp.Node:
-			return DropForged
-		case n == nil:
+		case n == nil || !n.born:
 			return DropUnknown
 		case m.BirthSeq < n.birthSeq:
 			return DropReplayed // a late death never overrides a newer birth [P-DEATH-2]
 		}
 		n.dead = true
-		*changed = t.workersOf(tp.Node)
+		changed.pods = workersOf(n)
 	case *lifelinev1.Heartbeat:
 		switch {
-		case n == nil:
+		case n == nil || !n.born:
 			return DropUnknown
 		case m.BirthSeq < n.birthSeq || (m.BirthSeq == n.birthSeq && m.Seq <= n.heartbeatSeq):
 			return DropReplayed
@@ -237,75 +382,130 @@ func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, now time.Time, c
 		flipped := n.apiReachable != m.ApiReachable || n.dead
 		n.lastHeartbeat, n.heartbeatSeq, n.apiReachable, n.dead = now, m.Seq, m.ApiReachable, false
 		if flipped {
-			*changed = t.workersOf(tp.Node)
+			changed.pods = workersOf(n)
 		}
 	case *lifelinev1.WorkerState:
-		if m.Namespace != tp.Namespace || m.Name != tp.Pod {
-			return DropForged
-		}
-		if node, known := t.podNode(m.Namespace, m.Name); known && node != tp.Node {
-			return DropForged
-		}
-		// Kept per node: what one node says of a pod never overwrites what the pod's own node says.
-		key := m.Namespace + "/" + m.Name
-		if w := t.workers[tp.Node+"/"+key]; w != nil && m.Seq <= w.state.Seq {
-			return DropReplayed
-		}
-		t.workers[tp.Node+"/"+key] = &workerRecord{node: tp.Node, pod: key, state: m, at: now}
-		*changed = []string{key}
+		return t.applyState(tp.Node, m, c.verified, now, changed)
 	case *lifelinev1.CommandResult:
-		key := t.workerOfResult(tp.Node, m.CommandId)
-		if key == "" {
-			return DropForged // neither a command of ours to this node nor a local restart
-		}
-		t.actions[key] = append(t.actions[key], m)
-		*changed = []string{key}
+		return t.applyResult(tp.Node, m, now, changed)
 	case *lifelinev1.WorkerReport:
-		key, reason := t.applyReport(tp.Node, m, now)
-		if reason != "" {
-			return reason
-		}
-		*changed = []string{key}
+		return t.applyReport(tp.Node, m, c, now, changed)
 	}
 	return ""
 }
 
-func (t *Tracker) workersOf(node string) []string {
-	var keys []string
-	for _, w := range t.workers {
-		if w.node == node {
-			keys = append(keys, w.pod)
-		}
+// The place of a birth among the node's births.
+const (
+	birthNewer       = iota // a later session of the same epoch
+	birthNewEpoch           // another state directory or boot: taken whatever its seq
+	birthRedelivered        // the current birth again (QoS 1): nothing to do
+	birthOld                // an earlier session's
+)
+
+// birthOrder places a birth among the births the node record has seen [P-BIRTH-2] [P-BIRTH-3].
+func birthOrder(n *nodeRecord, m *lifelinev1.NodeBirth) int {
+	switch {
+	case !n.born:
+		return birthNewer
+	case m.StateId != n.stateID || m.BootId != n.bootID:
+		return birthNewEpoch
+	case m.BirthSeq == n.birthSeq:
+		return birthRedelivered
+	case m.BirthSeq < n.birthSeq:
+		return birthOld
+	default:
+		return birthNewer
 	}
-	return keys
 }
 
-// notify tells every subscriber about the changed workers.
-func (t *Tracker) notify(keys []string) {
-	if len(keys) == 0 {
+// applyState keeps a worker state, with t.mu held. Kept per node: what one node says of a pod never overwrites
+// what the pod's own node says.
+func (t *Tracker) applyState(node string, m *lifelinev1.WorkerState, verified bool, now time.Time, changed *changes) string {
+	n := t.node(node)
+	if n == nil {
+		return DropOverflow
+	}
+	ref := podRef{m.Namespace, m.Name}
+	w := n.workers[ref]
+	switch {
+	case w != nil && m.Seq <= w.seq:
+		return DropReplayed
+	case w == nil && len(n.workers) >= maxWorkersPerNode:
+		return DropOverflow
+	case !verified && (w == nil || !w.pending) && n.pending >= maxPendingPerNode:
+		return DropOverflow
+	}
+	if w == nil {
+		w = &workerRecord{}
+		n.workers[ref] = w
+	}
+	t.setPending(workerKey{node, ref}, n, w, !verified)
+	w.state, w.seq, w.at = m, m.Seq, now
+	changed.pods = []podRef{ref}
+	return ""
+}
+
+// setPending marks a worker record as waiting for the cache to know its pod, or not, with t.mu held.
+func (t *Tracker) setPending(k workerKey, n *nodeRecord, w *workerRecord, pending bool) {
+	switch {
+	case pending && !w.pending:
+		n.pending++
+		t.pending[k] = true
+	case !pending && w.pending:
+		n.pending--
+		delete(t.pending, k)
+	}
+	w.pending = pending
+}
+
+// forgetWorker takes an empty state, which clears the worker's retained state when it has left the node
+// [P-WS-4]: the node's record of it goes too.
+func (t *Tracker) forgetWorker(tp lifelinev1.Topic) {
+	ref := podRef{tp.Namespace, tp.Pod}
+	t.mu.Lock()
+	n := t.nodes[tp.Node]
+	known := n != nil && n.workers[ref] != nil
+	if known {
+		t.removeWorker(workerKey{tp.Node, ref}, n)
+	}
+	t.mu.Unlock()
+	t.received.WithLabelValues("forget").Inc()
+	if known {
+		t.notify(changes{pods: []podRef{ref}})
+	}
+}
+
+// removeWorker forgets a worker record, with t.mu held.
+func (t *Tracker) removeWorker(k workerKey, n *nodeRecord) {
+	if w := n.workers[k.pod]; w != nil {
+		t.setPending(k, n, w, false)
+		delete(n.workers, k.pod)
+	}
+}
+
+func workersOf(n *nodeRecord) []podRef {
+	refs := make([]podRef, 0, len(n.workers))
+	for ref := range n.workers {
+		refs = append(refs, ref)
+	}
+	return refs
+}
+
+// notify tells every subscriber about what changed.
+func (t *Tracker) notify(c changes) {
+	if len(c.pods) == 0 && len(c.workloads) == 0 {
 		return
 	}
 	t.mu.Lock()
-	subs := append([]*subscriber(nil), t.subscribers...)
+	subs := t.subscribers // Subscribe only appends: the elements this slice holds never change
 	t.mu.Unlock()
 	for _, sub := range subs {
-		sub.add(keys)
+		sub.add(c)
 	}
 }
 
-// changedObject is what a subscriber receives for a key: a pod (namespace and name only) whose view changed, or
-// a workload (kind, namespace and name) whose workers reported.
-func changedObject(key string) client.Object {
-	if rest, isReport := strings.CutPrefix(key, "report/"); isReport {
-		parts := strings.SplitN(rest, "/", 3)
-		return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: parts[0], APIVersion: v1alpha1.GroupVersion.String()},
-			ObjectMeta: metav1.ObjectMeta{Namespace: parts[1], Name: parts[2]}}
-	}
-	ns, name, _ := strings.Cut(key, "/")
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-}
-
-// Run watches for nodes going silent (no message arrives to say so) until ctx ends.
+// Run watches for nodes going silent (no message arrives to say so), settles the states of pods the cache did
+// not know, and wakes the workers whose commands a rate limit held back, until ctx ends.
 func (t *Tracker) Run(ctx context.Context) {
 	tick := time.NewTicker(t.SilentAfter / 6)
 	defer tick.Stop()
@@ -315,7 +515,7 @@ func (t *Tracker) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			t.notify(t.onlineChanges(now))
+			t.tick(now)
 			if now.Sub(lastPrune) >= time.Minute {
 				t.prune(now)
 				lastPrune = now
@@ -324,43 +524,103 @@ func (t *Tracker) Run(ctx context.Context) {
 	}
 }
 
+// tick is one pass of Run's frequent work.
+func (t *Tracker) tick(now time.Time) {
+	t.notify(changes{pods: append(t.onlineChanges(now), t.dueCommands(now)...)})
+	t.settlePending(now)
+}
+
+// settlePending looks again at the states kept for pods the cache did not know: one whose pod the cache now
+// binds to its node, with its UID, is kept for good; one still unknown after pendingFor is forgotten and counted.
+func (t *Tracker) settlePending(now time.Time) {
+	type candidate struct {
+		key   workerKey
+		state *lifelinev1.WorkerState
+		at    time.Time
+	}
+	t.mu.Lock()
+	candidates := make([]candidate, 0, len(t.pending))
+	for k := range t.pending {
+		w := t.nodes[k.node].workers[k.pod]
+		candidates = append(candidates, candidate{k, w.state, w.at})
+	}
+	t.mu.Unlock()
+	verdicts := make([]bool, len(candidates)) // true: verified; false: expired; the others are left out
+	settled := candidates[:0:0]
+	for _, c := range candidates { // asked outside the lock: Pods reads the cache
+		info, known := t.pod(c.key.pod.namespace, c.key.pod.name)
+		if v := stateStanding(c.key.node, c.state.Uid, info, known) == standingVerified; v || now.Sub(c.at) > pendingFor {
+			verdicts[len(settled)] = v
+			settled = append(settled, c)
+		}
+	}
+	var forgotten []podRef
+	t.mu.Lock()
+	for i, c := range settled {
+		n := t.nodes[c.key.node]
+		switch w := n.workers[c.key.pod]; {
+		case w == nil || w.state != c.state || !w.pending: // a newer state came meanwhile, judged on its own
+		case verdicts[i]:
+			t.setPending(c.key, n, w, false)
+		default:
+			t.removeWorker(c.key, n)
+			forgotten = append(forgotten, c.key.pod)
+		}
+	}
+	t.mu.Unlock()
+	t.dropped.WithLabelValues(DropUnknownPod).Add(float64(len(forgotten)))
+	t.notify(changes{pods: forgotten})
+}
+
 // forgetAfter is how long the table keeps what nobody asks for any more: the states of pods that are gone from
 // the API server, results no reconcile took, reports of workloads that stopped reporting.
 const forgetAfter = time.Hour
 
-// prune forgets what is older than forgetAfter and no longer matters, so the table does not grow with every
-// pod and workload that ever was.
+// prune forgets what arrived more than forgetAfter ago (by the controller's clock, never a node's) and no longer
+// matters, so the table does not grow with every pod and workload that ever was.
 func (t *Tracker) prune(now time.Time) {
 	t.mu.Lock()
-	var stale []*workerRecord
-	for _, w := range t.workers {
-		if now.Sub(w.at) > forgetAfter {
-			stale = append(stale, w)
+	var stale []workerKey
+	for name, n := range t.nodes {
+		for ref, w := range n.workers {
+			if now.Sub(w.at) > forgetAfter {
+				stale = append(stale, workerKey{name, ref})
+			}
 		}
 	}
 	t.mu.Unlock()
-	var gone []string
-	for _, w := range stale { // asked outside the lock: PodNode reads the cache
-		ns, name, _ := strings.Cut(w.pod, "/")
-		if node, known := t.podNode(ns, name); !known || node != w.node {
-			gone = append(gone, w.node+"/"+w.pod)
+	var gone []workerKey
+	for _, k := range stale { // asked outside the lock: Pods reads the cache
+		if info, known := t.pod(k.pod.namespace, k.pod.name); !known || info.Node != k.node {
+			gone = append(gone, k)
 		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, key := range gone {
-		if w := t.workers[key]; w != nil && now.Sub(w.at) > forgetAfter {
-			delete(t.workers, key)
+	for _, k := range gone {
+		if n := t.nodes[k.node]; n.workers[k.pod] != nil && now.Sub(n.workers[k.pod].at) > forgetAfter {
+			t.removeWorker(k, n)
 		}
 	}
-	for key, results := range t.actions {
-		if last := results[len(results)-1]; now.Sub(time.Unix(0, last.TimeUnixNano)) > forgetAfter {
-			delete(t.actions, key)
+	for ref, results := range t.actions {
+		kept := results[:0]
+		for _, r := range results {
+			if now.Sub(r.at) > forgetAfter {
+				t.nodes[r.node].results--
+			} else {
+				kept = append(kept, r)
+			}
+		}
+		if len(kept) == 0 {
+			delete(t.actions, ref)
+		} else {
+			t.actions[ref] = kept
 		}
 	}
 	for owner, workers := range t.reports {
 		for name, r := range workers {
 			if now.Sub(r.At) > forgetAfter {
+				t.nodes[r.node].reports--
 				delete(workers, name)
 			}
 		}
@@ -368,53 +628,27 @@ func (t *Tracker) prune(now time.Time) {
 			delete(t.reports, owner)
 		}
 	}
-}
-
-// podNode is PodNode, or "not known" without it.
-func (t *Tracker) podNode(namespace, name string) (string, bool) {
-	if t.PodNode == nil {
-		return "", false
+	for id, c := range t.sent {
+		if now.Sub(c.at) > 2*commandLifetime { // its result, if any, has long arrived
+			delete(t.sent, id)
+		}
 	}
-	return t.PodNode(namespace, name)
 }
 
-func (t *Tracker) onlineChanges(now time.Time) []string {
+func (t *Tracker) onlineChanges(now time.Time) []podRef {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var changed []string
+	var changed []podRef
 	for name, n := range t.nodes {
 		online := t.isOnline(n, now)
 		if t.online[name] != online {
 			t.online[name] = online
-			changed = append(changed, t.workersOf(name)...)
+			changed = append(changed, workersOf(n)...)
 		}
 	}
 	return changed
 }
 
 func (t *Tracker) isOnline(n *nodeRecord, now time.Time) bool {
-	return n != nil && !n.dead && now.Sub(n.lastHeartbeat) < t.SilentAfter
-}
-
-// workerOfResult finds the worker a result is about: a command sent to that node, or a local restart
-// (id "local/<namespace>/<pod>/<uid>/<time>") [P-HEAL-2].
-func (t *Tracker) workerOfResult(node, id string) string {
-	if c, ok := t.sent[id]; ok && c.node == node {
-		return c.worker
-	}
-	if parts := strings.Split(id, "/"); len(parts) == 5 && parts[0] == "local" {
-		return parts[1] + "/" + parts[2]
-	}
-	return ""
-}
-
-// TakeActions returns, once, what agents reported doing to the worker pod (restarts on command or by the
-// offline policy), oldest first.
-func (t *Tracker) TakeActions(namespace, pod string) []*lifelinev1.CommandResult {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	key := namespace + "/" + pod
-	out := t.actions[key]
-	delete(t.actions, key)
-	return out
+	return n != nil && n.born && !n.dead && now.Sub(n.lastHeartbeat) < t.SilentAfter
 }

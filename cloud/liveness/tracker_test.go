@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
@@ -113,60 +114,51 @@ func TestApplyAgentView(t *testing.T) {
 	}
 }
 
-type recordedCommands struct{ payloads map[string][]byte }
-
-func (r *recordedCommands) PublishCommand(node string, payload []byte) error {
-	r.payloads[node] = payload
-	return nil
-}
-
-// [P-CMD-2] A restart is fenced by the pod UID and the seq of the state it answers, and sent once.
+// [P-CMD-2] A restart is fenced by the pod UID and the episode of the state it answers, and sent once.
 func TestRestartDeadIsFencedAndSentOnce(t *testing.T) {
-	tr, _ := NewTracker("c", prometheus.NewRegistry(), logr.Discard())
-	out := &recordedCommands{payloads: map[string][]byte{}}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "w", UID: "u1"}, Spec: corev1.PodSpec{NodeName: "edge1"}}
-	dead := View{Truth: TruthAgent, State: &lifelinev1.WorkerState{Seq: 7, Phase: lifelinev1.Phase_PHASE_FAILED}}
+	b := newBench(t)
 	now := time.Unix(1000, 0)
-	id, err := tr.RestartDead(out, pod, dead, now)
-	if err != nil || id == "" {
-		t.Fatalf("no command sent: %v", err)
+	pod := b.addPod("edge1", "default", "w", "u1")
+	b.cutOff("edge1", now)
+	b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u1", Seq: 7, Episode: 7, Phase: lifelinev1.Phase_PHASE_FAILED}, now)
+	dead := b.tr.ViewOf(pod, false, now)
+	id, err := b.tr.RestartDead(b.out, pod, dead, now)
+	if err != nil || id != "restart/u1/7" {
+		t.Fatalf("command %q sent, %v; want restart/u1/7", id, err)
 	}
-	cmd := &lifelinev1.Command{}
-	if err := proto.Unmarshal(out.payloads["edge1"], cmd); err != nil {
-		t.Fatal(err)
+	cmd := b.out.sent[0]
+	if b.out.to[0] != "edge1" || cmd.PodUid != "u1" || cmd.Epoch != 7 || cmd.Action != lifelinev1.Action_ACTION_RESTART || cmd.TtlMillis != 30000 {
+		t.Errorf("command %v to %s", cmd, b.out.to[0])
 	}
-	if cmd.PodUid != "u1" || cmd.Epoch != 7 || cmd.Action != lifelinev1.Action_ACTION_RESTART || cmd.TtlMillis == 0 {
-		t.Errorf("command %v", cmd)
-	}
-	if again, _ := tr.RestartDead(out, pod, dead, now); again != "" {
+	if again, _ := b.tr.RestartDead(b.out, pod, dead, now.Add(time.Minute)); again != "" {
 		t.Errorf("the same decision sent twice (%s)", again)
 	}
 	for name, v := range map[string]View{
 		"API server's truth": {Truth: TruthAPIServer},
-		"running":            {Truth: TruthAgent, State: &lifelinev1.WorkerState{Seq: 8, Phase: lifelinev1.Phase_PHASE_RUNNING}},
+		"running":            {Truth: TruthAgent, State: &lifelinev1.WorkerState{Seq: 8, Episode: 8, Phase: lifelinev1.Phase_PHASE_RUNNING}},
 	} {
-		if id, _ := tr.RestartDead(out, pod, v, now); id != "" {
+		if id, _ := b.tr.RestartDead(b.out, pod, v, now); id != "" {
 			t.Errorf("%s: command %s sent", name, id)
 		}
 	}
 	pod.Annotations = map[string]string{"lifeline.sedna.io/offline-policy": "None"}
-	dead.State.Seq = 9
-	if id, _ := tr.RestartDead(out, pod, dead, now); id != "" {
+	dead.State.Episode = 9
+	if id, _ := b.tr.RestartDead(b.out, pod, dead, now.Add(time.Hour)); id != "" {
 		t.Errorf("offline policy None: command %s sent", id)
 	}
 }
 
 // A reader that falls behind loses no change: what piles up is coalesced per pod and delivered.
 func TestSubscribersGetEveryChangedPod(t *testing.T) {
-	tr, _ := NewTracker("c", prometheus.NewRegistry(), logr.Discard())
-	ch := tr.Subscribe()
+	b := newBench(t)
+	ch := b.tr.Subscribe()
 	now := time.Unix(1000, 0)
 	const pods = 3000
 	for i := range pods {
-		name := fmt.Sprintf("w%d", i)
+		node, name := fmt.Sprintf("edge%d", i%10), fmt.Sprintf("w%d", i)
+		b.addPod(node, "default", name, name)
 		for seq := uint64(1); seq <= 2; seq++ { // two changes each, read nowhere yet
-			payload, _ := proto.Marshal(&lifelinev1.WorkerState{Namespace: "default", Name: name, Seq: uint64(i)*10 + seq})
-			tr.Ingest("lifeline/v1/c/nodes/edge1/workers/default/"+name, payload, now)
+			b.state(node, &lifelinev1.WorkerState{Namespace: "default", Name: name, Uid: name, Seq: uint64(i)*10 + seq}, now)
 		}
 	}
 	seen := map[string]bool{}
@@ -183,7 +175,12 @@ func TestSubscribersGetEveryChangedPod(t *testing.T) {
 
 // [P-REP-1] Reports reach the table in seq order, and become the workloads' metrics and progress.
 func TestReportsBecomeMetricsAndProgress(t *testing.T) {
-	tr, _ := NewTracker("c", prometheus.NewRegistry(), logr.Discard())
+	b := newBench(t)
+	tr := b.tr
+	for _, w := range []string{"t0", "t1", "t2"} {
+		b.pods[podRef{"default", w}] = PodInfo{Node: "edge1", UID: w, Worker: w, OwnerKind: "FederatedLearningJob", OwnerName: "job"}
+	}
+	b.pods[podRef{"default", "svc-edge-5d8f-x"}] = PodInfo{Node: "edge1", UID: "e", Worker: "svc-edge", OwnerKind: "JointInferenceService", OwnerName: "svc"}
 	now := time.Unix(1000, 0)
 	birth, _ := proto.Marshal(&lifelinev1.NodeBirth{Node: "edge1", BirthSeq: 1})
 	tr.Ingest("lifeline/v1/c/nodes/edge1/birth", birth, now)
@@ -205,7 +202,7 @@ func TestReportsBecomeMetricsAndProgress(t *testing.T) {
 	if got := testutil.ToFloat64(tr.dropped.WithLabelValues(DropReplayed)) + testutil.ToFloat64(tr.dropped.WithLabelValues(DropForged)); got != 3 {
 		t.Errorf("%v reports dropped, want 3", got)
 	}
-	report(6, "edge-w", `{"name":"edge-w","namespace":"default","ownerName":"svc","ownerKind":"jointinferenceservice","ownerInfo":{"inferenceNumber":40,"hardExampleNumber":12,"uploadCloudRatio":0.3}}`)
+	report(6, "svc-edge", `{"name":"svc-edge","namespace":"default","ownerName":"svc","ownerKind":"jointinferenceservice","ownerInfo":{"inferenceNumber":40,"hardExampleNumber":12,"uploadCloudRatio":0.3}}`)
 	m := ServiceMetrics(tr.Reports("JointInferenceService", "default", "svc"))
 	want := []v1alpha1.Metric{{Key: "hardExampleNumber", Value: "12"}, {Key: "inferenceNumber", Value: "40"}, {Key: "uploadCloudRatio", Value: "0.3"}}
 	if fmt.Sprint(m) != fmt.Sprint(want) {
@@ -216,8 +213,11 @@ func TestReportsBecomeMetricsAndProgress(t *testing.T) {
 // The table forgets, after an hour, the states of pods the API server no longer has, untaken results and old
 // reports; it keeps the states of pods that still exist.
 func TestTrackerForgetsWhatNoLongerMatters(t *testing.T) {
-	tr, _ := NewTracker("c", prometheus.NewRegistry(), logr.Discard())
-	tr.PodNode = func(_, name string) (string, bool) { return "edge1", name == "kept" }
+	b := newBench(t)
+	tr := b.tr
+	b.addPod("edge1", "default", "kept", "kept")
+	b.addPod("edge1", "default", "gone", "gone")
+	b.pods[podRef{"default", "t0"}] = PodInfo{Node: "edge1", UID: "t0", Worker: "t0", OwnerKind: "FederatedLearningJob", OwnerName: "job"}
 	then := time.Unix(1000, 0)
 	birth, _ := proto.Marshal(&lifelinev1.NodeBirth{Node: "edge1", BirthSeq: 1})
 	tr.Ingest("lifeline/v1/c/nodes/edge1/birth", birth, then)
@@ -225,21 +225,55 @@ func TestTrackerForgetsWhatNoLongerMatters(t *testing.T) {
 		ws, _ := proto.Marshal(&lifelinev1.WorkerState{Namespace: "default", Name: name, Uid: name, Seq: uint64(i + 1)})
 		tr.Ingest("lifeline/v1/c/nodes/edge1/workers/default/"+name, ws, then)
 	}
-	local, _ := proto.Marshal(&lifelinev1.CommandResult{CommandId: "local/default/gone/gone/1", TimeUnixNano: then.UnixNano()})
-	tr.Ingest("lifeline/v1/c/nodes/edge1/results", local, then)
+	b.result("edge1", &lifelinev1.CommandResult{CommandId: "local/1", Namespace: "default", Pod: "gone", PodUid: "gone", Local: true,
+		TimeUnixNano: then.UnixNano()}, then)
 	report, _ := proto.Marshal(&lifelinev1.WorkerReport{Namespace: "default", Worker: "t0", Seq: 1,
 		Body: []byte(`{"name":"t0","namespace":"default","ownerName":"job","ownerKind":"federatedlearningjob"}`)})
 	tr.Ingest("lifeline/v1/c/nodes/edge1/reports", report, then)
+	delete(b.pods, podRef{"default", "gone"})
 
 	tr.prune(then.Add(30 * time.Minute))
-	if len(tr.workers) != 2 || len(tr.actions) != 1 || len(tr.reports) != 1 {
-		t.Fatalf("pruned within the hour: %d states, %d results, %d reports", len(tr.workers), len(tr.actions), len(tr.reports))
+	if b.workers("edge1") != 2 || len(tr.actions) != 1 || len(tr.reports) != 1 {
+		t.Fatalf("pruned within the hour: %d states, %d results, %d reports", b.workers("edge1"), len(tr.actions), len(tr.reports))
 	}
 	tr.prune(then.Add(2 * time.Hour))
-	if _, kept := tr.workers["edge1/default/kept"]; !kept || len(tr.workers) != 1 {
-		t.Errorf("states after an hour: %v, want only the existing pod's", tr.workers)
+	if _, kept := tr.nodes["edge1"].workers[podRef{"default", "kept"}]; !kept || b.workers("edge1") != 1 {
+		t.Errorf("states after an hour: %v, want only the existing pod's", tr.nodes["edge1"].workers)
 	}
 	if len(tr.actions) != 0 || len(tr.reports) != 0 {
 		t.Errorf("after an hour: %d results, %d reports left, want none", len(tr.actions), len(tr.reports))
+	}
+}
+
+// [P-WS-4] An empty state on a worker topic (the agent clearing the retained state of a worker that left the
+// node) forgets the node's record of that worker, and only that one.
+func TestEmptyStateForgetsTheWorker_P_WS_4(t *testing.T) {
+	tr, err := NewTracker("c", prometheus.NewRegistry(), logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	msg := func(m proto.Message) []byte { b, _ := proto.Marshal(m); return b }
+	tr.Ingest("lifeline/v1/c/nodes/edge1/birth", msg(&lifelinev1.NodeBirth{Node: "edge1", BirthSeq: 1}), now)
+	tr.Ingest("lifeline/v1/c/nodes/edge1/heartbeat", msg(&lifelinev1.Heartbeat{BirthSeq: 1, Seq: 1}), now)
+	for _, name := range []string{"left", "stays"} {
+		tr.Ingest("lifeline/v1/c/nodes/edge1/workers/default/"+name,
+			msg(&lifelinev1.WorkerState{Namespace: "default", Name: name, Uid: "u-" + name, Seq: 1, Phase: lifelinev1.Phase_PHASE_RUNNING}), now)
+	}
+	tr.Ingest("lifeline/v1/c/nodes/edge1/workers/default/left", nil, now)
+	tr.Ingest("lifeline/v1/c/nodes/edge1/workers/default/never-known", nil, now)
+	view := func(name string) View {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("u-" + name)},
+			Spec: corev1.PodSpec{NodeName: "edge1"}}
+		return tr.ViewOf(pod, false, now)
+	}
+	if v := view("left"); v.Truth != TruthUnknown {
+		t.Errorf("worker that left: truth %s, want Unknown (its record forgotten)", v.Truth)
+	}
+	if v := view("stays"); v.Truth != TruthAgent || v.State.Phase != lifelinev1.Phase_PHASE_RUNNING {
+		t.Errorf("other worker: %+v, want the agent's RUNNING state kept", v)
+	}
+	if got := testutil.ToFloat64(tr.received.WithLabelValues("forget")); got != 2 {
+		t.Errorf("%v forgets counted, want 2", got)
 	}
 }

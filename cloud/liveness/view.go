@@ -1,7 +1,6 @@
 package liveness
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
-	"github.com/lifeline-edge/lifeline/cloud/contract"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -55,7 +53,10 @@ func (t *Tracker) ViewOf(pod *corev1.Pod, nodeReady bool, now time.Time) View {
 	defer t.mu.Unlock()
 	n := t.nodes[pod.Spec.NodeName]
 	online := t.isOnline(n, now)
-	w := t.workers[pod.Spec.NodeName+"/"+pod.Namespace+"/"+pod.Name]
+	var w *workerRecord
+	if n != nil {
+		w = n.workers[podRef{pod.Namespace, pod.Name}]
+	}
 	knows := w != nil && w.state.Uid == string(pod.UID)
 	v := View{Truth: whoseTruth(nodeReady, online, online && n.apiReachable, knows)}
 	if v.Truth == TruthAgent {
@@ -93,61 +94,4 @@ func Apply(ws *v1alpha1.WorkerStatus, v View) {
 func phaseName(p lifelinev1.Phase) string {
 	name := strings.TrimPrefix(p.String(), "PHASE_")
 	return name[:1] + strings.ToLower(name[1:])
-}
-
-// Commands are what the tracker sends to agents.
-type Commands interface {
-	PublishCommand(node string, payload []byte) error
-}
-
-// sentCommand is a restart command the tracker sent, to recognise its result.
-type sentCommand struct {
-	node, worker string
-	at           time.Time
-}
-
-// commandLifetime is how long an agent may act on a restart command after it was sent.
-const commandLifetime = 30 * time.Second
-
-// RestartDead sends a fenced command to the agent of a worker that its agent reports dead while its node is cut
-// off from the API server — restart when its containers failed, rebuild when the node lost its pod — unless the
-// worker's offline policy is None. One command per (pod uid, state seq): the id is derived from them, so a
-// repeated decision is a duplicate the agent refuses [P-CMD-3]. It returns the id of a command it sent now, or "".
-func (t *Tracker) RestartDead(out Commands, pod *corev1.Pod, v View, now time.Time) (string, error) {
-	if out == nil || v.Truth != TruthAgent || pod.Annotations[contract.OfflinePolicyAnnotation] == string(v1alpha1.OfflineActionNone) {
-		return "", nil
-	}
-	action := lifelinev1.Action_ACTION_RESTART
-	switch v.State.Phase {
-	case lifelinev1.Phase_PHASE_FAILED:
-	case lifelinev1.Phase_PHASE_GONE: // the node lost the pod: the agent runs it again from its manifest
-		action = lifelinev1.Action_ACTION_REBUILD
-	default:
-		return "", nil
-	}
-	id := fmt.Sprintf("%s/%s/%d", strings.ToLower(strings.TrimPrefix(action.String(), "ACTION_")), pod.UID, v.State.Seq)
-	t.mu.Lock()
-	if _, done := t.sent[id]; done {
-		t.mu.Unlock()
-		return "", nil
-	}
-	for old, c := range t.sent {
-		if now.Sub(c.at) > 2*commandLifetime { // its result, if any, has long arrived
-			delete(t.sent, old)
-		}
-	}
-	t.sent[id] = sentCommand{node: pod.Spec.NodeName, worker: pod.Namespace + "/" + pod.Name, at: now}
-	t.mu.Unlock()
-	payload, err := proto.Marshal(&lifelinev1.Command{Id: id, Namespace: pod.Namespace, Pod: pod.Name, PodUid: string(pod.UID),
-		Epoch: v.State.Seq, Action: action, TtlMillis: uint32(commandLifetime / time.Millisecond)})
-	if err != nil {
-		return "", err
-	}
-	if err := out.PublishCommand(pod.Spec.NodeName, payload); err != nil {
-		t.mu.Lock()
-		delete(t.sent, id) // not sent: the next reconcile tries again
-		t.mu.Unlock()
-		return "", fmt.Errorf("publishing restart %s of %s/%s: %w", id, pod.Namespace, pod.Name, err)
-	}
-	return id, nil
 }

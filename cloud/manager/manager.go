@@ -50,6 +50,8 @@ type Options struct {
 	MQTTTLS *tls.Config
 	// MQTTCredentialsDir holds one password file per node (a mounted Secret).
 	MQTTCredentialsDir string
+	// MQTTLimits bound the embedded broker's connections and retained messages (zero fields: the defaults).
+	MQTTLimits broker.Limits
 	// Cluster is this cluster's name in the MQTT topic tree.
 	Cluster string
 	// Restartable lets one process build the manager more than once (controller names are otherwise unique
@@ -136,21 +138,18 @@ func addEdge(mgr ctrl.Manager, opts Options) (*liveness.Edge, error) {
 	if err != nil {
 		return nil, err
 	}
-	pods := mgr.GetClient()
-	tracker.PodNode = func(namespace, name string) (string, bool) {
-		pod := &corev1.Pod{}
-		if err := pods.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, pod); err != nil {
-			return "", false
-		}
-		return pod.Spec.NodeName, pod.Spec.NodeName != ""
+	// The tracker checks what a node says of a pod against the cache, and finds a report's pods by WORKER_NAME.
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, liveness.WorkerNameIndex, liveness.IndexWorkerName); err != nil {
+		return nil, fmt.Errorf("indexing worker pods by WORKER_NAME: %w", err)
 	}
+	tracker.Pods = liveness.CachePods{Reader: mgr.GetClient()}
 	s := &sessionRunnable{open: func() (session, error) {
 		if opts.MQTTBrokerURL != "" {
 			return broker.Connect(broker.ExternalConfig{URL: opts.MQTTBrokerURL, Username: opts.MQTTUsername,
 				Password: opts.MQTTPassword, TLS: opts.MQTTTLS, Cluster: opts.Cluster, Tracker: tracker})
 		}
 		return broker.Start(broker.Config{Address: opts.MQTTAddress, Cluster: opts.Cluster,
-			CredentialsDir: opts.MQTTCredentialsDir, TLS: opts.MQTTTLS, Tracker: tracker})
+			CredentialsDir: opts.MQTTCredentialsDir, TLS: opts.MQTTTLS, Limits: opts.MQTTLimits, Tracker: tracker})
 	}}
 	if err := mgr.Add(s); err != nil {
 		return nil, err

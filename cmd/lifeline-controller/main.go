@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/lifeline-edge/lifeline/cloud/broker"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
 )
@@ -22,12 +23,19 @@ func main() {
 	var opts manager.Options
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", false, "elect one active replica through a Lease")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's)")
-	flag.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
+	flag.StringVar(&opts.MetricsAddr, "metrics-bind-address", "127.0.0.1:8080", "address of the Prometheus metrics endpoint (plain HTTP: keep it on loopback); 0 disables it")
 	flag.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz; 0 disables them")
 	flag.StringVar(&opts.LCServer, "lc-server", contract.DefaultLCServer, "LC_SERVER handed to edge workers: the node-local report endpoint")
 	flag.StringVar(&opts.MQTTAddress, "mqtt-address", ":1883", "address of the embedded MQTT broker the edge agents connect to; empty disables edge awareness")
 	flag.StringVar(&opts.MQTTCredentialsDir, "mqtt-credentials-dir", "/etc/lifeline/mqtt-credentials",
 		"one file per edge node, named after it, holding its MQTT password (a mounted Secret)")
+	limits := broker.DefaultLimits()
+	flag.IntVar(&opts.MQTTLimits.MaxConnections, "mqtt-max-connections", limits.MaxConnections,
+		"TCP connections the embedded broker holds at once, authenticated or not; leave room above the number of edge nodes")
+	flag.DurationVar(&opts.MQTTLimits.ConnectTimeout, "mqtt-connect-timeout", limits.ConnectTimeout,
+		"a connection to the embedded broker that has not completed its MQTT CONNECT (TLS included) within this is closed")
+	flag.IntVar(&opts.MQTTLimits.MaxRetainedWorkers, "mqtt-max-retained-workers", limits.MaxRetainedWorkers,
+		"worker-state topics one edge node may have retained on the embedded broker; further ones are delivered, not retained")
 	tlsCert := flag.String("mqtt-tls-cert", "", "certificate of the MQTT listener (PEM); with --mqtt-tls-key, the listener is TLS")
 	tlsKey := flag.String("mqtt-tls-key", "", "private key of the MQTT listener (PEM)")
 	flag.StringVar(&opts.MQTTBrokerURL, "mqtt-broker-url", "", "use this external broker (tcp:// or ssl://) instead of the embedded one; it must enforce the nodes' ACL")

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"unicode/utf8"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -33,6 +35,43 @@ type ParaSpec struct {
 type Metric struct {
 	Key   string `json:"key"`
 	Value string `json:"value"`
+}
+
+// Bounds of what the controllers copy from workers' reports and pods into a status. Workers choose their report
+// keys and values, and a status that grows past what the API server stores can no longer be written.
+const (
+	// MaxStatusMetrics is how many metrics a status keeps (status.metrics, status.progress.metrics).
+	MaxStatusMetrics = 64
+	// MaxMetricKeyLength is the longest metric key kept; a longer key is no measurement, and is dropped.
+	MaxMetricKeyLength = 128
+	// MaxMetricValueLength is the longest metric value kept; a longer one is cut to this many bytes.
+	MaxMetricValueLength = 256
+	// MaxStatusWorkers is how many worker records a JointInferenceService's status keeps (status.workers).
+	MaxStatusWorkers = 256
+)
+
+// BoundMetrics keeps of metrics (sorted by key) at most MaxStatusMetrics, the first by key, dropping those whose
+// key is empty or longer than MaxMetricKeyLength and cutting values to MaxMetricValueLength bytes (on a UTF-8
+// character boundary).
+func BoundMetrics(metrics []Metric) []Metric {
+	var out []Metric
+	for _, m := range metrics {
+		if len(out) == MaxStatusMetrics {
+			break
+		}
+		if m.Key == "" || len(m.Key) > MaxMetricKeyLength {
+			continue
+		}
+		if len(m.Value) > MaxMetricValueLength {
+			cut := MaxMetricValueLength
+			for cut > 0 && !utf8.RuneStart(m.Value[cut]) {
+				cut--
+			}
+			m.Value = m.Value[:cut]
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // OfflineAction is what the edge agent does for a dead worker while its node cannot reach the API server.

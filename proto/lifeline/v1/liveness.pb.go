@@ -725,12 +725,12 @@ type Command struct {
 	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	Pod       string `protobuf:"bytes,3,opt,name=pod,proto3" json:"pod,omitempty"`
 	PodUid    string `protobuf:"bytes,4,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
-	// epoch is the worker's state seq the controller decided on; an agent refuses a command older than what it
-	// has published since [P-CMD-2].
+	// epoch is the episode of the worker's state the controller decided on; an agent refuses a command whose
+	// epoch is not the worker's current episode: it came back or died again since [P-CMD-2] [P-CMD-5].
 	Epoch  uint64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	Action Action `protobuf:"varint,6,opt,name=action,proto3,enum=lifeline.v1.Action" json:"action,omitempty"`
 	// ttl_millis is how long after the agent received it the command may still be acted on: a duration, so the
-	// node's clock need not agree with the controller's [P-CMD-2].
+	// node's clock need not agree with the controller's [P-CMD-3].
 	TtlMillis     uint32 `protobuf:"varint,8,opt,name=ttl_millis,json=ttlMillis,proto3" json:"ttl_millis,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

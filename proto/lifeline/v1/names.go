@@ -2,19 +2,15 @@ package lifelinev1
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 )
 
-// The DNS-1123 rules Kubernetes applies to names, checked here without Kubernetes' libraries: the edge agent
-// links this package and stays small.
-var (
-	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-)
+// The DNS-1123 rules Kubernetes applies to names, checked here without Kubernetes' libraries (the edge agent
+// links this package and stays small) and without regular expressions (every message's topic is checked).
 
 // CheckDNSLabel returns why s is not a DNS-1123 label (namespaces, cluster names), or nil.
 func CheckDNSLabel(s string) error {
-	if len(s) > 63 || !dnsLabel.MatchString(s) {
+	if len(s) > 63 || !labelShaped(s) {
 		return fmt.Errorf("%q is not a DNS-1123 label: at most 63 lower-case alphanumerics or '-', starting and ending alphanumeric", s)
 	}
 	return nil
@@ -25,10 +21,26 @@ func CheckDNSSubdomain(s string) error {
 	if len(s) > 253 {
 		return fmt.Errorf("%q is not a DNS-1123 subdomain: longer than 253 characters", s)
 	}
-	for _, label := range strings.Split(s, ".") {
-		if !dnsLabel.MatchString(label) {
+	for label := range strings.SplitSeq(s, ".") {
+		if !labelShaped(label) {
 			return fmt.Errorf("%q is not a DNS-1123 subdomain: dot-separated lower-case alphanumerics or '-', each part starting and ending alphanumeric", s)
 		}
 	}
 	return nil
+}
+
+// labelShaped says whether s is lower-case alphanumerics or '-', at least one, starting and ending alphanumeric.
+func labelShaped(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case c == '-' && i > 0 && i < len(s)-1:
+		default:
+			return false
+		}
+	}
+	return true
 }

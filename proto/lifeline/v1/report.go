@@ -1,5 +1,9 @@
 package lifelinev1
 
+// MaxReportBodyBytes bounds a report's body, on the node's report endpoint and at the controller; Sedna's
+// reports are a few hundred bytes.
+const MaxReportBodyBytes = 64 << 10
+
 // Report is the Sedna worker report: the JSON body workers POST to their LC endpoint, which a WorkerReport
 // carries as it was received [P-REP-1]. The agent checks it, the controller reads it.
 type Report struct {

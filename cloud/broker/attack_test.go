@@ -1,0 +1,500 @@
+package broker
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lifeline-edge/lifeline/edge/reportapi"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+)
+
+const dropped = "lifeline_liveness_dropped_total"
+
+// delivered counts, by topic, what the broker hands to the controller.
+func (r *rig) delivered(t testing.TB) func(topic string) int {
+	t.Helper()
+	var mu sync.Mutex
+	got := map[string]int{}
+	err := r.broker.server.Subscribe(lifelinev1.ControllerFilter("c"), 2, func(_ *mochi.Client, _ packets.Subscription, pk packets.Packet) {
+		mu.Lock()
+		defer mu.Unlock()
+		got[pk.TopicName]++
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(topic string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return got[topic]
+	}
+}
+
+// retained reports whether the broker holds a retained message on topic.
+func (r *rig) retained(topic string) bool {
+	_, ok := r.broker.server.Topics.Retained.Get(topic)
+	return ok
+}
+
+// closedByServer waits until the server closes conn, reading (and discarding) what it sends.
+func closedByServer(t testing.TB, conn net.Conn, within time.Duration) bool {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(within))
+	_, err := io.Copy(io.Discard, conn)
+	var ne net.Error
+	return !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// connectHeader is the fixed header of a CONNECT that announces remaining bytes.
+func connectHeader(remaining int) []byte {
+	h := []byte{0x10}
+	for {
+		b := byte(remaining % 128)
+		remaining /= 128
+		if remaining > 0 {
+			b |= 0x80
+		}
+		h = append(h, b)
+		if remaining == 0 {
+			return h
+		}
+	}
+}
+
+// An unauthenticated CONNECT announcing 48 MiB, which mochi without a maximum packet size allocates twice before
+// reading it: the broker closes the connection on reading the header, allocates (almost) nothing, and counts it.
+func TestOversizedConnectIsRefusedBeforeItIsRead(t *testing.T) {
+	r := startRig(t, nil)
+	conn, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if _, err := conn.Write(append(connectHeader(48<<20), make([]byte, 64<<10)...)); err != nil {
+		t.Fatal(err)
+	}
+	if !closedByServer(t, conn, 5*time.Second) {
+		t.Fatal("the broker kept reading an oversized CONNECT")
+	}
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 8<<20 {
+		t.Errorf("the process allocated %d MiB for an oversized CONNECT", grew>>20)
+	}
+	eventually(t, "the oversized packet counted", func() bool { return r.count(dropped, RefusedTooLarge) == 1 })
+}
+
+// A connection that never completes its CONNECT (silent, or trickling a partial one) would hold its memory
+// before authentication for good: it is closed at the CONNECT deadline and counted; a connection that completed
+// its CONNECT is not.
+func TestConnectionWithoutConnectIsClosedAtTheDeadline(t *testing.T) {
+	r := startRigWith(t, nil, Limits{ConnectTimeout: 300 * time.Millisecond})
+	for i, first := range [][]byte{nil, connectHeader(40)[:1], append(connectHeader(40), 0, 4, 'M', 'Q')} {
+		conn, err := net.Dial("tcp", r.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := conn.Write(first); err != nil {
+			t.Fatal(err)
+		}
+		if !closedByServer(t, conn, 5*time.Second) {
+			t.Fatalf("connection %d without a CONNECT is still open", i)
+		}
+	}
+	eventually(t, "three timeouts counted", func() bool { return r.count(dropped, RefusedConnectTimeout) == 3 })
+
+	agent, err := r.connect("edge1", "pw1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Disconnect(0)
+	time.Sleep(600 * time.Millisecond) // twice the deadline
+	if !agent.IsConnectionOpen() || r.count(dropped, RefusedConnectTimeout) != 3 {
+		t.Error("an authenticated session was closed at the CONNECT deadline")
+	}
+}
+
+// Connections beyond the limit, authenticated or not, are closed at accept and counted; a slot freed is
+// usable again.
+func TestConnectionLimitClosesTheOneTooMany(t *testing.T) {
+	r := startRigWith(t, nil, Limits{MaxConnections: 2})
+	var idle []net.Conn
+	for range 2 {
+		conn, err := net.Dial("tcp", r.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		idle = append(idle, conn)
+	}
+	eventually(t, "two connections open", func() bool { return r.broker.listener.open() == 2 })
+	extra, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	if !closedByServer(t, extra, 5*time.Second) {
+		t.Fatal("a third connection was kept open")
+	}
+	if _, err := r.connect("edge1", "pw1", ""); err == nil {
+		t.Error("an agent connected beyond the limit")
+	}
+	eventually(t, "two refusals counted", func() bool { return r.count(dropped, RefusedConnections) == 2 })
+
+	idle[0].Close()
+	eventually(t, "the slot freed", func() bool { return r.broker.listener.open() == 1 })
+	agent, err := r.connect("edge1", "pw1", "")
+	if err != nil {
+		t.Fatalf("an agent could not use a freed slot: %v", err)
+	}
+	agent.Disconnect(0)
+}
+
+// A node connecting with another node's client id would take that node's session over and fire its last will:
+// its death, retained. [P-AUTH-4] The id is bound to the user: the intruder is refused and counted, the victim
+// stays connected, and no death is published or retained.
+func TestAnotherNodesClientIDIsRefusedAndTheVictimStaysConnected_P_AUTH_4(t *testing.T) {
+	r := startRig(t, nil)
+	delivered := r.delivered(t)
+	deathTopic := lifelinev1.NodeTopic("c", "edge1", lifelinev1.KindDeath).String()
+	var lost atomic.Bool
+	victim, err := r.connectAs(AgentClientIDPrefix+"edge1", "edge1", "pw1", deathTopic, func() { lost.Store(true) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer victim.Disconnect(0)
+	for _, id := range []string{AgentClientIDPrefix + "edge1", "anything-else"} {
+		if _, err := r.connectAs(id, "edge2", "pw2", "", nil); err == nil {
+			t.Errorf("edge2 was admitted with client id %q", id)
+		}
+	}
+	eventually(t, "two refusals counted", func() bool { return r.count(dropped, RefusedClientID) == 2 })
+	hb := lifelinev1.NodeTopic("c", "edge1", lifelinev1.KindHeartbeat).String()
+	publish(t, victim, 1, hb, &lifelinev1.Heartbeat{BirthSeq: 1, Seq: 1})
+	eventually(t, "the victim's heartbeat delivered", func() bool { return delivered(hb) == 1 })
+	if lost.Load() || !victim.IsConnectionOpen() {
+		t.Error("the victim lost its session")
+	}
+	if delivered(deathTopic) != 0 || r.retained(deathTopic) {
+		t.Error("the victim's death was published")
+	}
+}
+
+// A node's reconnect (same id, same password) takes its old session over: how an agent recovers from a
+// half-open connection.
+func TestOwnReconnectTakesOverTheOldSession(t *testing.T) {
+	r := startRig(t, nil)
+	lost := make(chan struct{})
+	old, err := r.connectAs(AgentClientIDPrefix+"edge1", "edge1", "pw1", "", func() { close(lost) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Disconnect(0)
+	fresh, err := r.connect("edge1", "pw1", "")
+	if err != nil {
+		t.Fatalf("the node's reconnect was refused: %v", err)
+	}
+	defer fresh.Disconnect(0)
+	select {
+	case <-lost:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the old session was not taken over")
+	}
+	if !fresh.IsConnectionOpen() || r.count(dropped, RefusedClientID) != 0 {
+		t.Error("the reconnect did not keep the session")
+	}
+}
+
+// [P-RETAIN-1] Only births, deaths and worker states are retained. A retain flag elsewhere is cleared and
+// counted: the message still reaches the controller, and the broker keeps nothing of it.
+func TestRetainedHeartbeatIsNotRetained_P_RETAIN_1(t *testing.T) {
+	r := startRig(t, nil)
+	delivered := r.delivered(t)
+	edge1, err := r.connect("edge1", "pw1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer edge1.Disconnect(0)
+	for _, tc := range []struct {
+		kind   lifelinev1.Kind
+		retain bool
+	}{
+		{lifelinev1.KindHeartbeat, false},
+		{lifelinev1.KindReport, false},
+		{lifelinev1.KindResult, false},
+		{lifelinev1.KindBirth, true},
+		{lifelinev1.KindWorkerState, true},
+	} {
+		topic := lifelinev1.NodeTopic("c", "edge1", tc.kind).String()
+		if tc.kind == lifelinev1.KindWorkerState {
+			topic = lifelinev1.WorkerTopic("c", "edge1", "default", "w").String()
+		}
+		edge1.Publish(topic, 1, true, []byte{0x08, 0x01}).WaitTimeout(5 * time.Second)
+		eventually(t, topic+" delivered", func() bool { return delivered(topic) == 1 })
+		if r.retained(topic) != tc.retain {
+			t.Errorf("%s: retained %t, want %t", tc.kind, r.retained(topic), tc.retain)
+		}
+	}
+	if n := r.count(dropped, RefusedRetain); n != 3 {
+		t.Errorf("%v retain flags counted, want 3", n)
+	}
+}
+
+// [P-RETAIN-2] A node retains at most MaxRetainedWorkers worker topics: states of further workers still reach
+// the controller, are not retained and are counted; retained workers update as before, and other nodes have
+// their own allowance.
+func TestPerNodeRetainedWorkerCap_P_RETAIN_2(t *testing.T) {
+	r := startRigWith(t, nil, Limits{MaxRetainedWorkers: 3})
+	delivered := r.delivered(t)
+	edge1, err := r.connect("edge1", "pw1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer edge1.Disconnect(0)
+	state := func(c mqtt.Client, node, pod string, seq uint64) string {
+		topic := lifelinev1.WorkerTopic("c", node, "default", pod).String()
+		payload, _ := proto.Marshal(&lifelinev1.WorkerState{Namespace: "default", Name: pod, Uid: pod, Seq: seq, Phase: lifelinev1.Phase_PHASE_RUNNING})
+		c.Publish(topic, 1, true, payload).WaitTimeout(5 * time.Second)
+		return topic
+	}
+	for i := range 5 {
+		topic := state(edge1, "edge1", fmt.Sprintf("w%d", i), uint64(i+1))
+		eventually(t, topic+" delivered", func() bool { return delivered(topic) == 1 })
+		if want := i < 3; r.retained(topic) != want {
+			t.Errorf("worker %d: retained %t, want %t", i, !want, want)
+		}
+	}
+	if n := r.count(dropped, RefusedRetainCap); n != 2 {
+		t.Errorf("%v states over the cap counted, want 2", n)
+	}
+	w0 := state(edge1, "edge1", "w0", 6)
+	eventually(t, "the update of a retained worker delivered", func() bool { return delivered(w0) == 2 })
+	var ws lifelinev1.WorkerState
+	if got, _ := r.broker.server.Topics.Retained.Get(w0); proto.Unmarshal(got.Payload, &ws) != nil || ws.Seq != 6 {
+		t.Errorf("retained state of w0 has seq %d, want 6", ws.Seq)
+	}
+
+	edge2, err := r.connect("edge2", "pw2", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer edge2.Disconnect(0)
+	if topic := state(edge2, "edge2", "w9", 1); !r.retained(topic) {
+		t.Error("edge2's first worker was not retained")
+	}
+}
+
+// A payload over its kind's cap is acknowledged and discarded (never delivered nor retained) and counted, and
+// the session goes on; the largest legal report (64 KiB of body, as the agent's report API takes) passes.
+func TestOversizedPublishIsRefused_P_RETAIN_1(t *testing.T) {
+	r := startRig(t, nil)
+	delivered := r.delivered(t)
+	edge1, err := r.connect("edge1", "pw1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer edge1.Disconnect(0)
+	worker := lifelinev1.WorkerTopic("c", "edge1", "default", "w").String()
+	hb := lifelinev1.NodeTopic("c", "edge1", lifelinev1.KindHeartbeat).String()
+	edge1.Publish(worker, 1, true, make([]byte, maxPayload[lifelinev1.KindWorkerState]+1)).WaitTimeout(5 * time.Second)
+	edge1.Publish(hb, 1, false, make([]byte, 300)).WaitTimeout(5 * time.Second)
+	eventually(t, "two oversized payloads counted", func() bool { return r.count(dropped, RefusedTooLarge) == 2 })
+
+	body, err := json.Marshal(map[string]string{"name": "w", "namespace": "default", "ownerKind": "jointinferenceservice", "ownerName": "ji"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body = append(body[:len(body)-1], []byte(`,"pad":"`+strings.Repeat("x", reportapi.MaxBodyBytes-len(body)-9)+`"}`)...)
+	if len(body) != reportapi.MaxBodyBytes || !json.Valid(body) {
+		t.Fatalf("report body of %d bytes", len(body))
+	}
+	report, _ := proto.Marshal(&lifelinev1.WorkerReport{Namespace: "default", Worker: "w", Body: body, Seq: 1,
+		ReceivedUnixNano: time.Now().UnixNano(), BirthSeq: 1 << 60})
+	reports := lifelinev1.NodeTopic("c", "edge1", lifelinev1.KindReport).String()
+	edge1.Publish(reports, 1, false, report).WaitTimeout(5 * time.Second)
+	eventually(t, "the largest legal report delivered", func() bool { return delivered(reports) == 1 })
+	if delivered(worker) != 0 || r.retained(worker) || delivered(hb) != 0 || !edge1.IsConnectionOpen() {
+		t.Error("an oversized payload was delivered or retained, or ended the session")
+	}
+	if r.count(dropped, RefusedTooLarge) != 2 {
+		t.Error("the largest legal report was counted as too large")
+	}
+}
+
+// Every reason to refuse a publish, decided without a broker.
+func TestPublishVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		kind          lifelinev1.Kind
+		size          int
+		retain, here  bool
+		retained, max int
+		want          verdict
+		wantReason    string
+	}{
+		{"heartbeat", lifelinev1.KindHeartbeat, 30, false, false, 0, 3, deliver, ""},
+		{"retained heartbeat", lifelinev1.KindHeartbeat, 30, true, false, 0, 3, deliverUnretained, RefusedRetain},
+		{"retained report", lifelinev1.KindReport, 30, true, false, 0, 3, deliverUnretained, RefusedRetain},
+		{"retained result", lifelinev1.KindResult, 30, true, false, 0, 3, deliverUnretained, RefusedRetain},
+		{"birth", lifelinev1.KindBirth, 60, true, false, 0, 3, deliver, ""},
+		{"death", lifelinev1.KindDeath, 20, true, false, 0, 3, deliver, ""},
+		{"new worker below the cap", lifelinev1.KindWorkerState, 130, true, false, 2, 3, deliver, ""},
+		{"new worker at the cap", lifelinev1.KindWorkerState, 130, true, false, 3, 3, deliverUnretained, RefusedRetainCap},
+		{"retained worker at the cap", lifelinev1.KindWorkerState, 130, true, true, 3, 3, deliver, ""},
+		{"clearing a retained worker at the cap", lifelinev1.KindWorkerState, 0, true, true, 3, 3, deliver, ""},
+		{"oversized worker", lifelinev1.KindWorkerState, 4<<10 + 1, true, true, 0, 3, refuse, RefusedTooLarge},
+		{"oversized birth", lifelinev1.KindBirth, 1<<10 + 1, true, false, 0, 3, refuse, RefusedTooLarge},
+		{"oversized heartbeat", lifelinev1.KindHeartbeat, 257, false, false, 0, 3, refuse, RefusedTooLarge},
+		{"largest report", lifelinev1.KindReport, maxReportBody + 1<<10, false, false, 0, 3, deliver, ""},
+		{"oversized report", lifelinev1.KindReport, maxReportBody + 1<<10 + 1, false, false, 0, 3, refuse, RefusedTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, reason := publishVerdict(tc.kind, tc.size, tc.retain, tc.here, tc.retained, tc.max)
+			if v != tc.want || reason != tc.wantReason {
+				t.Errorf("got %v %q, want %v %q", v, reason, tc.want, tc.wantReason)
+			}
+		})
+	}
+}
+
+// How a connection ended decides what is counted.
+func TestRefusalOf(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		err        error
+		sawConnect bool
+		want       string
+	}{
+		{"clean end", nil, true, ""},
+		{"client hung up", io.EOF, false, ""},
+		{"broker closing", net.ErrClosed, false, ""},
+		{"oversized first packet", fmt.Errorf("read connection: %w", packets.ErrPacketTooLarge), false, RefusedTooLarge},
+		{"oversized later packet", packets.ErrPacketTooLarge, true, RefusedTooLarge},
+		{"no CONNECT in time", fmt.Errorf("read connection: %w", os.ErrDeadlineExceeded), false, RefusedConnectTimeout},
+		{"keepalive expired", os.ErrDeadlineExceeded, true, ""},
+		{"garbage first", fmt.Errorf("read connection: %w", packets.ErrProtocolViolationRequireFirstConnect), false, RefusedMalformed},
+		{"bad credentials", packets.ErrBadUsernameOrPassword, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := refusalOf(tc.err, tc.sawConnect); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// The package's report bound is the agent's: the largest body it takes fits in a report payload and a packet.
+func TestReportBoundMatchesTheAgent(t *testing.T) {
+	if maxReportBody != reportapi.MaxBodyBytes {
+		t.Errorf("maxReportBody %d, the agent takes %d", maxReportBody, reportapi.MaxBodyBytes)
+	}
+}
+
+// rawSession is an MQTT 3.1.1 session by hand, for clients that misbehave: it connects as the agent of node,
+// subscribes to the node's commands at QoS 1 and reads both acknowledgements; what it reads afterwards is up
+// to the caller.
+func rawSession(t testing.TB, addr, node, password string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	var buf bytes.Buffer
+	connect := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4,
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 60,
+			ClientIdentifier: AgentClientIDPrefix + node, UsernameFlag: true, Username: []byte(node),
+			PasswordFlag: true, Password: []byte(password)}}
+	subscribe := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, ProtocolVersion: 4,
+		PacketID: 1, Filters: packets.Subscriptions{{Filter: lifelinev1.AgentCommandTopic("c", node), Qos: 1}}}
+	if err := connect.ConnectEncode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := subscribe.SubscribeEncode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	// CONNACK (4 bytes) and SUBACK (5 bytes).
+	ack := make([]byte, 9)
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(conn, ack); err != nil || ack[0] != 0x20 || ack[3] != 0 || ack[4] != 0x90 || ack[8] != 1 {
+		t.Fatalf("session of %s: acknowledgements % x, %v", node, ack, err)
+	}
+	return conn
+}
+
+// An agent that stops acknowledging its commands could make the broker keep every further one. The broker
+// keeps a bounded number, and a command past it fails at once with a clear error, counted, instead of being
+// dropped without a word; the heap stays bounded.
+func TestCommandsToAnAgentThatDoesNotAcknowledgeAreBounded(t *testing.T) {
+	r := startRig(t, nil)
+	rawSession(t, r.addr, "edge1", "pw1")
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	command := make([]byte, 16<<10)
+	sent, refused := 0, 0
+	for range 1000 {
+		if err := r.broker.PublishCommand("edge1", command); err != nil {
+			refused++
+		} else {
+			sent++
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if max := int(capabilities().MaximumInflight); sent != max || refused != 1000-max {
+		t.Errorf("%d commands taken and %d refused, want %d and %d", sent, refused, max, 1000-max)
+	}
+	if n := r.count(dropped, RefusedSlowClient); n != float64(refused) {
+		t.Errorf("%v refusals counted, want %d", n, refused)
+	}
+	if grew := int64(after.HeapInuse) - int64(before.HeapInuse); grew > 8<<20 {
+		t.Errorf("the heap grew by %d MiB for 16 MiB of commands to a stuck agent", grew>>20)
+	}
+}
+
+// A last will is the node's death, retained for as long as the node lives: one over the death's maximum payload
+// is refused at CONNECT, and counted.
+func TestOversizedLastWillIsRefused(t *testing.T) {
+	r := startRig(t, nil)
+	deathTopic := lifelinev1.NodeTopic("c", "edge1", lifelinev1.KindDeath).String()
+	for _, tc := range []struct {
+		size  int
+		admit bool
+	}{{maxPayload[lifelinev1.KindDeath], true}, {maxPayload[lifelinev1.KindDeath] + 1, false}} {
+		opts := mqtt.NewClientOptions().AddBroker("tcp://"+r.addr).SetClientID(AgentClientIDPrefix+"edge1").
+			SetUsername("edge1").SetPassword("pw1").SetAutoReconnect(false).SetProtocolVersion(4).
+			SetBinaryWill(deathTopic, make([]byte, tc.size), 1, true)
+		c := mqtt.NewClient(opts)
+		tok := c.Connect()
+		admitted := tok.WaitTimeout(5*time.Second) && tok.Error() == nil
+		if admitted != tc.admit {
+			t.Errorf("a will of %d bytes: admitted %t, want %t", tc.size, admitted, tc.admit)
+		}
+		c.Disconnect(0)
+	}
+	if n := r.count(dropped, RefusedTooLarge); n != 1 {
+		t.Errorf("%v oversized wills counted, want 1", n)
+	}
+}

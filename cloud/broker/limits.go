@@ -1,0 +1,100 @@
+package broker
+
+import (
+	"fmt"
+	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+)
+
+// Reasons the broker refuses a connection or a message, counted in lifeline_liveness_dropped_total{reason}.
+const (
+	RefusedConnections    = "connections"     // a connection beyond Limits.MaxConnections, closed at accept
+	RefusedConnectTimeout = "connect-timeout" // no CONNECT within Limits.ConnectTimeout
+	RefusedMalformed      = "malformed"       // garbage or a failed TLS handshake before the CONNECT
+	RefusedTooLarge       = "too-large"       // a packet over maxPacketBytes, or a payload over its kind's cap
+	RefusedClientID       = "client-id"       // a client id other than lifeline-agent-<user>
+	RefusedRetain         = "retain"          // a retain flag on a kind that is never retained: cleared
+	RefusedRetainCap      = "retain-cap"      // a new worker topic beyond Limits.MaxRetainedWorkers: not retained
+	RefusedSlowClient     = "slow-client"     // a command to an agent that has not acknowledged the last 64: refused
+)
+
+// AgentClientIDPrefix starts every agent's MQTT client id: the node's agent is lifeline-agent-<node>.
+const AgentClientIDPrefix = "lifeline-agent-"
+
+// maxPayload bounds each kind's payload. Retained kinds are held in memory for as long as the node lives, so
+// their bounds are tight; the others only pass through.
+var maxPayload = map[lifelinev1.Kind]int{
+	lifelinev1.KindBirth:       1 << 10, // a node name (at most 253 bytes), a boot id, a state id, a version, numbers
+	lifelinev1.KindDeath:       1 << 10,
+	lifelinev1.KindHeartbeat:   256,     // four numbers: 100 bytes on the wire with its topic [P-HB-2]
+	lifelinev1.KindWorkerState: 4 << 10, // 34 containers with names of the longest legal length
+	lifelinev1.KindReport:      maxReportBody + 1<<10,
+	lifelinev1.KindResult:      maxReportBody + 1<<10, // an error message, which the agent passes on as it got it
+}
+
+// maxReportBody is the largest body the agent's report API takes (edge/reportapi.MaxBodyBytes).
+const maxReportBody = 64 << 10
+
+// maxPacketBytes is the largest packet the broker reads: the largest payload (a report) with its topic (at most
+// about 660 bytes of legal names) and the MQTT headers. Without it one CONNECT can announce 256 MiB and the
+// broker allocates it before reading a byte of it.
+var maxPacketBytes = uint32(maxPayload[lifelinev1.KindReport] + 1<<10)
+
+// Limits bound what clients can make the broker hold. Zero fields take DefaultLimits' values.
+type Limits struct {
+	// MaxConnections is how many TCP connections may be open at once, authenticated or not; one more is closed
+	// at once. Leave room above the number of nodes: a node reconnecting after a half-open connection holds two
+	// until the old one's keepalive expires.
+	MaxConnections int
+	// ConnectTimeout: a connection that has not completed its CONNECT (TLS handshake included) this long after
+	// it opened is closed.
+	ConnectTimeout time.Duration
+	// MaxRetainedWorkers is how many worker-state topics one node may have retained; the state of a further
+	// worker still reaches the controller, but is not retained.
+	MaxRetainedWorkers int
+}
+
+// DefaultLimits fit a 256 MiB controller with up to a few hundred edge nodes.
+func DefaultLimits() Limits {
+	return Limits{MaxConnections: 1000, ConnectTimeout: 5 * time.Second, MaxRetainedWorkers: 256}
+}
+
+// withDefaults fills zero fields and rejects negative ones.
+func (l Limits) withDefaults() (Limits, error) {
+	d := DefaultLimits()
+	if l.MaxConnections < 0 || l.ConnectTimeout < 0 || l.MaxRetainedWorkers < 0 {
+		return l, fmt.Errorf("broker limits must not be negative: %+v", l)
+	}
+	if l.MaxConnections == 0 {
+		l.MaxConnections = d.MaxConnections
+	}
+	if l.ConnectTimeout == 0 {
+		l.ConnectTimeout = d.ConnectTimeout
+	}
+	if l.MaxRetainedWorkers == 0 {
+		l.MaxRetainedWorkers = d.MaxRetainedWorkers
+	}
+	return l, nil
+}
+
+// capabilities are mochi's per-client bounds, sized for the protocol: an agent sends one QoS 1 message at a time
+// and waits for its acknowledgement, and receives only commands.
+func capabilities() *mochi.Capabilities {
+	c := mochi.NewDefaultServerCapabilities()
+	c.MaximumPacketSize = maxPacketBytes
+	c.ReceiveMaximum = 16             // QoS 1 messages of a client not yet acknowledged (default 1024)
+	c.MaximumInflight = 64            // commands stored for one agent, unacknowledged (default 8192)
+	c.MaximumClientWritesPending = 64 // packets queued to one client that does not read; allocated per connection (default 8192)
+	c.TopicAliasMaximum = 0           // no aliases: each would hold a topic string per client (default 65535)
+	c.MaximumQos = 1                  // the protocol uses QoS 0 and 1; QoS 2 only adds state
+	// Sessions end with their connection (agents use clean sessions): nothing is kept for a client that left.
+	c.MaximumSessionExpiryInterval = 0
+	// No forced expiry: mochi's default removes retained messages a day after they were published, so a node up
+	// for longer would lose its retained birth and its long-running workers' states for a controller that
+	// connects later. Retained messages are bounded in number and size instead (maxPayload, MaxRetainedWorkers).
+	c.MaximumMessageExpiryInterval = 0
+	return c
+}
