@@ -50,8 +50,11 @@ func main() {
 		apiServer = flag.String("api-server", "http://"+constants.DefaultMetaServerAddr,
 			"where the node's pods are listed and watched: KubeEdge's MetaServer on the node by default")
 		kubeconfig = flag.String("kubeconfig", "", "kubeconfig of the API server; overrides --api-server")
-		cloudProbe = flag.String("cloud-probe", "", "URL in the cloud (cloudcore's edgeHub endpoint, or the API server's /healthz) whose answer says "+
-			"the node is connected; needed with the MetaServer, which answers from the node's store even while the node is cut off")
+		cloudProbe = flag.String("cloud-probe", "", "URL in the cloud (the API server's /healthz, or cloudcore's HTTPS server) whose answer says "+
+			"the node is connected; needed with the MetaServer, which answers from the node's store even while the node is cut off "+
+			"(default: cloudcore's /ca.crt at the modules.edgeHub.httpServer of --edgecore-config)")
+		edgecoreConfig = flag.String("edgecore-config", constants.EdgecoreConfigPath,
+			"edgecore's configuration, read for the default --cloud-probe; empty: no default probe")
 		metaServer = flag.String("metaserver", "http://"+constants.DefaultMetaServerAddr,
 			"KubeEdge's MetaServer on the node, which restarts pods without the API server; empty: restart through the runtime only")
 		staticDir = flag.String("static-pod-dir", "/etc/kubeedge/manifests",
@@ -137,7 +140,8 @@ func main() {
 		actuator = append(actuator, &agent.MetaServerActuator{BaseURL: *metaServer})
 	}
 	actuator = append(actuator, &agent.CRIActuator{Runtime: runtime})
-	commands := &agent.Commands{Cluster: *cluster, Node: *node, Actuator: actuator, Claims: j}
+	episodes := &agent.Episodes{} // one action per death, by command or by the offline policy
+	commands := &agent.Commands{Cluster: *cluster, Node: *node, Actuator: actuator, Claims: j, Episodes: episodes}
 	var rebuilder agent.Rebuilder
 	if *staticDir != "" {
 		rebuilder = &agent.StaticPods{Dir: *staticDir, Workers: workers}
@@ -155,21 +159,32 @@ func main() {
 	timing := agent.DefaultHealTiming
 	timing.APIGrace, timing.DeadFor, timing.ControllerWait = *healGrace, *healDeadFor, *healWait
 	apiReachable := workers.Reachable
-	if *cloudProbe != "" {
-		probe := &agent.CloudProbe{URL: *cloudProbe}
+	var probe *agent.CloudProbe
+	switch {
+	case *cloudProbe != "":
+		probe = &agent.CloudProbe{URL: *cloudProbe}
+	case *edgecoreConfig != "":
+		var why string
+		if probe, why, err = agent.EdgecoreProbe(*edgecoreConfig); err != nil {
+			log.Info("no cloud probe: the MetaServer's answers cannot tell whether the node is cut off", "reason", err.Error())
+		} else {
+			log.Info("probing cloudcore from edgecore's configuration", "url", probe.URL, "tls", why)
+		}
+	}
+	if probe != nil {
 		go probe.Run(ctx, *heartbeat)
 		apiReachable = func() bool { return workers.Reachable() && probe.Reachable() }
 		workers.Hold = func() bool { return !probe.Reachable() }
 	}
-	healer := &agent.Healer{Cluster: *cluster, Node: *node, Workers: workers, APIReachable: apiReachable,
-		ControllerReachable: pub.Connected, Actuator: actuator, Rebuilder: rebuilder, Publisher: pub, Timing: timing, Log: log.WithName("healer")}
+	healer := &agent.Healer{Cluster: *cluster, Node: *node, Workers: workers, APIReachable: apiReachable, ControllerReachable: pub.Connected,
+		Actuator: actuator, Rebuilder: rebuilder, Publisher: pub, Episodes: episodes, Timing: timing, Log: log.WithName("healer")}
 	reg := prometheus.NewRegistry()
-	reports := reportapi.New(*cluster, *node, pub, pub.BirthSeq, *queue, reg, log.WithName("reports"))
+	reports := reportapi.New(*cluster, *node, pub, workers, pub.BirthSeq, *queue, reg, log.WithName("reports"))
 	reports.Counter = j
 	events := make(chan struct{}, 1)
-	observer := &agent.Observer{Cluster: *cluster, Node: *node, Source: runtime, Publisher: pub, Seq: j, Changed: events,
+	observer := &agent.Observer{Cluster: *cluster, Node: *node, Source: runtime, Publisher: pub, Seq: j, Store: j, Changed: events,
 		Interval: *poll, Log: log.WithName("observer"), IsWorker: func(p cri.Pod) bool { return workers.Has(p.UID) },
-		OnPublished: func(ws *lifelinev1.WorkerState) { commands.Observed(ws); healer.Observed(ws) }}
+		OnPublished: func(ws *lifelinev1.WorkerState) { commands.Observed(ws); healer.Observed(ws) }, OnForgotten: commands.Forget}
 
 	published := make(chan struct{})
 	go func() { pub.Run(ctx); close(published) }()

@@ -3,6 +3,8 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,7 +56,8 @@ func (a *CRIActuator) Restart(ctx context.Context, namespace, pod, uid string) e
 }
 
 // MetaServerActuator restarts a worker through KubeEdge's MetaServer on the node, the call `keadm ctl restart
-// pod` makes: edged restarts the pod's containers at once (no crash back-off) and without the API server.
+// pod` makes, without the API server. The MetaServer only stops the pod's containers: edged starts them again
+// under its crash back-off (10 s, 20 s, ...), as after any exit.
 type MetaServerActuator struct {
 	// BaseURL of the MetaServer, e.g. http://127.0.0.1:10550.
 	BaseURL string
@@ -95,8 +98,8 @@ func (a *MetaServerActuator) Restart(ctx context.Context, namespace, pod, _ stri
 	return nil
 }
 
-// FirstWorking tries its actuators in order until one succeeds: MetaServer first (immediate restart), then the
-// runtime (the restart waits for edged's back-off, but needs nothing but the CRI socket).
+// FirstWorking tries its actuators in order until one succeeds: MetaServer first (what KubeEdge offers for it),
+// then the runtime (the same stop, needing nothing but the CRI socket).
 type FirstWorking []Actuator
 
 // Restart returns nil as soon as one actuator restarted the worker, or every actuator's error.
@@ -113,17 +116,31 @@ func (f FirstWorking) Restart(ctx context.Context, namespace, pod, uid string) e
 }
 
 // StaticPods rebuilds a worker whose pod the node lost, as a static pod: its last known manifest is written into
-// edged's manifest directory, and edged runs it without the API server. Release removes them all once the API
+// edged's manifest directory, and edged runs it without the API server. Release removes them once the API
 // server is back and the node runs the workers' own pods again, so a worker never runs twice for long.
 type StaticPods struct {
 	Dir     string
 	Workers DesiredWorkers
 }
 
-// staticPrefix marks the manifests the agent wrote, and only those.
+// StaticPodOfAnnotation marks a static-pod manifest the agent wrote, with the worker it stands in for
+// (namespace/name); Release removes only files that carry it and whose name it gives.
+const StaticPodOfAnnotation = "lifeline.sedna.io/static-pod-of"
+
+// staticPodFile is the file of a worker's static pod: named by a hash of namespace/name, so two workers never
+// share a file (team-a/trainer and team/a-trainer would both be "team-a-trainer" joined by a dash), and the name
+// stays short and DNS-safe whatever the pod's name. edged names the pod it runs from it <name>-<node> in the
+// worker's namespace, distinct for distinct workers of one node.
+func staticPodFile(namespace, name string) string {
+	sum := sha256.Sum256([]byte(namespace + "/" + name))
+	return staticPrefix + hex.EncodeToString(sum[:12]) + ".json"
+}
+
+// staticPrefix begins the name of every manifest the agent writes.
 const staticPrefix = "lifeline-"
 
-// Rebuild writes the worker's manifest (atomically: edged must never read half a file).
+// Rebuild writes the worker's manifest, marked as the agent's (atomically: edged must never read half a file;
+// edged skips the hidden temporary file).
 func (s *StaticPods) Rebuild(_ context.Context, namespace, pod, uid string) error {
 	for _, w := range s.Workers.Workers() {
 		if w.UID != uid {
@@ -132,14 +149,61 @@ func (s *StaticPods) Rebuild(_ context.Context, namespace, pod, uid string) erro
 		if w.Manifest == "" {
 			return fmt.Errorf("no manifest known for %s/%s", namespace, pod)
 		}
-		path := filepath.Join(s.Dir, staticPrefix+namespace+"-"+pod+".json")
-		tmp := filepath.Join(s.Dir, "."+staticPrefix+namespace+"-"+pod+".tmp")
-		if err := os.WriteFile(tmp, []byte(w.Manifest), 0o600); err != nil {
+		manifest, err := markStaticPod(w.Manifest, w.Namespace+"/"+w.Name)
+		if err != nil {
+			return fmt.Errorf("the manifest of %s/%s: %w", namespace, pod, err)
+		}
+		file := staticPodFile(w.Namespace, w.Name)
+		tmp := filepath.Join(s.Dir, "."+file+".tmp")
+		if err := os.WriteFile(tmp, manifest, 0o600); err != nil {
 			return fmt.Errorf("writing the static pod of %s/%s: %w", namespace, pod, err)
 		}
-		return os.Rename(tmp, path)
+		if err := os.Rename(tmp, filepath.Join(s.Dir, file)); err != nil {
+			return fmt.Errorf("writing the static pod of %s/%s: %w", namespace, pod, err)
+		}
+		return nil
 	}
 	return fmt.Errorf("pod %s/%s (%s) is not one of this node's workers", namespace, pod, uid)
+}
+
+// markStaticPod adds StaticPodOfAnnotation to a manifest.
+func markStaticPod(manifest, worker string) ([]byte, error) {
+	var pod map[string]any
+	if err := json.Unmarshal([]byte(manifest), &pod); err != nil {
+		return nil, err
+	}
+	meta, _ := pod["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		pod["metadata"] = meta
+	}
+	annotations, _ := meta["annotations"].(map[string]any)
+	if annotations == nil {
+		annotations = map[string]any{}
+		meta["annotations"] = annotations
+	}
+	annotations[StaticPodOfAnnotation] = worker
+	return json.Marshal(pod)
+}
+
+// writtenByAgent tells whether the manifest at path is one Rebuild wrote: it carries StaticPodOfAnnotation
+// naming a worker whose file is this one. A file someone else put there, even named lifeline-*, is left alone.
+func writtenByAgent(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var pod struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if json.NewDecoder(io.LimitReader(f, 1<<20)).Decode(&pod) != nil {
+		return false
+	}
+	namespace, name, ok := strings.Cut(pod.Metadata.Annotations[StaticPodOfAnnotation], "/")
+	return ok && staticPodFile(namespace, name) == filepath.Base(path)
 }
 
 // Release removes every manifest the agent wrote and says how many there were.
@@ -148,10 +212,15 @@ func (s *StaticPods) Release() (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	removed := 0
 	for _, f := range files {
-		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
-			return 0, err
+		if !writtenByAgent(f) {
+			continue
 		}
+		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+			return removed, fmt.Errorf("removing the static pod %s: %w", f, err)
+		}
+		removed++
 	}
-	return len(files), nil
+	return removed, nil
 }

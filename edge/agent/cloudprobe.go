@@ -3,10 +3,19 @@ package agent
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"os"
+	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/kubeedge/api/apis/common/constants"
+	"sigs.k8s.io/yaml"
 )
 
 // CloudProbe tells whether the node reaches the cloud by a request to a URL there: the API server's /healthz, or
@@ -15,6 +24,8 @@ import (
 // whether or not the cloud is reachable.
 type CloudProbe struct {
 	URL string
+	// TLS checks the cloud's certificate; nil: not checked (nothing read from the answer is trusted).
+	TLS *tls.Config
 	// Timeout of one attempt (default 1 s).
 	Timeout time.Duration
 
@@ -27,12 +38,12 @@ func (p *CloudProbe) Run(ctx context.Context, interval time.Duration) {
 	if timeout == 0 {
 		timeout = time.Second
 	}
-	// Nothing read from the answer is trusted, so the peer's certificate is not checked: cloudcore's is signed
-	// by its own CA, which the agent does not have.
-	client := &http.Client{Timeout: timeout, Transport: &http.Transport{
-		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // reachability only
-		DisableKeepAlives: true,
-	}}
+	tlsConfig := p.TLS
+	if tlsConfig == nil {
+		// Nothing read from the answer is trusted: only the round trip matters.
+		tlsConfig = &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12} //nolint:gosec // reachability only
+	}
+	client := &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true}}
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL, nil)
 		if err == nil {
@@ -53,3 +64,71 @@ func (p *CloudProbe) Run(ctx context.Context, interval time.Duration) {
 
 // Reachable tells the outcome of the latest attempt.
 func (p *CloudProbe) Reachable() bool { return p.reachable.Load() }
+
+// edgecoreConfig is what the agent reads of edgecore's configuration: where edgeHub reaches cloudcore's HTTPS
+// server, and the cloud's CA on the node.
+type edgecoreConfig struct {
+	Modules struct {
+		EdgeHub struct {
+			HTTPServer string `json:"httpServer"`
+			TLSCAFile  string `json:"tlsCaFile"`
+		} `json:"edgeHub"`
+	} `json:"modules"`
+}
+
+// EdgecoreProbe is the probe of cloudcore that edgecore's configuration at path implies: a GET of
+// <modules.edgeHub.httpServer>/ca.crt, which cloudcore's HTTPS server (10002) answers without a client
+// certificate; its websocket port (10000) requires one and never answers the agent. The server's certificate is
+// checked against the cloud's CA that edgecore's tlsCaFile names (default /etc/kubeedge/ca/rootCA.crt), by chain
+// only: edgecore may reach cloudcore by an address its certificate does not name. Without that file it is not
+// checked; the message says why that is acceptable. It returns an error when the configuration names no server.
+func EdgecoreProbe(path string) (*CloudProbe, string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("reading edgecore's configuration: %w", err)
+	}
+	var cfg edgecoreConfig
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return nil, "", fmt.Errorf("decoding edgecore's configuration %s: %w", path, err)
+	}
+	hub := cfg.Modules.EdgeHub
+	server, err := url.Parse(strings.TrimSpace(hub.HTTPServer))
+	if err != nil || server.Scheme != "https" || server.Host == "" {
+		return nil, "", fmt.Errorf("edgecore's configuration %s: modules.edgeHub.httpServer %q is not an https URL", path, hub.HTTPServer)
+	}
+	probe := &CloudProbe{URL: strings.TrimSuffix(server.String(), "/") + "/ca.crt"}
+	caFile := hub.TLSCAFile
+	if caFile == "" {
+		caFile = constants.DefaultCAFile
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return probe, fmt.Sprintf("the cloud's certificate is not checked (%v): nothing read from the answer is trusted, and a "+
+			"forged answer, which takes a place on the node's path to the cloud, can only make a cut-off node look connected", err), nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, "", fmt.Errorf("the cloud's CA %s holds no certificate", caFile)
+	}
+	probe.TLS = chainOnlyTLS(pool)
+	return probe, "the cloud's certificate is checked against " + caFile, nil
+}
+
+// chainOnlyTLS verifies the server's certificate chain against roots, whatever name it was reached by.
+func chainOnlyTLS(roots *x509.CertPool) *tls.Config {
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		InsecureSkipVerify: true, //nolint:gosec // the chain is verified below, only the name is not
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("the cloud sent no certificate")
+			}
+			intermediates := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				intermediates.AddCert(c)
+			}
+			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: intermediates})
+			return err
+		},
+	}
+}

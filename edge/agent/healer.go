@@ -7,10 +7,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/lifeline-edge/lifeline/edge/desired"
-	"github.com/lifeline-edge/lifeline/edge/journal"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -42,13 +40,29 @@ type healCase struct {
 	apiDownFor          time.Duration // 0 while the API server is reachable
 	controllerReachable bool
 	sinceLastHeal       time.Duration // 0 when never healed
+	actedThisEpisode    bool          // this death was restarted or rebuilt already, by a command or locally
+}
+
+// healable tells whether a worker in that phase is dead, for the offline policy.
+func healable(phase lifelinev1.Phase, restartPolicy string) bool {
+	switch phase {
+	case lifelinev1.Phase_PHASE_FAILED, lifelinev1.Phase_PHASE_GONE:
+		return true
+	case lifelinev1.Phase_PHASE_SUCCEEDED:
+		// Exit 0 is death only for a pod the kubelet restarts whatever the exit (JI workers); for OnFailure and
+		// Never (FL trainers and aggregators) it is completion.
+		return restartPolicy == "" || restartPolicy == desired.RestartAlways
+	}
+	return false
 }
 
 // shouldHeal is the offline policy rule: restart a worker that is dead, stays dead, and that nobody else can
-// restart — the API server is out of reach and the controller either is too or has not acted in time.
+// restart — the API server is out of reach and the controller either is too or has not acted in time — once
+// per death: the node's kubelet restarts it under its own back-off after a stop, so acting again on the same
+// death only stops it again.
 func shouldHeal(t HealTiming, c healCase) bool {
 	switch {
-	case c.policy == OfflinePolicyNone, !c.dead:
+	case c.policy == OfflinePolicyNone, !c.dead, c.actedThisEpisode:
 		return false
 	case c.apiDownFor == 0 || c.apiDownFor < t.APIGrace:
 		return false
@@ -80,20 +94,23 @@ type Healer struct {
 	Rebuilder Rebuilder
 	// Publisher, when set, receives a result per local restart, so the cloud learns what happened offline.
 	Publisher Publisher
-	Timing    HealTiming
-	Log       logr.Logger
+	// Episodes, shared with the command handler, makes one action per death whoever asks; nil: the healer's own.
+	Episodes *Episodes
+	Timing   HealTiming
+	Log      logr.Logger
 
 	mu       sync.Mutex
-	deadFrom map[string]death     // uid -> since when its worker is dead; absent while alive
+	deadFrom map[string]death     // uid -> its current down episode; absent while up
 	healedAt map[string]time.Time // uid -> last local restart
 	apiDown  time.Time            // zero while the API server is reachable
 	tidied   bool                 // static pods left by an earlier life of the agent were handed back
 }
 
-// death is a worker seen dead: its containers failed, or its pod is gone from the node.
+// death is a worker seen down: its containers failed or exited, or its pod is gone from the node.
 type death struct {
-	since time.Time
-	gone  bool
+	since   time.Time
+	phase   lifelinev1.Phase
+	episode uint64
 }
 
 // Rebuilder runs a worker again from its last known pod when the node lost the pod, and gives the workers
@@ -110,13 +127,17 @@ func (h *Healer) Observed(ws *lifelinev1.WorkerState) {
 	if h.deadFrom == nil {
 		h.deadFrom = map[string]death{}
 	}
-	gone := ws.Phase == lifelinev1.Phase_PHASE_GONE
-	if ws.Phase != lifelinev1.Phase_PHASE_FAILED && !gone {
+	if !workerDown(ws.Phase) {
 		delete(h.deadFrom, ws.Uid)
 		return
 	}
-	if d, already := h.deadFrom[ws.Uid]; !already || d.gone != gone {
-		h.deadFrom[ws.Uid] = death{since: time.Unix(0, ws.ObservedUnixNano), gone: gone}
+	d, already := h.deadFrom[ws.Uid]
+	if !already || d.episode != ws.Episode || d.phase != ws.Phase {
+		since := time.Unix(0, ws.ObservedUnixNano)
+		if already && d.episode == ws.Episode {
+			since = d.since // still the same death, seen differently (failed, then gone)
+		}
+		h.deadFrom[ws.Uid] = death{since: since, phase: ws.Phase, episode: ws.Episode}
 	}
 }
 
@@ -156,19 +177,31 @@ func (h *Healer) HealOnce(ctx context.Context, now time.Time) {
 		}
 		outcome, message := lifelinev1.Outcome_OUTCOME_DONE, action+" by the offline policy"
 		if err != nil {
+			h.episodes().Release(w.UID, d.episode) // tried again after the cooldown
 			outcome, message = lifelinev1.Outcome_OUTCOME_FAILED, err.Error()
 			h.Log.Error(err, "healing a worker by its offline policy", "worker", w.Namespace+"/"+w.Name, "action", action)
 		} else {
-			h.Log.Info("healed a worker by its offline policy", "worker", w.Namespace+"/"+w.Name, "uid", w.UID, "action", action)
+			h.Log.Info("healed a worker by its offline policy", "worker", w.Namespace+"/"+w.Name, "uid", w.UID, "action", action, "episode", d.episode)
 		}
 		h.publish(w, now, outcome, message)
 	}
 }
 
+// episodes is the shared ledger, or the healer's own.
+func (h *Healer) episodes() *Episodes {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.Episodes == nil {
+		h.Episodes = &Episodes{}
+	}
+	return h.Episodes
+}
+
 // dueWorker is a worker to heal now.
 type dueWorker struct {
-	worker desired.Worker
-	gone   bool
+	worker  desired.Worker
+	gone    bool
+	episode uint64
 }
 
 // due picks the workers to heal and marks them healed; release says the API server came back and rebuilt
@@ -176,50 +209,66 @@ type dueWorker struct {
 func (h *Healer) due(now time.Time) (due []dueWorker, release bool) {
 	reachable := h.APIReachable()
 	controller := h.ControllerReachable != nil && h.ControllerReachable()
+	workers := h.Workers.Workers()
+	episodes := h.episodes()
+	known := make(map[string]bool, len(workers))
+	for _, w := range workers {
+		known[w.UID] = true
+	}
+	episodes.Retain(func(uid string) bool { return known[uid] })
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.healedAt == nil {
 		h.healedAt = map[string]time.Time{}
 	}
+	for uid := range h.healedAt {
+		if !known[uid] {
+			delete(h.healedAt, uid)
+		}
+	}
+	for uid := range h.deadFrom {
+		if !known[uid] {
+			delete(h.deadFrom, uid)
+		}
+	}
 	switch {
 	case reachable:
-		// Back from a cut (or just started): static pods stand in for no one any more, whoever wrote them.
+		// Back from a cut (or just started): static pods stand in for no one any more.
 		release = h.Rebuilder != nil && (!h.apiDown.IsZero() || !h.tidied)
 		h.apiDown, h.tidied = time.Time{}, true
 		return nil, release // the API server's side acts
 	case h.apiDown.IsZero():
 		h.apiDown = now
 	}
-	for _, w := range h.Workers.Workers() {
+	for _, w := range workers {
 		c := healCase{policy: w.OfflinePolicy, controllerReachable: controller}
-		d, dead := h.deadFrom[w.UID]
-		if dead && (!d.gone || h.Rebuilder != nil) {
+		d, down := h.deadFrom[w.UID]
+		gone := down && d.phase == lifelinev1.Phase_PHASE_GONE
+		if down && healable(d.phase, w.RestartPolicy) && (!gone || h.Rebuilder != nil) {
 			c.dead, c.deadFor = true, now.Sub(d.since)
+			c.actedThisEpisode = episodes.Acted(w.UID, d.episode)
 		}
 		c.apiDownFor = max(now.Sub(h.apiDown), time.Nanosecond)
 		if at, ok := h.healedAt[w.UID]; ok {
 			c.sinceLastHeal = max(now.Sub(at), time.Nanosecond)
 		}
-		if shouldHeal(h.Timing, c) {
+		if shouldHeal(h.Timing, c) && episodes.Claim(w.UID, d.episode) {
 			h.healedAt[w.UID] = now
-			due = append(due, dueWorker{worker: w, gone: d.gone})
+			due = append(due, dueWorker{worker: w, gone: gone, episode: d.episode})
 		}
 	}
 	return due, false
 }
 
-// publish reports a local restart as a command result with a "local/" id [P-HEAL-2].
+// publish reports a local action as a result naming the worker, marked local [P-HEAL-2]; its id only needs to
+// be unique.
 func (h *Healer) publish(w desired.Worker, now time.Time, outcome lifelinev1.Outcome, message string) {
 	if h.Publisher == nil {
 		return
 	}
-	payload, err := proto.Marshal(&lifelinev1.CommandResult{CommandId: fmt.Sprintf("local/%s/%s/%s/%d", w.Namespace, w.Name, w.UID, now.UnixNano()),
-		Outcome: outcome, Message: message, BirthSeq: h.Publisher.BirthSeq(), TimeUnixNano: now.UnixNano()})
-	if err != nil {
-		return
-	}
-	topic := lifelinev1.NodeTopic(h.Cluster, h.Node, lifelinev1.KindResult).String()
-	if err := h.Publisher.Enqueue(journal.Entry{Topic: topic, Payload: payload, QoS: 1}); err != nil {
-		h.Log.Error(err, "journaling a local restart")
+	res := &lifelinev1.CommandResult{CommandId: fmt.Sprintf("local/%s/%d", w.UID, now.UnixNano()), Outcome: outcome,
+		Message: message, Namespace: w.Namespace, Pod: w.Name, PodUid: w.UID, Local: true}
+	if err := publishResult(h.Publisher, h.Cluster, h.Node, res); err != nil {
+		h.Log.Error(err, "journaling a local restart", "worker", w.Namespace+"/"+w.Name)
 	}
 }

@@ -58,16 +58,18 @@ type fixedWorkers []desired.Worker
 
 func (f fixedWorkers) Workers() []desired.Worker { return f }
 
-// A worker killed on a node cut off from the API server and the broker is restarted through the hollow node's
-// MetaServer well before the node's own crash back-off (one minute here) would bring it back, and the restart
-// is journaled as a local result.
-func TestHealerRestartsADeadWorkerThroughTheMetaServer(t *testing.T) {
+// [P-HEAL-1] A worker killed on a node cut off from the API server and the broker is restarted through the
+// hollow node's MetaServer, which (as KubeEdge's) only stops its containers: the node starts it again after its
+// crash back-off. Meanwhile the worker stays dead, its stopped container re-stamped, for several cooldowns;
+// the agent acts once for this death, not once per cooldown, and journals that one action as a local result
+// naming the worker.
+func TestHealerActsOncePerDeathUnderTheNodesCrashBackoff_P_HEAL_1(t *testing.T) {
 	dir := t.TempDir()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "trainer-0", UID: "uid-1"},
 		Spec: corev1.PodSpec{NodeName: "edge-1", RestartPolicy: corev1.RestartPolicyAlways,
 			Containers: []corev1.Container{{Name: "main", Image: "sleeper:v1"}}}}
 	node := edgesim.New(edgesim.Config{NodeName: "edge-1", Client: fake.NewClientset(pod), StateDir: dir,
-		Images: map[string][]string{"sleeper": {"sleep", "60"}}, CrashBackoff: time.Minute, SyncInterval: 50 * time.Millisecond})
+		Images: map[string][]string{"sleeper": {"sleep", "60"}}, CrashBackoff: 3 * time.Second, SyncInterval: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stopped := make(chan struct{})
@@ -92,8 +94,10 @@ func TestHealerRestartsADeadWorkerThroughTheMetaServer(t *testing.T) {
 	}
 	defer j.Close()
 	pub := &memPublisher{}
-	healer := &Healer{Cluster: "c", Node: "edge-1", Publisher: pub, Timing: HealTiming{DeadFor: 200 * time.Millisecond, Cooldown: 5 * time.Second},
-		Workers:      fixedWorkers{{Namespace: "default", Name: "trainer-0", UID: "uid-1", OfflinePolicy: "Restart"}},
+	// A cooldown well under the back-off: without one action per death the agent would act several times.
+	healer := &Healer{Cluster: "c", Node: "edge-1", Publisher: pub, Log: logr.Discard(),
+		Timing:       HealTiming{DeadFor: 200 * time.Millisecond, Cooldown: 300 * time.Millisecond},
+		Workers:      fixedWorkers{{Namespace: "default", Name: "trainer-0", UID: "uid-1", OfflinePolicy: "Restart", RestartPolicy: "Always"}},
 		APIReachable: func() bool { return false }, ControllerReachable: func() bool { return false },
 		Actuator: &MetaServerActuator{BaseURL: "http://" + l.Addr().String()}}
 	observer := &Observer{Cluster: "c", Node: "edge-1", Source: runtime, Publisher: pub, Seq: j,
@@ -123,14 +127,12 @@ func TestHealerRestartsADeadWorkerThroughTheMetaServer(t *testing.T) {
 			c, _ := mainContainer()
 			t.Logf("container %+v", c)
 			for _, e := range pub.snapshot() {
-				ws := &lifelinev1.WorkerState{}
-				_ = proto.Unmarshal(e.Payload, ws)
-				t.Logf("%s %v", e.Topic, ws)
+				t.Logf("%s %x", e.Topic, e.Payload)
 			}
 		}
 	}()
-	waitFor(t, 10*time.Second, "the worker runs again", func() bool { c, ok := mainContainer(); return ok && c.Running && c.Attempt == 1 })
-	t.Logf("killed -> running again in %v", time.Since(killed).Round(time.Millisecond))
+	waitFor(t, 15*time.Second, "the worker runs again", func() bool { c, ok := mainContainer(); return ok && c.Running && c.Attempt == 1 })
+	t.Logf("killed -> running again in %v (the node's back-off is 3s)", time.Since(killed).Round(time.Millisecond))
 
 	var results []*lifelinev1.CommandResult
 	for _, e := range pub.snapshot() {
@@ -142,9 +144,98 @@ func TestHealerRestartsADeadWorkerThroughTheMetaServer(t *testing.T) {
 			results = append(results, res)
 		}
 	}
-	if len(results) != 1 || results[0].Outcome != lifelinev1.Outcome_OUTCOME_DONE || !strings.HasPrefix(results[0].CommandId, "local/default/trainer-0/uid-1/") {
+	if len(results) != 1 {
 		out, _ := json.Marshal(results)
-		t.Errorf("local results %s, want one DONE for default/trainer-0", out)
+		t.Fatalf("local results %s, want one for the one death", out)
+	}
+	if r := results[0]; r.Outcome != lifelinev1.Outcome_OUTCOME_DONE || !r.Local || r.Namespace != "default" || r.Pod != "trainer-0" || r.PodUid != "uid-1" || r.CommandId == "" {
+		t.Errorf("local result %v, want DONE, local, naming default/trainer-0 (uid-1)", r)
+	}
+}
+
+// Which exits are deaths for the offline policy: exit 0 is one only for a pod the kubelet restarts whatever the
+// exit (restartPolicy Always, the JI workers); for OnFailure and Never (FL trainers, aggregators) it is done.
+func TestHealableByPhaseAndRestartPolicy(t *testing.T) {
+	cases := []struct {
+		phase  lifelinev1.Phase
+		policy string
+		want   bool
+	}{
+		{lifelinev1.Phase_PHASE_FAILED, "Never", true},
+		{lifelinev1.Phase_PHASE_GONE, "OnFailure", true},
+		{lifelinev1.Phase_PHASE_SUCCEEDED, "Always", true},
+		{lifelinev1.Phase_PHASE_SUCCEEDED, "", true},
+		{lifelinev1.Phase_PHASE_SUCCEEDED, "OnFailure", false},
+		{lifelinev1.Phase_PHASE_SUCCEEDED, "Never", false},
+		{lifelinev1.Phase_PHASE_RUNNING, "Always", false},
+		{lifelinev1.Phase_PHASE_PENDING, "Always", false},
+	}
+	for _, tc := range cases {
+		if got := healable(tc.phase, tc.policy); got != tc.want {
+			t.Errorf("%s with restartPolicy %q: healable %v, want %v", tc.phase, tc.policy, got, tc.want)
+		}
+	}
+}
+
+// A JI worker whose container exited 0 on a cut-off node is restarted (edged would restart it too, under its
+// back-off), while a federated-learning trainer that exited 0 has finished and is left alone.
+func TestHealerRestartsExitZeroOnlyForRestartAlwaysPods(t *testing.T) {
+	act := &recordingActuator{}
+	h := &Healer{Workers: fixedWorkers{
+		{Namespace: "default", Name: "ji-edge", UID: "u-ji", RestartPolicy: "Always"},
+		{Namespace: "default", Name: "fl-trainer", UID: "u-fl", RestartPolicy: "OnFailure"},
+	}, Actuator: act, APIReachable: func() bool { return false }, Timing: DefaultHealTiming, Log: logr.Discard()}
+	start := time.Unix(1000, 0)
+	h.HealOnce(context.Background(), start)
+	for i, w := range []string{"ji-edge", "fl-trainer"} {
+		h.Observed(&lifelinev1.WorkerState{Namespace: "default", Name: w, Uid: map[string]string{"ji-edge": "u-ji", "fl-trainer": "u-fl"}[w],
+			Phase: lifelinev1.Phase_PHASE_SUCCEEDED, Seq: uint64(10 + i), Episode: uint64(10 + i), ObservedUnixNano: start.UnixNano()})
+	}
+	h.HealOnce(context.Background(), start.Add(6*time.Second))
+	if len(act.restarted) != 1 || act.restarted[0] != "default/ji-edge/u-ji" {
+		t.Errorf("restarted %v, want the JI worker only", act.restarted)
+	}
+}
+
+// The controller's command and the offline policy share one action per death: after the controller restarted
+// a worker for this episode, the healer does not restart it again while it waits out the node's back-off; a new
+// death (a new episode) is healed.
+func TestHealerDoesNotActAgainOnADeathTheControllerRestarted(t *testing.T) {
+	episodes := &Episodes{}
+	act := &recordingActuator{}
+	pub := &memPublisher{}
+	cmds := &Commands{Cluster: "c", Node: "edge-1", Actuator: act, Publisher: pub, Episodes: episodes}
+	h := &Healer{Workers: fixedWorkers{{Namespace: "default", Name: "w", UID: "u", RestartPolicy: "Always"}}, Actuator: act,
+		Episodes: episodes, APIReachable: func() bool { return false }, ControllerReachable: func() bool { return true },
+		Timing: DefaultHealTiming, Log: logr.Discard()}
+	start := time.Unix(1000, 0)
+	dead := &lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u", Phase: lifelinev1.Phase_PHASE_FAILED, Seq: 5, Episode: 5,
+		ObservedUnixNano: start.UnixNano()}
+	h.HealOnce(context.Background(), start)
+	h.Observed(dead)
+	cmds.Observed(dead)
+	payload, _ := proto.Marshal(&lifelinev1.Command{Id: "restart/u/5", Namespace: "default", Pod: "w", PodUid: "u", Epoch: 5,
+		Action: lifelinev1.Action_ACTION_RESTART, TtlMillis: 30000})
+	if err := cmds.Handle(context.Background(), payload); err != nil {
+		t.Fatal(err)
+	}
+	// Still dead (the node's back-off), past the wait for the controller and several cooldowns.
+	restamped := proto.Clone(dead).(*lifelinev1.WorkerState)
+	restamped.Seq = 6
+	h.Observed(restamped)
+	for s := 6; s <= 40; s += 2 {
+		h.HealOnce(context.Background(), start.Add(time.Duration(s)*time.Second))
+	}
+	if len(act.restarted) != 1 {
+		t.Fatalf("restarted %v, want once (by the command) for one death", act.restarted)
+	}
+	// It ran, and died again: a new episode, healed by the offline policy.
+	h.Observed(&lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u", Phase: lifelinev1.Phase_PHASE_RUNNING, Seq: 7, Episode: 7})
+	h.Observed(&lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u", Phase: lifelinev1.Phase_PHASE_FAILED, Seq: 8, Episode: 8,
+		ObservedUnixNano: start.Add(41 * time.Second).UnixNano()})
+	h.HealOnce(context.Background(), start.Add(47*time.Second))
+	if len(act.restarted) != 2 {
+		t.Errorf("restarted %v, want the second death healed locally", act.restarted)
 	}
 }
 

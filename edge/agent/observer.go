@@ -4,6 +4,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -30,6 +31,12 @@ type Counter interface {
 	NextCounter(name string) (uint64, error)
 }
 
+// ValueStore keeps small values across restarts.
+type ValueStore interface {
+	Value(key string) ([]byte, error)
+	SetValue(key string, v []byte) error
+}
+
 // Observer publishes a worker's state whenever it changes [P-WS-1].
 type Observer struct {
 	Cluster, Node string
@@ -45,10 +52,17 @@ type Observer struct {
 	IsWorker func(cri.Pod) bool
 	// OnPublished, when set, is told each state once it is journaled (commands are fenced against it).
 	OnPublished func(*lifelinev1.WorkerState)
-	Log         logr.Logger
+	// OnForgotten, when set, is told of a worker the observer forgot: gone, and no longer one of the node's.
+	OnForgotten func(namespace, name string)
+	// Store, when set, keeps the workers' episodes across agent restarts (the journal), so a restarted agent
+	// continues a death's episode and the controller does not command it again.
+	Store ValueStore
+	Log   logr.Logger
 
 	last      map[string]*lifelinev1.WorkerState // by namespace/name; touched by Run's goroutine only
 	lastBirth uint64                             // the session the states in last were published in
+	// episodes outlive sessions: a reconnect publishes every state again, but a death stays one episode.
+	episodes map[string]episode // by namespace/name
 }
 
 // Run polls until ctx ends.
@@ -95,10 +109,25 @@ func (o *Observer) ObserveOnce(ctx context.Context) error {
 		}
 	}
 	for key, prev := range o.last {
-		if !seen[key] && prev.Phase != lifelinev1.Phase_PHASE_GONE {
+		switch {
+		case seen[key]:
+		case prev.Phase != lifelinev1.Phase_PHASE_GONE:
 			gone := &lifelinev1.WorkerState{Namespace: prev.Namespace, Name: prev.Name, Uid: prev.Uid, Phase: lifelinev1.Phase_PHASE_GONE}
 			if err := o.publishIfChanged(key, gone); err != nil {
 				return err
+			}
+		case o.IsWorker != nil && !o.IsWorker(cri.Pod{Namespace: prev.Namespace, Name: prev.Name, UID: prev.Uid}):
+			// Gone, and no longer one of the node's workers: forgotten, so the maps hold the node's workers only,
+			// and its retained state cleared, so the broker's retained states are the node's workers only [P-WS-4].
+			topic := lifelinev1.WorkerTopic(o.Cluster, o.Node, prev.Namespace, prev.Name).String()
+			if err := o.Publisher.Enqueue(journal.Entry{Topic: topic, QoS: 1, Retained: true, Key: key}); err != nil {
+				return err
+			}
+			delete(o.last, key)
+			delete(o.episodes, key)
+			o.saveEpisode(key, nil)
+			if o.OnForgotten != nil {
+				o.OnForgotten(prev.Namespace, prev.Name)
 			}
 		}
 	}
@@ -113,7 +142,9 @@ func (o *Observer) publishIfChanged(key string, ws *lifelinev1.WorkerState) erro
 	if err != nil {
 		return err
 	}
-	ws.Seq, ws.BirthSeq, ws.ObservedUnixNano = seq, o.Publisher.BirthSeq(), time.Now().UnixNano()
+	prev, known := o.episode(key)
+	ep := nextEpisode(prev, known, ws, seq)
+	ws.Seq, ws.BirthSeq, ws.ObservedUnixNano, ws.Episode = seq, o.Publisher.BirthSeq(), time.Now().UnixNano(), ep.Seq
 	payload, err := proto.Marshal(ws)
 	if err != nil {
 		return err
@@ -123,11 +154,48 @@ func (o *Observer) publishIfChanged(key string, ws *lifelinev1.WorkerState) erro
 		return err
 	}
 	o.last[key] = ws
+	if ep != prev {
+		o.saveEpisode(key, &ep)
+	}
+	o.episodes[key] = ep
 	if o.OnPublished != nil {
 		o.OnPublished(ws)
 	}
 	return nil
 }
+
+// episode is the worker's current episode, from memory or, first after a restart, from the store.
+func (o *Observer) episode(key string) (episode, bool) {
+	if o.episodes == nil {
+		o.episodes = map[string]episode{}
+	}
+	if ep, ok := o.episodes[key]; ok || o.Store == nil {
+		return ep, ok
+	}
+	var ep episode
+	data, err := o.Store.Value(episodeKey(key))
+	if err != nil || data == nil || json.Unmarshal(data, &ep) != nil {
+		return episode{}, false
+	}
+	return ep, true
+}
+
+// saveEpisode keeps ep (nil: forgets it) in the store. A failure costs only the episode's continuity across a
+// restart of the agent, so it is logged, not returned.
+func (o *Observer) saveEpisode(key string, ep *episode) {
+	if o.Store == nil {
+		return
+	}
+	var data []byte
+	if ep != nil {
+		data, _ = json.Marshal(ep)
+	}
+	if err := o.Store.SetValue(episodeKey(key), data); err != nil {
+		o.Log.Error(err, "keeping a worker's episode", "worker", key)
+	}
+}
+
+func episodeKey(worker string) string { return "episode/" + worker }
 
 // workerState summarises a pod as the runtime shows it.
 func workerState(p cri.Pod) *lifelinev1.WorkerState {
@@ -170,7 +238,7 @@ func workerState(p cri.Pod) *lifelinev1.WorkerState {
 func sameState(a, b *lifelinev1.WorkerState) bool {
 	x, y := proto.Clone(a).(*lifelinev1.WorkerState), proto.Clone(b).(*lifelinev1.WorkerState)
 	for _, ws := range []*lifelinev1.WorkerState{x, y} {
-		ws.Seq, ws.BirthSeq, ws.ObservedUnixNano = 0, 0, 0
+		ws.Seq, ws.BirthSeq, ws.ObservedUnixNano, ws.Episode = 0, 0, 0, 0
 	}
 	return proto.Equal(x, y)
 }

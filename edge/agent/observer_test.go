@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -166,5 +167,160 @@ func TestWorkerState(t *testing.T) {
 	}
 	if ws := workerState(cri.Pod{Containers: []cri.Container{{Running: true, Attempt: 2}, {Running: true, Attempt: 1}}}); ws.Restarts != 3 {
 		t.Errorf("restarts %d, want the sum of attempts", ws.Restarts)
+	}
+}
+
+// podsSource is a runtime whose answer the test sets.
+type podsSource struct{ pods []cri.Pod }
+
+func (s *podsSource) Pods(context.Context) ([]cri.Pod, error) { return s.pods, nil }
+
+// memCounter numbers from 1, as the journal does.
+type memCounter struct{ n uint64 }
+
+func (c *memCounter) NextCounter(string) (uint64, error) { c.n++; return c.n, nil }
+
+// [P-WS-3] A worker's episode is the seq of the state that began it and changes only when the worker goes
+// from up to down or back: a stop that re-stamps an exited container's finish time, or a failed worker whose
+// pod is then lost, is a new state of the same death, so the controller commands it once. A reconnect
+// publishes every state again, in the same episode. A worker found down again with more restarts died again.
+func TestEpisodeChangesOnlyWhenAWorkerGoesDownOrUp_P_WS_3(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	running := cri.Pod{Namespace: "default", Name: "w", UID: "u", Containers: []cri.Container{{Name: "main", Running: true}}}
+	failed := func(finished time.Time) cri.Pod {
+		return cri.Pod{Namespace: "default", Name: "w", UID: "u", Containers: []cri.Container{{Name: "main", Exited: true, ExitCode: 137, FinishedAt: finished}}}
+	}
+	exited0 := cri.Pod{Namespace: "default", Name: "w", UID: "u", Containers: []cri.Container{{Name: "main", Exited: true, FinishedAt: t0}}}
+	exitedAgain := cri.Pod{Namespace: "default", Name: "w", UID: "u", Containers: []cri.Container{{Name: "main", Exited: true, Attempt: 1,
+		FinishedAt: t0.Add(time.Minute)}}}
+	steps := []struct {
+		name        string
+		pods        []cri.Pod
+		reconnect   bool
+		wantEpisode uint64 // the seq of the state that began the episode
+	}{
+		{"running", []cri.Pod{running}, false, 1},
+		{"killed", []cri.Pod{failed(t0)}, false, 2},
+		{"a stop re-stamps the exited container", []cri.Pod{failed(t0.Add(time.Second))}, false, 2},
+		{"the node lost the pod", nil, false, 2},
+		{"rebuilt and running", []cri.Pod{running}, false, 5},
+		{"a reconnect publishes it again", []cri.Pod{running}, true, 5},
+		{"exited 0", []cri.Pod{exited0}, false, 7},
+		{"started again and exited again between two observations", []cri.Pod{exitedAgain}, false, 8},
+	}
+	src, pub, seq := &podsSource{}, &birthPublisher{birth: 1}, &memCounter{}
+	o := &Observer{Cluster: "c", Node: "edge-1", Source: src, Publisher: pub, Seq: seq, Log: logr.Discard()}
+	for _, step := range steps {
+		src.pods = step.pods
+		if step.reconnect {
+			pub.birth++
+		}
+		before := len(pub.entries)
+		if err := o.ObserveOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if len(pub.entries) != before+1 {
+			t.Fatalf("%s: %d states published, want one", step.name, len(pub.entries)-before)
+		}
+		ws := &lifelinev1.WorkerState{}
+		if err := proto.Unmarshal(pub.entries[len(pub.entries)-1].Payload, ws); err != nil {
+			t.Fatal(err)
+		}
+		if ws.Episode != step.wantEpisode {
+			t.Errorf("%s: state seq %d (%s) has episode %d, want %d", step.name, ws.Seq, ws.Phase, ws.Episode, step.wantEpisode)
+		}
+	}
+}
+
+// birthPublisher is a publisher whose session the test renews.
+type birthPublisher struct {
+	memPublisher
+	birth uint64
+}
+
+func (p *birthPublisher) BirthSeq() uint64 { return p.birth }
+
+// The observer and the command handler remember the workers of the node, not every pod they ever saw: a worker
+// whose pod is gone and that is no longer one of the node's workers (its job finished, its pod deleted) is
+// forgotten.
+func TestObserverForgetsWorkersThatLeftTheNode(t *testing.T) {
+	workers := map[string]bool{}
+	src, pub, seq := &podsSource{}, &birthPublisher{birth: 1}, &memCounter{}
+	cmds := &Commands{Cluster: "c", Node: "edge-1", Actuator: &recordingActuator{}, Publisher: pub}
+	o := &Observer{Cluster: "c", Node: "edge-1", Source: src, Publisher: pub, Seq: seq, Log: logr.Discard(),
+		IsWorker: func(p cri.Pod) bool { return workers[p.UID] }, OnPublished: cmds.Observed, OnForgotten: cmds.Forget}
+	for i := range 100 {
+		uid := fmt.Sprintf("uid-%d", i)
+		workers[uid] = true
+		src.pods = []cri.Pod{{Namespace: "default", Name: fmt.Sprintf("trainer-%d", i), UID: uid,
+			Containers: []cri.Container{{Name: "main", Running: true}}}}
+		if err := o.ObserveOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		delete(workers, uid) // the job is done: the pod is deleted
+	}
+	src.pods = nil
+	for range 2 { // gone is published, then forgotten
+		if err := o.ObserveOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(o.last) != 0 || len(o.episodes) != 0 || len(cmds.workers) != 0 {
+		t.Errorf("the observer still holds %d states and %d episodes, the command handler %d workers, of pods that left the node",
+			len(o.last), len(o.episodes), len(cmds.workers))
+	}
+	// [P-WS-4] and the broker keeps no retained state of them: each got an empty retained state.
+	cleared := map[string]bool{}
+	for _, e := range pub.entries {
+		if len(e.Payload) == 0 && e.Retained {
+			cleared[e.Topic] = true
+		}
+	}
+	if len(cleared) != 100 || !cleared["lifeline/v1/c/nodes/edge-1/workers/default/trainer-42"] {
+		t.Errorf("%d retained states cleared, want the 100 workers'", len(cleared))
+	}
+}
+
+// [P-WS-3] A restarted agent continues the episode of a death it saw before its restart (the journal keeps
+// it), so the controller, which commands once per episode, does not command the same death again; a worker
+// that came back and died again meanwhile (more restarts) is a new episode.
+func TestEpisodeContinuesAcrossAgentRestarts_P_WS_3(t *testing.T) {
+	j, err := journal.Open(filepath.Join(t.TempDir(), "journal.db"), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	dead := func(attempt uint32) []cri.Pod {
+		return []cri.Pod{{Namespace: "default", Name: "w", UID: "u", Containers: []cri.Container{{Name: "main", Exited: true, ExitCode: 1, Attempt: attempt}}}}
+	}
+	src := &podsSource{pods: []cri.Pod{{Namespace: "default", Name: "w", UID: "u", Containers: []cri.Container{{Name: "main", Running: true}}}}}
+	life := func() (*Observer, *birthPublisher) {
+		pub := &birthPublisher{birth: 1}
+		return &Observer{Cluster: "c", Node: "edge-1", Source: src, Publisher: pub, Seq: j, Store: j, Log: logr.Discard()}, pub
+	}
+	latest := func(o *Observer, pub *birthPublisher) *lifelinev1.WorkerState {
+		t.Helper()
+		if err := o.ObserveOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		ws := &lifelinev1.WorkerState{}
+		if err := proto.Unmarshal(pub.entries[len(pub.entries)-1].Payload, ws); err != nil {
+			t.Fatal(err)
+		}
+		return ws
+	}
+	o, pub := life()
+	latest(o, pub)
+	src.pods = dead(0)
+	death := latest(o, pub)
+
+	o, pub = life() // the agent restarts; the worker is still dead
+	if again := latest(o, pub); again.Episode != death.Episode || again.Seq <= death.Seq {
+		t.Errorf("after a restart the dead worker's state %d has episode %d, want the death's %d", again.Seq, again.Episode, death.Episode)
+	}
+	o, pub = life() // restarts again; meanwhile edged started the worker and it died again
+	src.pods = dead(1)
+	if next := latest(o, pub); next.Episode == death.Episode || next.Episode != next.Seq {
+		t.Errorf("a new death after a restart has episode %d (state %d), want a new one", next.Episode, next.Seq)
 	}
 }

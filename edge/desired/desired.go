@@ -7,6 +7,7 @@ package desired
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/lifeline-edge/lifeline/cloud/contract/marks"
+	"github.com/lifeline-edge/lifeline/edge/statefile"
 )
 
 // PodSource lists and watches pods; *PodClient is the real one.
@@ -25,6 +27,10 @@ type PodSource interface {
 	Watch(ctx context.Context, sel Selector, resourceVersion string) (<-chan Event, error)
 }
 
+// RestartAlways is the pod restart policy under which the node's kubelet restarts a container whatever its exit
+// code, and the API's default.
+const RestartAlways = "Always"
+
 // Worker is one worker pod bound to this node.
 type Worker struct {
 	Namespace     string `json:"namespace"`
@@ -32,6 +38,12 @@ type Worker struct {
 	UID           string `json:"uid"`
 	Role          string `json:"role"`
 	OfflinePolicy string `json:"offlinePolicy,omitempty"`
+	// RestartPolicy is the pod's (Always when the pod does not say): a worker that exits 0 is dead for Always,
+	// done for OnFailure and Never.
+	RestartPolicy string `json:"restartPolicy,omitempty"`
+	// WorkerName is the pod's WORKER_NAME, the name its Sedna reports carry: the pod's own name for FL workers,
+	// the Deployment's for JI workers.
+	WorkerName string `json:"workerName,omitempty"`
 	// Manifest is the worker's pod as a static-pod manifest (metadata and spec, no node, no status), so the
 	// agent can rebuild a worker whose pod the node lost while cut off.
 	Manifest string `json:"manifest,omitempty"`
@@ -53,9 +65,13 @@ type Watcher struct {
 	mu        sync.Mutex
 	workers   map[string]Worker // by UID
 	reachable bool
+	refused   bool // the latest answer was a refusal (401, 403): logged once per streak
 }
 
-// New returns a watcher that keeps its workers in stateDir/desired-workers.json, loading what is there now.
+// New returns a watcher that keeps its workers in stateDir/desired-workers.json, loading what is there now. A
+// file that does not decode (a torn write, a full disk) is moved aside as desired-workers.json.corrupt-<time>
+// and the watcher starts with no workers: the next list refills them, and an agent that refused to start would
+// heal nothing.
 func New(pods PodSource, node, stateDir string, log logr.Logger) (*Watcher, error) {
 	w := &Watcher{pods: pods, node: node, path: filepath.Join(stateDir, "desired-workers.json"), log: log,
 		workers: map[string]Worker{}}
@@ -67,7 +83,12 @@ func New(pods PodSource, node, stateDir string, log logr.Logger) (*Watcher, erro
 	default:
 		var list []Worker
 		if err := json.Unmarshal(data, &list); err != nil {
-			return nil, fmt.Errorf("decoding %s: %w", w.path, err)
+			aside := fmt.Sprintf("%s.corrupt-%s", w.path, time.Now().UTC().Format("20060102T150405.000000000Z"))
+			if mvErr := os.Rename(w.path, aside); mvErr != nil {
+				return nil, fmt.Errorf("moving the undecodable %s aside: %w", w.path, errors.Join(err, mvErr))
+			}
+			log.Error(err, "the desired workers on disk do not decode; moved aside, starting with none", "path", w.path, "movedTo", aside)
+			return w, nil
 		}
 		for _, wk := range list {
 			w.workers[wk.UID] = wk
@@ -96,6 +117,19 @@ func (w *Watcher) Has(uid string) bool {
 	return ok
 }
 
+// HasWorker tells whether namespace/name names one of the node's workers, by pod name or by WORKER_NAME (the
+// name Sedna reports carry: a JI worker reports under its Deployment's name).
+func (w *Watcher) HasWorker(namespace, name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, wk := range w.workers {
+		if wk.Namespace == namespace && (wk.Name == name || wk.WorkerName == name) {
+			return true
+		}
+	}
+	return false
+}
+
 // Reachable tells whether the watch of the API server is established now.
 func (w *Watcher) Reachable() bool {
 	w.mu.Lock()
@@ -103,21 +137,21 @@ func (w *Watcher) Reachable() bool {
 	return w.reachable
 }
 
-// Run lists and watches until ctx ends, retrying every retry while the API server is out of reach.
+// Run lists and watches until ctx ends, retrying every retry while the API server is out of reach. An API
+// server that answers but refuses (401, 403: a token being rotated, RBAC being changed) is reachable: the node
+// is not cut off, so nothing is healed locally; the refusal is logged and the request retried.
 func (w *Watcher) Run(ctx context.Context, retry time.Duration) {
-	sel := Selector{Fields: "spec.nodeName=" + w.node, Labels: marks.RoleLabel}
 	for ctx.Err() == nil {
-		list, err := w.pods.List(ctx, sel)
+		list, sel, err := w.list(ctx)
 		if err != nil {
-			w.setReachable(false)
-			w.log.V(2).Info("API server unreachable", "error", err.Error())
+			w.failed(err)
 			sleep(ctx, retry)
 			continue
 		}
 		w.replace(list.Items)
 		events, err := w.pods.Watch(ctx, sel, list.Metadata.ResourceVersion)
 		if err != nil {
-			w.setReachable(false)
+			w.failed(err)
 			sleep(ctx, retry)
 			continue
 		}
@@ -125,6 +159,53 @@ func (w *Watcher) Run(ctx context.Context, retry time.Duration) {
 		w.follow(events)
 		// The watch ended: by the server's timeout (the list that follows succeeds), because the link broke
 		// (the list fails, and says so), or because a hold ended (the list that follows is the word to take).
+	}
+}
+
+// list lists the node's worker pods and returns the selector that found them, for the watch. The node's field
+// selector narrows what an API server sends, but a cut-off KubeEdge node's MetaServer answers from its local
+// store, which matches metadata fields only and lists nothing for spec.nodeName: when the narrow list finds no
+// worker, the label selector is tried alone, and watched alone (a narrow watch of that store would never see
+// a worker arrive). Either way only pods bound to this node are kept (see ours): a connected MetaServer
+// forwards to cloudcore and lists every node's pods.
+func (w *Watcher) list(ctx context.Context) (*PodList, Selector, error) {
+	narrow := Selector{Fields: "spec.nodeName=" + w.node, Labels: marks.RoleLabel}
+	list, err := w.pods.List(ctx, narrow)
+	if err != nil || w.hasOurs(list.Items) {
+		return list, narrow, err
+	}
+	wide := Selector{Labels: marks.RoleLabel}
+	list, err = w.pods.List(ctx, wide)
+	return list, wide, err
+}
+
+func (w *Watcher) hasOurs(pods []Pod) bool {
+	for i := range pods {
+		if w.ours(&pods[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// ours tells whether a listed or watched pod is bound to this node.
+func (w *Watcher) ours(p *Pod) bool { return p.Spec.NodeName == w.node }
+
+// failed records a failed list or watch: a refusal means reachable, anything else unreachable.
+func (w *Watcher) failed(err error) {
+	var refused *RefusedError
+	if !errors.As(err, &refused) {
+		w.setReachable(false)
+		w.log.V(2).Info("API server unreachable", "error", err.Error())
+		return
+	}
+	w.mu.Lock()
+	w.reachable = true
+	first := !w.refused
+	w.refused = true
+	w.mu.Unlock()
+	if first {
+		w.log.Error(err, "the API server refuses the agent's requests; retrying")
 	}
 }
 
@@ -141,7 +222,9 @@ func (w *Watcher) follow(events <-chan Event) {
 			}
 			switch ev.Type {
 			case "ADDED", "MODIFIED":
-				w.put(&ev.Pod)
+				if w.ours(&ev.Pod) {
+					w.put(&ev.Pod)
+				}
 			case "DELETED":
 				if held = w.holding(); !held {
 					w.remove(ev.Pod.Metadata.UID)
@@ -161,13 +244,29 @@ func (w *Watcher) holding() bool { return w.Hold != nil && w.Hold() }
 func (w *Watcher) setReachable(v bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.reachable = v
+	w.reachable, w.refused = v, false
 }
 
 func toWorker(p *Pod) Worker {
 	m := p.Metadata
+	restart := p.Spec.RestartPolicy
+	if restart == "" {
+		restart = RestartAlways
+	}
 	return Worker{Namespace: m.Namespace, Name: m.Name, UID: m.UID, Role: m.Labels[marks.RoleLabel],
-		OfflinePolicy: m.Annotations[marks.OfflinePolicyAnnotation], Manifest: staticManifest(p.Raw)}
+		OfflinePolicy: m.Annotations[marks.OfflinePolicyAnnotation], RestartPolicy: restart, WorkerName: workerName(p), Manifest: staticManifest(p.Raw)}
+}
+
+// workerName is the WORKER_NAME of the pod's first container that sets it as a plain value, or "".
+func workerName(p *Pod) string {
+	for _, c := range p.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == "WORKER_NAME" {
+				return e.Value
+			}
+		}
+	}
+	return ""
 }
 
 // staticManifest keeps of a pod what a static pod of it needs: its name, namespace, labels, annotations and
@@ -200,7 +299,9 @@ func (w *Watcher) replace(pods []Pod) {
 		w.workers = map[string]Worker{}
 	}
 	for i := range pods {
-		w.workers[pods[i].Metadata.UID] = toWorker(&pods[i])
+		if w.ours(&pods[i]) {
+			w.workers[pods[i].Metadata.UID] = toWorker(&pods[i])
+		}
 	}
 	w.mu.Unlock()
 	w.save()
@@ -224,14 +325,11 @@ func (w *Watcher) remove(uid string) {
 	w.save()
 }
 
-// save writes the workers atomically (a temporary file renamed over the old one).
+// save writes the workers durably: whole, or not at all.
 func (w *Watcher) save() {
 	data, err := json.Marshal(w.Workers())
 	if err == nil {
-		tmp := w.path + ".tmp"
-		if err = os.WriteFile(tmp, data, 0o600); err == nil {
-			err = os.Rename(tmp, w.path)
-		}
+		err = statefile.Write(w.path, data)
 	}
 	if err != nil {
 		w.log.Error(err, "saving the desired workers", "path", w.path)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"sigs.k8s.io/yaml"
 )
@@ -85,7 +84,7 @@ func PodClientFromKubeconfig(path string) (*PodClient, error) {
 	if server == "" {
 		return nil, fmt.Errorf("kubeconfig %s: no server for the current context %q", path, kc.CurrentContext)
 	}
-	token := ""
+	token, tokenFile := "", ""
 	for _, u := range kc.Users {
 		if u.Name != userName {
 			continue
@@ -107,14 +106,15 @@ func PodClientFromKubeconfig(path string) (*PodClient, error) {
 		}
 		token = u.User.Token
 		if u.User.TokenFile != "" {
-			data, err := os.ReadFile(resolve(u.User.TokenFile, dir))
-			if err != nil {
+			tokenFile = resolve(u.User.TokenFile, dir)
+			if _, err := os.Stat(tokenFile); err != nil {
 				return nil, fmt.Errorf("kubeconfig %s: token file: %w", path, err)
 			}
-			token = strings.TrimSpace(string(data))
 		}
 	}
-	return NewPodClient(server, tlsConfig, token), nil
+	client := NewPodClient(server, tlsConfig, token)
+	client.tokenFile = tokenFile
+	return client, nil
 }
 
 // inlineOrFile returns base64 data when set, else the file's content, else nil.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 )
@@ -25,7 +26,14 @@ type Pod struct {
 		Annotations     map[string]string `json:"annotations"`
 	} `json:"metadata"`
 	Spec struct {
-		NodeName string `json:"nodeName"`
+		NodeName      string `json:"nodeName"`
+		RestartPolicy string `json:"restartPolicy"`
+		Containers    []struct {
+			Env []struct {
+				Name  string `json:"name"`
+				Value string `json:"value"`
+			} `json:"env"`
+		} `json:"containers"`
 	} `json:"spec"`
 	// Raw is the pod as it was received, for a static-pod manifest of it.
 	Raw json.RawMessage `json:"-"`
@@ -67,6 +75,19 @@ type PodClient struct {
 	http  *http.Client // for lists: bounded in time
 	watch *http.Client // for watches: no overall timeout
 	token string
+	// tokenFile, when set, is read for every request: a projected service-account token is rotated in place,
+	// and a token read once would be refused within the hour.
+	tokenFile string
+}
+
+// RefusedError is the API server's 401 or 403: it was reached, and it refused.
+type RefusedError struct {
+	Status string
+	Body   string
+}
+
+func (e *RefusedError) Error() string {
+	return "refused by the API server: " + e.Status + ": " + e.Body
 }
 
 // NewPodClient returns a client of the API at server (https://host:port or http://host:port); tlsConfig and
@@ -143,8 +164,16 @@ func (c *PodClient) get(ctx context.Context, client *http.Client, sel Selector, 
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "lifeline-agent")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+	token := c.token
+	if c.tokenFile != "" {
+		data, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading the token file %s: %w", c.tokenFile, err)
+		}
+		token = strings.TrimSpace(string(data))
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -153,6 +182,9 @@ func (c *PodClient) get(ctx context.Context, client *http.Client, sel Selector, 
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		resp.Body.Close()
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			return nil, fmt.Errorf("GET %s: %w", req.URL.Path, &RefusedError{Status: resp.Status, Body: strings.TrimSpace(string(body))})
+		}
 		return nil, fmt.Errorf("GET %s: %s: %s", req.URL.Path, resp.Status, strings.TrimSpace(string(body)))
 	}
 	return resp, nil

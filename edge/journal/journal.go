@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,27 +34,35 @@ var (
 	keysBucket    = []byte("keys")     // key -> seq of its pending entry
 	metaBucket    = []byte("meta")     // counters that survive restarts
 	commandBucket = []byte("commands") // executed command id -> when it may be forgotten (unix nano)
+	valuesBucket  = []byte("values")   // small values kept across restarts, by key
 	nextSeqKey    = []byte("next-seq")
 	droppedKey    = []byte("dropped")
 )
 
 // Journal is a bbolt file. It is safe for concurrent use.
 type Journal struct {
-	db      *bolt.DB
-	maxLog  int
+	db     *bolt.DB
+	maxLog int
+	// write serialises the transactions that change the log, so the counters below, which are adjusted only
+	// once a transaction committed, always describe the file: a write that fails (a full disk) changes nothing.
+	write   sync.Mutex
 	logSize atomic.Int64
 	dropped atomic.Uint64
 }
 
 // Open opens (or creates) the journal at path; at most maxLog keyless entries are kept.
 func Open(path string, maxLog int) (*Journal, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	return open(path, maxLog, &bolt.Options{Timeout: 2 * time.Second})
+}
+
+func open(path string, maxLog int, opts *bolt.Options) (*Journal, error) {
+	db, err := bolt.Open(path, 0o600, opts)
 	if err != nil {
 		return nil, fmt.Errorf("opening journal %s: %w", path, err)
 	}
 	j := &Journal{db: db, maxLog: maxLog}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{entriesBucket, keysBucket, metaBucket, commandBucket} {
+		for _, b := range [][]byte{entriesBucket, keysBucket, metaBucket, commandBucket, valuesBucket} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -82,13 +91,18 @@ func (j *Journal) Close() error { return j.db.Close() }
 
 // Put stores e with the next sequence number and returns it.
 func (j *Journal) Put(e Entry) (uint64, error) {
+	j.write.Lock()
+	defer j.write.Unlock()
+	var grew, dropped bool // what the transaction did to the log, applied to the counters once it committed
 	err := j.db.Update(func(tx *bolt.Tx) error {
+		grew, dropped = false, false
 		entries, keys, meta := tx.Bucket(entriesBucket), tx.Bucket(keysBucket), tx.Bucket(metaBucket)
 		e.Seq = readUint(meta, nextSeqKey) + 1
 		if err := writeUint(meta, nextSeqKey, e.Seq); err != nil {
 			return err
 		}
-		if e.Key != "" {
+		switch {
+		case e.Key != "":
 			if old := keys.Get([]byte(e.Key)); old != nil {
 				if err := entries.Delete(old); err != nil {
 					return err
@@ -97,12 +111,13 @@ func (j *Journal) Put(e Entry) (uint64, error) {
 			if err := keys.Put([]byte(e.Key), seqKey(e.Seq)); err != nil {
 				return err
 			}
-		} else if int(j.logSize.Load()) >= j.maxLog {
+		case int(j.logSize.Load()) >= j.maxLog:
 			if err := j.dropOldestLogEntry(entries, meta); err != nil {
 				return err
 			}
-		} else {
-			j.logSize.Add(1)
+			dropped = true
+		default:
+			grew = true
 		}
 		data, err := json.Marshal(e)
 		if err != nil {
@@ -113,10 +128,17 @@ func (j *Journal) Put(e Entry) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("journaling %s: %w", e.Topic, err)
 	}
+	if grew {
+		j.logSize.Add(1)
+	}
+	if dropped {
+		j.dropped.Add(1)
+	}
 	return e.Seq, nil
 }
 
-// dropOldestLogEntry makes room in a full log: the oldest keyless entry goes, and is counted.
+// dropOldestLogEntry makes room in a full log: the oldest keyless entry goes, and is counted in the file (the
+// caller counts it in memory once the transaction committed).
 func (j *Journal) dropOldestLogEntry(entries, meta *bolt.Bucket) error {
 	c := entries.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -125,8 +147,7 @@ func (j *Journal) dropOldestLogEntry(entries, meta *bolt.Bucket) error {
 			if err := entries.Delete(k); err != nil {
 				return err
 			}
-			d := j.dropped.Add(1)
-			return writeUint(meta, droppedKey, d)
+			return writeUint(meta, droppedKey, j.dropped.Load()+1)
 		}
 	}
 	return errors.New("log full but no keyless entry found")
@@ -150,7 +171,11 @@ func (j *Journal) Pending() ([]Entry, error) {
 
 // Ack removes an entry the broker acknowledged. A key's entry is removed only if it is still the latest one.
 func (j *Journal) Ack(seq uint64) error {
-	return j.db.Update(func(tx *bolt.Tx) error {
+	j.write.Lock()
+	defer j.write.Unlock()
+	shrank := false
+	err := j.db.Update(func(tx *bolt.Tx) error {
+		shrank = false
 		entries, keys := tx.Bucket(entriesBucket), tx.Bucket(keysBucket)
 		v := entries.Get(seqKey(seq))
 		if v == nil {
@@ -167,10 +192,17 @@ func (j *Journal) Ack(seq uint64) error {
 				}
 			}
 		} else {
-			j.logSize.Add(-1)
+			shrank = true
 		}
 		return entries.Delete(seqKey(seq))
 	})
+	if err != nil {
+		return fmt.Errorf("removing acknowledged entry %d: %w", seq, err)
+	}
+	if shrank {
+		j.logSize.Add(-1)
+	}
+	return nil
 }
 
 // NextCounter increments and returns a named counter kept in the journal's file, for sequence numbers that
@@ -188,14 +220,12 @@ func (j *Journal) NextCounter(name string) (uint64, error) {
 
 // ClaimCommand records that the command id is being executed and tells whether it was new. A command is
 // executed at most once, across agent restarts too [P-CMD-3]; ids are forgotten after forgetAfter (their
-// expiry: an expired command is refused anyway), so the file does not grow without bound.
+// expiry: an expired command is refused anyway), so the file does not grow without bound, and an id past its
+// forgetAfter is claimable again.
 func (j *Journal) ClaimCommand(id string, forgetAfter time.Time, now time.Time) (bool, error) {
 	claimed := false
 	err := j.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(commandBucket)
-		if b.Get([]byte(id)) != nil {
-			return nil
-		}
 		var stale [][]byte
 		_ = b.ForEach(func(k, v []byte) error {
 			if len(v) == 8 && int64(binary.BigEndian.Uint64(v)) < now.UnixNano() {
@@ -208,10 +238,37 @@ func (j *Journal) ClaimCommand(id string, forgetAfter time.Time, now time.Time) 
 				return err
 			}
 		}
+		if b.Get([]byte(id)) != nil {
+			return nil
+		}
 		claimed = true
 		return writeUint(b, []byte(id), uint64(forgetAfter.UnixNano()))
 	})
 	return claimed, err
+}
+
+// Value returns the value kept under key, nil when there is none. Values are small records that must survive
+// agent restarts (the workers' episodes); their owner bounds how many it keeps.
+func (j *Journal) Value(key string) ([]byte, error) {
+	var v []byte
+	err := j.db.View(func(tx *bolt.Tx) error {
+		v = append([]byte(nil), tx.Bucket(valuesBucket).Get([]byte(key))...)
+		return nil
+	})
+	if err != nil || len(v) == 0 {
+		return nil, err
+	}
+	return v, nil
+}
+
+// SetValue keeps v under key; nil removes it.
+func (j *Journal) SetValue(key string, v []byte) error {
+	return j.db.Update(func(tx *bolt.Tx) error {
+		if v == nil {
+			return tx.Bucket(valuesBucket).Delete([]byte(key))
+		}
+		return tx.Bucket(valuesBucket).Put([]byte(key), v)
+	})
 }
 
 // Dropped counts log entries dropped because the log was full, over the journal's whole life.

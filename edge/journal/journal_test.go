@@ -1,10 +1,14 @@
 package journal
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 func topics(es []Entry) []string {
@@ -132,5 +136,72 @@ func TestClaimedCommandsSurviveReopeningAndExpire(t *testing.T) {
 	}
 	if !claim("a", now.Add(4*time.Minute), now.Add(2*time.Minute)) {
 		t.Fatal("a was not forgotten after its expiry")
+	}
+	// An id is forgotten at its expiry even when no other id is claimed in between.
+	if !claim("b", now.Add(5*time.Minute), now.Add(3*time.Minute+time.Second)) {
+		t.Fatal("b claimed again after its expiry was refused")
+	}
+}
+
+// A full disk (here: the file may not grow past 1 MiB) fails a Put and rolls its transaction back. Nothing of
+// the failed write may stay in the log's counters: once space is back, reports and results are journaled again
+// and the log's bound counts only what is in the file.
+func TestFailedWriteOnAFullDiskLeavesTheLogUsable(t *testing.T) {
+	j, err := open(filepath.Join(t.TempDir(), "journal.db"), 3, &bolt.Options{Timeout: time.Second, MaxSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	first, err := j.Put(Entry{Topic: "report-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := j.Put(Entry{Topic: "too-big", Payload: make([]byte, 2<<20)}); !errors.Is(err, berrors.ErrMaxSizeReached) {
+			t.Fatalf("a write past the file's limit: %v, want %v", err, berrors.ErrMaxSizeReached)
+		}
+	}
+	if err := j.Ack(first); err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range []string{"report-2", "report-3", "report-4"} {
+		if _, err := j.Put(Entry{Topic: topic}); err != nil {
+			t.Fatalf("after the disk had room again: %v", err)
+		}
+	}
+	pending, err := j.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(topics(pending)); got != "[report-2 report-3 report-4]" || j.Dropped() != 0 {
+		t.Errorf("pending %s with %d dropped, want [report-2 report-3 report-4] and none dropped", got, j.Dropped())
+	}
+}
+
+// Values survive reopening the journal (an agent restart), and a nil value removes its key.
+func TestValuesSurviveReopening(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j, err := Open(path, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.SetValue("episode/default/w", []byte(`{"seq":7}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if j, err = Open(path, 3); err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if v, err := j.Value("episode/default/w"); err != nil || string(v) != `{"seq":7}` {
+		t.Fatalf("value after reopening %q (%v)", v, err)
+	}
+	if err := j.SetValue("episode/default/w", nil); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := j.Value("episode/default/w"); err != nil || v != nil {
+		t.Errorf("value after removal %q (%v), want none", v, err)
 	}
 }

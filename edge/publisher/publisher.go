@@ -5,7 +5,9 @@ package publisher
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lifeline-edge/lifeline/edge/journal"
+	"github.com/lifeline-edge/lifeline/edge/statefile"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -49,6 +52,8 @@ type Config struct {
 	// an agent subscribes to.
 	OnCommand func(payload []byte)
 	Log       logr.Logger
+	// Now, when set, is the clock a birth sequence is seeded from when its file does not parse.
+	Now func() time.Time
 }
 
 // Publisher owns the MQTT session.
@@ -61,6 +66,7 @@ type Publisher struct {
 	client    mqtt.Client
 	birthSeq  uint64
 	connected bool
+	id        string // the state directory's id; touched by Run's goroutine only
 }
 
 // New returns a publisher; Run connects it.
@@ -135,6 +141,10 @@ func (p *Publisher) Run(ctx context.Context) {
 
 // connect opens a session with the next birth sequence, its death as last will, and publishes the birth.
 func (p *Publisher) connect(ctx context.Context) (<-chan struct{}, error) {
+	stateID, err := p.stateID()
+	if err != nil {
+		return nil, err
+	}
 	seq, err := p.nextBirthSeq()
 	if err != nil {
 		return nil, err
@@ -165,7 +175,7 @@ func (p *Publisher) connect(ctx context.Context) (<-chan struct{}, error) {
 		return nil, fmt.Errorf("connecting to %s: %w", p.cfg.Broker, err)
 	}
 	birth, err := proto.Marshal(&lifelinev1.NodeBirth{Node: p.cfg.Node, BootId: p.cfg.BootID, BirthSeq: seq,
-		AgentVersion: p.cfg.AgentVersion, TimeUnixNano: time.Now().UnixNano()})
+		AgentVersion: p.cfg.AgentVersion, TimeUnixNano: time.Now().UnixNano(), StateId: stateID})
 	if err != nil {
 		return nil, err
 	}
@@ -245,24 +255,82 @@ func (p *Publisher) topic(k lifelinev1.Kind) string {
 	return lifelinev1.NodeTopic(p.cfg.Cluster, p.cfg.Node, k).String()
 }
 
-// nextBirthSeq increments the birth sequence kept in the state directory.
+// nextBirthSeq increments the birth sequence kept in the state directory, durably (file and directory synced)
+// before the birth that uses it goes out [P-BIRTH-2]. A file that does not parse is moved aside and the
+// sequence starts again from the wall clock in milliseconds, above any count of connections an earlier life
+// could have made.
 func (p *Publisher) nextBirthSeq() (uint64, error) {
 	path := filepath.Join(p.cfg.StateDir, "birth-seq")
 	var seq uint64
-	if data, err := os.ReadFile(path); err == nil {
-		seq, _ = strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
-	} else if !os.IsNotExist(err) {
-		return 0, fmt.Errorf("reading birth sequence: %w", err)
+	data, err := os.ReadFile(path)
+	switch {
+	case os.IsNotExist(err):
+	case err != nil:
+		return 0, fmt.Errorf("reading birth sequence %s: %w", path, err)
+	default:
+		var perr error
+		if seq, perr = strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64); perr != nil {
+			aside := fmt.Sprintf("%s.corrupt-%s", path, p.now().UTC().Format("20060102T150405.000000000Z"))
+			if err := os.Rename(path, aside); err != nil {
+				return 0, fmt.Errorf("moving the unparsable birth sequence %s aside: %w", path, err)
+			}
+			seq = uint64(p.now().UnixMilli())
+			p.cfg.Log.Error(perr, "the birth sequence on disk does not parse; moved aside, seeded from the clock",
+				"path", path, "movedTo", aside, "birthSeq", seq+1)
+		}
 	}
 	seq++
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.FormatUint(seq, 10)), 0o600); err != nil {
-		return 0, fmt.Errorf("saving birth sequence: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return 0, fmt.Errorf("saving birth sequence: %w", err)
+	if err := statefile.Write(path, []byte(strconv.FormatUint(seq, 10))); err != nil {
+		return 0, fmt.Errorf("saving birth sequence %s: %w", path, err)
 	}
 	return seq, nil
+}
+
+// stateID returns the random id of the state directory, creating it with the directory's first birth: a new
+// one means the journal, counters and birth sequence started anew, so the controller starts a new epoch of
+// the node whatever the birth sequence says [P-BIRTH-3].
+func (p *Publisher) stateID() (string, error) {
+	if p.id != "" {
+		return p.id, nil
+	}
+	path := filepath.Join(p.cfg.StateDir, "state-id")
+	data, err := os.ReadFile(path)
+	if err == nil && validStateID(strings.TrimSpace(string(data))) {
+		p.id = strings.TrimSpace(string(data))
+		return p.id, nil
+	}
+	if err != nil && !os.IsNotExist(err) {
+		return "", fmt.Errorf("reading state id %s: %w", path, err)
+	}
+	if err == nil {
+		p.cfg.Log.Info("the state id on disk is not one; starting a new state epoch", "path", path)
+	}
+	raw := make([]byte, 16)
+	if _, err := rand.Read(raw); err != nil {
+		return "", fmt.Errorf("creating a state id: %w", err)
+	}
+	id := hex.EncodeToString(raw)
+	if err := statefile.Write(path, []byte(id)); err != nil {
+		return "", fmt.Errorf("saving state id %s: %w", path, err)
+	}
+	p.id = id
+	return id, nil
+}
+
+// validStateID tells whether s is an id stateID makes: 32 lowercase hex digits.
+func validStateID(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil && strings.ToLower(s) == s
+}
+
+func (p *Publisher) now() time.Time {
+	if p.cfg.Now != nil {
+		return p.cfg.Now()
+	}
+	return time.Now()
 }
 
 func sleep(ctx context.Context, d time.Duration) {

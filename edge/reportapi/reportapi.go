@@ -29,6 +29,11 @@ type Sink interface {
 	Enqueue(journal.Entry) error
 }
 
+// Workers tells which workers belong on this node (the desired workers).
+type Workers interface {
+	HasWorker(namespace, name string) bool
+}
+
 // Server is the report endpoint of one node.
 type Server struct {
 	// Counter, when set, numbers reports with a sequence that survives agent restarts (the journal's), so the
@@ -39,6 +44,7 @@ type Server struct {
 
 	cluster, node string
 	sink          Sink
+	workers       Workers
 	birthSeq      func() uint64
 	queue         chan *lifelinev1.WorkerReport
 	log           logr.Logger
@@ -48,12 +54,14 @@ type Server struct {
 }
 
 // New returns a server with a queue of capacity reports; register its metrics with reg (nil: not registered).
-func New(cluster, node string, sink Sink, birthSeq func() uint64, capacity int, reg prometheus.Registerer, log logr.Logger) *Server {
-	s := &Server{cluster: cluster, node: node, sink: sink, birthSeq: birthSeq, log: log,
+// Only reports for one of workers are taken: the endpoint listens on the host network, where any process of
+// the node could post, and the controller would credit the report to the named worker.
+func New(cluster, node string, sink Sink, workers Workers, birthSeq func() uint64, capacity int, reg prometheus.Registerer, log logr.Logger) *Server {
+	s := &Server{cluster: cluster, node: node, sink: sink, workers: workers, birthSeq: birthSeq, log: log,
 		queue: make(chan *lifelinev1.WorkerReport, capacity),
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lifeline_agent_reports_total",
-			Help: "Worker reports received by the node's report endpoint, by outcome (queued, dropped, rejected_*).",
+			Help: "Worker reports received by the node's report endpoint, by outcome (queued, dropped, rejected_*: too_large, malformed, name_mismatch, not_a_worker).",
 		}, []string{"outcome"}),
 	}
 	if reg != nil {
@@ -87,6 +95,10 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := lifelinev1.CheckDNSLabel(rep.Namespace); err != nil {
 		s.reject(w, "malformed", http.StatusBadRequest, "namespace: "+err.Error())
+		return
+	}
+	if !s.workers.HasWorker(rep.Namespace, rep.Name) {
+		s.reject(w, "not_a_worker", http.StatusForbidden, fmt.Sprintf("%s/%s is not a worker of this node", rep.Namespace, rep.Name))
 		return
 	}
 	msg := &lifelinev1.WorkerReport{Namespace: rep.Namespace, Worker: rep.Name, Body: body,

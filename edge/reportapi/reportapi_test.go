@@ -41,7 +41,7 @@ func TestReportAPI(t *testing.T) {
 	}
 	defer j.Close()
 	s := New("c", "edge-1", sinkFunc(func(e journal.Entry) error { _, err := j.Put(e); return err }),
-		func() uint64 { return 7 }, 10, nil, logr.Discard())
+		workerSet{"default/sdd-trainworker-0": true}, func() uint64 { return 7 }, 10, nil, logr.Discard())
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -58,6 +58,8 @@ func TestReportAPI(t *testing.T) {
 		{"name differs from the path", "sdd-trainworker-1", validBody, 400, `report for "sdd-trainworker-0" posted to the path of "sdd-trainworker-1"`, "rejected_name_mismatch"},
 		{"garbage", "w", "\x00\xffnot json", 400, "is not the worker report JSON", "rejected_malformed"},
 		{"bad namespace", "w", `{"name":"w","namespace":"../etc"}`, 400, "namespace:", "rejected_malformed"},
+		{"not a worker of this node", "other", `{"name":"other","namespace":"default"}`, 403, "default/other is not a worker of this node", "rejected_not_a_worker"},
+		{"a worker's name in another namespace", "sdd-trainworker-0", `{"name":"sdd-trainworker-0","namespace":"team-b"}`, 403, "not a worker", "rejected_not_a_worker"},
 		{"too large", "w", `{"name":"w","namespace":"d","results":"` + strings.Repeat("x", MaxBodyBytes) + `"}`, 413, "over", "rejected_too_large"},
 	}
 	for _, tc := range cases {
@@ -92,11 +94,44 @@ func TestReportAPI(t *testing.T) {
 	}
 }
 
+// [P-REP-1] Whatever the path and the body, the handler never panics, answers in Sedna's reply shape, and
+// queues a report only for one of the node's desired workers, under the name in its path; everything else is
+// refused and counted.
+func FuzzReportHandler(f *testing.F) {
+	f.Add("sdd-trainworker-0", validBody)
+	f.Add("other", `{"name":"other","namespace":"default"}`)
+	f.Add("sdd-trainworker-0", `{"name":"sdd-trainworker-0","namespace":"kube-system"}`)
+	f.Add("..%2f..%2fetc", `{"name":"../../etc","namespace":"default"}`)
+	f.Add("w", "\x00\xff")
+	f.Add("sdd-trainworker-0", `{"name":"sdd-trainworker-0","namespace":"default","name":"other"}`)
+	workers := workerSet{"default/sdd-trainworker-0": true}
+	f.Fuzz(func(t *testing.T, name, body string) {
+		queued := make(chan *lifelinev1.WorkerReport, 1)
+		s := New("c", "edge-1", sinkFunc(func(journal.Entry) error { return nil }), workers, func() uint64 { return 1 }, 1, nil, logr.Discard())
+		s.queue = queued
+		req := httptest.NewRequest(http.MethodPost, "/sedna/workers/x/info", strings.NewReader(body))
+		req.URL.Path = "/sedna/workers/" + name + "/info"
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, req)
+		select {
+		case rep := <-queued:
+			if rec.Code != http.StatusOK || !workers.HasWorker(rep.Namespace, rep.Worker) || rep.Worker != name {
+				t.Fatalf("queued a report for %s/%s posted to %q, answered %d", rep.Namespace, rep.Worker, name, rec.Code)
+			}
+		default:
+			if rec.Code == http.StatusOK {
+				t.Fatalf("answered 200 to %q without queuing", name)
+			}
+		}
+	})
+}
+
 // A flood never blocks a worker and never grows memory past the queue: what does not fit is dropped and
 // counted.
 func TestFloodIsBoundedAndCounted(t *testing.T) {
 	blocked := make(chan struct{})
-	s := New("c", "edge-1", sinkFunc(func(journal.Entry) error { <-blocked; return nil }), func() uint64 { return 1 }, 16, nil, logr.Discard())
+	s := New("c", "edge-1", sinkFunc(func(journal.Entry) error { <-blocked; return nil }), workerSet{"default/sdd-trainworker-0": true},
+		func() uint64 { return 1 }, 16, nil, logr.Discard())
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -131,6 +166,11 @@ func TestFloodIsBoundedAndCounted(t *testing.T) {
 		t.Errorf("queue grew past its bound")
 	}
 }
+
+// workerSet is a node's desired workers, by namespace/name.
+type workerSet map[string]bool
+
+func (w workerSet) HasWorker(namespace, name string) bool { return w[namespace+"/"+name] }
 
 type sinkFunc func(journal.Entry) error
 

@@ -1,0 +1,92 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+)
+
+func manifestOf(namespace, name string) string {
+	return `{"apiVersion":"v1","kind":"Pod","metadata":{"namespace":"` + namespace + `","name":"` + name +
+		`"},"spec":{"containers":[{"name":"main","image":"w"}]}}`
+}
+
+// [P-HEAL-3] Two workers whose namespace and name joined by a dash read the same (team-a/trainer and
+// team/a-trainer) are rebuilt into two files, each holding its own worker, marked as the agent's.
+func TestStaticPodsOfLookalikeWorkersDoNotShareAFile_P_HEAL_3(t *testing.T) {
+	dir := t.TempDir()
+	s := &StaticPods{Dir: dir, Workers: fixedWorkers{
+		{Namespace: "team-a", Name: "trainer", UID: "u1", Manifest: manifestOf("team-a", "trainer")},
+		{Namespace: "team", Name: "a-trainer", UID: "u2", Manifest: manifestOf("team", "a-trainer")},
+	}}
+	for _, uid := range []string{"u1", "u2"} {
+		if err := s.Rebuild(context.Background(), "", "", uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	if len(files) != 2 {
+		t.Fatalf("files %v, want one per worker", files)
+	}
+	var got []string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pod struct {
+			Metadata struct {
+				Namespace, Name string
+				Annotations     map[string]string
+			}
+		}
+		if err := json.Unmarshal(data, &pod); err != nil {
+			t.Fatal(err)
+		}
+		if mark := pod.Metadata.Annotations[StaticPodOfAnnotation]; mark != pod.Metadata.Namespace+"/"+pod.Metadata.Name {
+			t.Errorf("%s: marked %q", f, mark)
+		}
+		got = append(got, pod.Metadata.Namespace+"/"+pod.Metadata.Name)
+	}
+	sort.Strings(got)
+	if got[0] != "team-a/trainer" || got[1] != "team/a-trainer" {
+		t.Errorf("static pods %v, want both workers", got)
+	}
+}
+
+// [P-HEAL-3] Release removes the static pods the agent wrote, and nothing else in edged's directory: not an
+// operator's static pod that happens to be named lifeline-*.json, nor one that copies the agent's mark under
+// another name.
+func TestReleaseRemovesOnlyTheStaticPodsTheAgentWrote_P_HEAL_3(t *testing.T) {
+	dir := t.TempDir()
+	s := &StaticPods{Dir: dir, Workers: fixedWorkers{{Namespace: "default", Name: "w", UID: "u", Manifest: manifestOf("default", "w")}}}
+	if err := s.Rebuild(context.Background(), "default", "w", "u"); err != nil {
+		t.Fatal(err)
+	}
+	theirs := map[string]string{
+		"lifeline-default-w.json": manifestOf("default", "w"),
+		"lifeline-copied.json":    `{"metadata":{"name":"w","annotations":{"` + StaticPodOfAnnotation + `":"default/w"}}}`,
+		"lifeline-garbage.json":   "not json",
+		"kube-proxy.json":         manifestOf("kube-system", "kube-proxy"),
+	}
+	for name, content := range theirs {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := s.Release()
+	if err != nil || n != 1 {
+		t.Fatalf("released %d (%v), want the agent's one", n, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, staticPodFile("default", "w"))); !os.IsNotExist(err) {
+		t.Errorf("the agent's static pod is still there: %v", err)
+	}
+	for name := range theirs {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("%s, not the agent's, was removed: %v", name, err)
+		}
+	}
+}
