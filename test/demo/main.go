@@ -205,7 +205,9 @@ func (d *demo) cutOffKill(ji *v1alpha1.JointInferenceService, pod *corev1.Pod, f
 	}); err != nil {
 		return err
 	}
-	say("Killed -> running again in %v, while the node's own back-off would have waited 10 s.", time.Since(killed).Round(10*time.Millisecond))
+	say("Killed -> running again in %v: edged restarts a crashed container after its crash back-off (10 s here, doubling at\n"+
+		"each crash), also when asked through the MetaServer; what Lifeline adds while the node is cut off is the truth in\n"+
+		"the cloud's status, and a worker rebuilt when the node lost its pod.", time.Since(killed).Round(10*time.Millisecond))
 	if !fromEverything {
 		if err := d.waitFor("the status to show it alive again, in the agent's word", func() bool {
 			w := d.edgeWorkerStatus(ji)

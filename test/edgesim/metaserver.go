@@ -3,6 +3,7 @@ package edgesim
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,30 +13,50 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// restartResponse is the body KubeEdge's MetaServer answers a pods/restart call with.
+// DefaultMetaServerAddress is where edgecore's MetaServer listens unless configured otherwise: plain HTTP on the
+// node's loopback, without authentication (KubeEdge source, common/constants/default.go).
+const DefaultMetaServerAddress = "127.0.0.1:10550"
+
+// cloudCallTimeout bounds a MetaServer request that goes to the cloud, after which it is answered locally.
+const cloudCallTimeout = 2 * time.Second
+
+// restartResponse is the body KubeEdge's MetaServer answers a pods/restart call with (KubeEdge source,
+// common/types/types.go): note the capital L, and that an empty list is left out.
 type restartResponse struct {
-	LogMessages []string `json:"logMessages"`
-	ErrMessages []string `json:"errMessages"`
+	ErrMessages []string `json:"errMessages,omitempty"`
+	LogMessages []string `json:"LogMessages,omitempty"`
 }
 
-// ServeMetaServer serves the part of KubeEdge's MetaServer the edge agent uses, from the node's own state, so it
-// answers while the node is cut off from the API server:
-//   - GET /api/v1/pods: the pods the node runs (a PodList), narrowed by a labelSelector of `key` and `key=value`
-//     terms; with watch=true, a stream of watch events: every pod as ADDED, then what changes;
+// ServeMetaServer serves the part of KubeEdge's MetaServer the edge agent uses, as edgecore does:
+//   - GET /api/v1/pods: while the node reaches the cloud, the cloud's answer, for every node (the request's
+//     fieldSelector and labelSelector apply as the API server applies them); while it is cut off, the node's own
+//     store, where a labelSelector of `key` and `key=value` terms works and any fieldSelector selects nothing.
+//     With watch=true, a stream that ignores the resourceVersion asked for: every selected pod as ADDED, then
+//     what changes;
 //   - POST /api/v1/namespaces/<ns>/pods/restart with a JSON list of pod names (what `keadm ctl restart pod`
-//     sends): their containers are restarted at once, without waiting for a crash back-off.
+//     sends): their containers are stopped, and the node restarts them under its crash back-off.
 func (n *Node) ServeMetaServer(ctx context.Context, l net.Listener) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v1/pods", n.serveListPods)
 	mux.HandleFunc("POST /api/v1/namespaces/{namespace}/pods/restart", n.serveRestartPods)
-	// Not MetaServer's: the simulation's fault injection, a pod the node loses (as an eviction would).
+	// Not MetaServer's: the simulation's fault injection, a pod the node loses (as an eviction would), and exited
+	// containers whose finish time the runtime stamps again (as edgemark's fake runtime does on every stop).
 	mux.HandleFunc("POST /debug/lose/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
 		if !n.LosePod(r.PathValue("namespace"), r.PathValue("name")) {
 			http.Error(w, "no such pod on this node", http.StatusNotFound)
+		}
+	})
+	mux.HandleFunc("POST /debug/restamp/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if !n.RestampExited(r.PathValue("namespace"), r.PathValue("name")) {
+			http.Error(w, "no exited container of that pod on this node", http.StatusNotFound)
 		}
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -47,16 +68,36 @@ func (n *Node) ServeMetaServer(ctx context.Context, l net.Listener) error {
 }
 
 func (n *Node) serveListPods(w http.ResponseWriter, r *http.Request) {
-	selects, err := labelMatcher(r.URL.Query().Get("labelSelector"))
+	q := r.URL.Query()
+	opts := metav1.ListOptions{LabelSelector: q.Get("labelSelector"), FieldSelector: q.Get("fieldSelector")}
+	watching := q.Get("watch") == "true" || q.Get("watch") == "1"
+	if n.cloudLinked.Load() {
+		var err error
+		if watching {
+			err = n.watchThroughCloud(w, r, opts)
+		} else {
+			err = n.listThroughCloud(w, r, opts)
+		}
+		var status apierrors.APIStatus
+		if errors.As(err, &status) {
+			http.Error(w, err.Error(), int(status.Status().Code))
+			return
+		}
+		if err == nil {
+			return
+		}
+		// The cloud did not answer: the node's store does, as edgecore falls back to its local storage.
+	}
+	selects, err := localSelector(opts)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if r.URL.Query().Get("watch") == "true" {
+	if watching {
 		n.streamPods(w, r, selects)
 		return
 	}
-	list := &corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}}
+	list := &corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: []corev1.Pod{}}
 	for _, pod := range n.podSnapshot(selects) {
 		list.Items = append(list.Items, *pod)
 	}
@@ -65,6 +106,78 @@ func (n *Node) serveListPods(w http.ResponseWriter, r *http.Request) {
 	})
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(list)
+}
+
+// listThroughCloud answers a list from the API server, unscoped to this node: edgecore forwards it to
+// cloudcore, which lists with its own rights.
+func (n *Node) listThroughCloud(w http.ResponseWriter, r *http.Request, opts metav1.ListOptions) error {
+	ctx, cancel := context.WithTimeout(r.Context(), cloudCallTimeout)
+	defer cancel()
+	list, err := n.cfg.Client.CoreV1().Pods("").List(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("listing pods through the cloud: %w", err)
+	}
+	list.TypeMeta = metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(list)
+	return nil
+}
+
+// watchThroughCloud streams a watch of the API server, unscoped to this node and whatever resourceVersion was
+// asked for: every selected pod first, as ADDED, then what changes, until the cloud ends it (the link broke) or the
+// client leaves.
+func (n *Node) watchThroughCloud(w http.ResponseWriter, r *http.Request, opts metav1.ListOptions) error {
+	listCtx, cancel := context.WithTimeout(r.Context(), cloudCallTimeout)
+	defer cancel()
+	selected, err := labels.Parse(opts.LabelSelector)
+	if err != nil {
+		return apierrors.NewBadRequest(fmt.Sprintf("label selector %q: %v", opts.LabelSelector, err))
+	}
+	pods := n.cfg.Client.CoreV1().Pods("")
+	list, err := pods.List(listCtx, opts)
+	if err != nil {
+		return fmt.Errorf("listing pods through the cloud for a watch: %w", err)
+	}
+	opts.ResourceVersion = list.ResourceVersion
+	watcher, err := pods.Watch(r.Context(), opts)
+	if err != nil {
+		return fmt.Errorf("watching pods through the cloud: %w", err)
+	}
+	defer watcher.Stop()
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	for i := range list.Items {
+		if err := enc.Encode(map[string]any{"type": watch.Added, "object": &list.Items[i]}); err != nil {
+			return nil // the client left
+		}
+	}
+	if flusher != nil {
+		flusher.Flush()
+	}
+	for ev := range watcher.ResultChan() {
+		if pod, ok := ev.Object.(*corev1.Pod); ok && !selected.Matches(labels.Set(pod.Labels)) {
+			continue // the API server selected it already; a fake client does not
+		}
+		if err := enc.Encode(map[string]any{"type": ev.Type, "object": ev.Object}); err != nil {
+			return nil
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	return nil
+}
+
+// localSelector is the selection the node's store applies while the node is cut off: its labelSelector terms;
+// a fieldSelector matches no pod there (measured on real edgecore: `fieldSelector=spec.nodeName=<node>` lists
+// nothing offline, the same query without it lists the node's pods).
+func localSelector(opts metav1.ListOptions) (func(map[string]string) bool, error) {
+	matches, err := labelMatcher(opts.LabelSelector)
+	if err != nil || opts.FieldSelector == "" {
+		return matches, err
+	}
+	return func(map[string]string) bool { return false }, nil
 }
 
 // podSnapshot copies the pods the node runs that selects accepts, by UID.
@@ -154,17 +267,23 @@ func (n *Node) serveRestartPods(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the body must be a JSON list of pod names: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	namespace := r.PathValue("namespace")
-	resp := restartResponse{LogMessages: []string{}, ErrMessages: []string{}}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(n.restartPods(r.PathValue("namespace"), names))
+}
+
+// restartPods answers a pods/restart call as edgecore's MetaServer does (KubeEdge source,
+// edge/pkg/metamanager/metaserver/kubernetes/storage/storage.go, Restart): for each pod, the containers the
+// runtime has for it are stopped; a pod without any is "not found". Nothing is started here.
+func (n *Node) restartPods(namespace string, names []string) restartResponse {
+	var resp restartResponse
 	for _, name := range names {
-		if err := n.RestartPod(namespace, name); err != nil {
-			resp.ErrMessages = append(resp.ErrMessages, err.Error())
+		if n.StopPod(namespace, name) {
+			resp.LogMessages = append(resp.LogMessages, fmt.Sprintf("the pod \"%s/%s\" restart successful", namespace, name))
 		} else {
-			resp.LogMessages = append(resp.LogMessages, fmt.Sprintf("pod %s/%s restarted", namespace, name))
+			resp.ErrMessages = append(resp.ErrMessages, fmt.Sprintf("not found pod:\"/%s/%s\"", namespace, name))
 		}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(resp)
+	return resp
 }
 
 // LosePod makes the node forget a pod it runs, processes and state, without the API server knowing: what an
@@ -177,26 +296,49 @@ func (n *Node) LosePod(namespace, name string) bool {
 	return len(found) > 0
 }
 
-// RestartPod stops the containers of a pod and starts them again at once, as edged does for a pods/restart call.
-func (n *Node) RestartPod(namespace, name string) error {
-	found := n.runtimesWhere(func(pod *corev1.Pod) bool {
-		return pod.Namespace == namespace && pod.Name == name && pod.DeletionTimestamp == nil
-	})
-	if len(found) == 0 {
-		return fmt.Errorf("pod %s/%s is not on this node", namespace, name)
-	}
-	rt := found[0]
-	rt.mu.Lock()
+// StopPod kills the running containers of a pod (their exit is a kill's, code 137), as the runtime's
+// StopContainer does for a pods/restart call; the node then restarts them by the pod's restart policy, after its
+// crash back-off. A container that already exited is left as it is: a runtime does not touch an exited container
+// again. StopPod tells whether the node has containers of that pod.
+func (n *Node) StopPod(namespace, name string) bool {
 	var running []*process
-	for _, c := range rt.pod.Spec.Containers {
-		rt.restartNow[c.Name] = true
-		if p := rt.procs[c.Name]; p != nil {
+	found := false
+	for _, rt := range n.runtimesWhere(func(pod *corev1.Pod) bool { return pod.Namespace == namespace && pod.Name == name }) {
+		rt.mu.Lock()
+		for _, p := range rt.procs {
+			found = true
 			running = append(running, p)
 		}
+		rt.mu.Unlock()
 	}
-	rt.mu.Unlock()
 	for _, p := range running {
-		p.stop(2 * time.Second)
+		p.kill()
 	}
-	return nil
+	return found
+}
+
+// RestampExited stamps the exited containers of a pod with a new finish time, now, as a runtime that re-stamps an
+// exited container when it is stopped again would; the container's back-off is not changed by it. It tells
+// whether the pod had an exited container.
+func (n *Node) RestampExited(namespace, name string) bool {
+	found := false
+	now := time.Now()
+	for _, rt := range n.runtimesWhere(func(pod *corev1.Pod) bool { return pod.Namespace == namespace && pod.Name == name }) {
+		rt.mu.Lock()
+		for c, p := range rt.procs {
+			if p.restamp(now) {
+				found = true
+				if last := rt.lastExit[c]; last != nil {
+					restamped := *last
+					restamped.FinishedAt = metav1.NewTime(now) // the same exit, not a new crash
+					rt.lastExit[c] = &restamped
+				}
+			}
+		}
+		rt.mu.Unlock()
+	}
+	if found {
+		n.containerChanged(runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT)
+	}
+	return found
 }

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -68,6 +69,11 @@ type Node struct {
 
 	eventsMu  sync.Mutex
 	eventSubs map[chan runtimeapi.ContainerEventType]bool // CRI container event streams
+
+	// cloudLinked says whether the node's own list and watch of the API server work now, as edgehub's
+	// connection to cloudcore does: the MetaServer answers from the cloud while it does, from the node's store
+	// otherwise.
+	cloudLinked atomic.Bool
 }
 
 // podRuntime is a pod the node runs, with its processes by container name. mu guards every field; the node's
@@ -79,11 +85,12 @@ type podRuntime struct {
 	restarts  map[string]int32
 	nextStart map[string]time.Time
 	lastExit  map[string]*corev1.ContainerStateTerminated
-	// restartNow marks containers asked to restart through the MetaServer: they start without back-off.
-	restartNow map[string]bool
-	reported   *corev1.PodStatus
-	stopping   bool
-	started    time.Time
+	// backoffSteps counts the restarts of a container since its crash back-off last began again from its
+	// base. Like the kubelet's back-off it lives in memory only: a restarted node begins from the base.
+	backoffSteps map[string]int32
+	reported     *corev1.PodStatus
+	stopping     bool
+	started      time.Time
 }
 
 // New returns a node; Run starts it.
@@ -150,6 +157,7 @@ func (n *Node) watchPods(ctx context.Context) {
 	pods := n.cfg.Client.CoreV1().Pods("")
 	for ctx.Err() == nil {
 		list, err := pods.List(ctx, metav1.ListOptions{FieldSelector: selector})
+		n.cloudLinked.Store(err == nil)
 		if err != nil {
 			time.Sleep(time.Second)
 			continue
@@ -162,6 +170,7 @@ func (n *Node) watchPods(ctx context.Context) {
 		n.forgetMissing(seen)
 		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: selector, ResourceVersion: list.ResourceVersion})
 		if err != nil {
+			n.cloudLinked.Store(false)
 			continue
 		}
 		for ev := range w.ResultChan() {
@@ -186,7 +195,7 @@ func (n *Node) upsert(pod *corev1.Pod) {
 	rt, ok := n.pods[pod.UID]
 	if !ok {
 		rt = &podRuntime{procs: map[string]*process{}, restarts: map[string]int32{}, nextStart: map[string]time.Time{},
-			lastExit: map[string]*corev1.ContainerStateTerminated{}, restartNow: map[string]bool{}, started: time.Now()}
+			lastExit: map[string]*corev1.ContainerStateTerminated{}, backoffSteps: map[string]int32{}, started: time.Now()}
 		n.pods[pod.UID] = rt
 	}
 	rt.mu.Lock()
@@ -266,19 +275,16 @@ func (n *Node) syncPod(ctx context.Context, rt *podRuntime) {
 			if rt.lastExit[c.Name] == nil || !rt.lastExit[c.Name].FinishedAt.Time.Equal(finished) {
 				rt.lastExit[c.Name] = &corev1.ContainerStateTerminated{ExitCode: int32(code), Reason: exitReason(code),
 					StartedAt: metav1.NewTime(startedAt), FinishedAt: metav1.NewTime(finished)}
-				if !shouldRestart(policy, code) && !rt.restartNow[c.Name] {
+				if !shouldRestart(policy, code) {
 					continue
 				}
-				next := rt.restarts[c.Name] + 1
-				if finished.Sub(startedAt) >= 10*time.Second {
-					next = 1 // it ran long enough: the crash loop is over
-				}
-				rt.nextStart[c.Name] = finished.Add(crashBackoff(n.cfg.CrashBackoff, n.cfg.MaxCrashBackoff, next))
+				step := nextBackoffStep(rt.backoffSteps[c.Name], startedAt, finished)
+				rt.backoffSteps[c.Name] = step
+				rt.nextStart[c.Name] = finished.Add(crashBackoff(n.cfg.CrashBackoff, n.cfg.MaxCrashBackoff, step))
 			}
-			if !rt.restartNow[c.Name] && (!shouldRestart(policy, code) || now.Before(rt.nextStart[c.Name])) {
+			if !shouldRestart(policy, code) || now.Before(rt.nextStart[c.Name]) {
 				continue
 			}
-			delete(rt.restartNow, c.Name)
 			rt.restarts[c.Name]++
 		}
 		if err := n.startContainer(ctx, rt, c); err != nil {

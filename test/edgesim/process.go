@@ -83,6 +83,26 @@ func (p *process) stop(grace time.Duration) {
 	}
 }
 
+// kill sends SIGKILL to the process group and returns once the process ended; an ended process is left alone.
+func (p *process) kill() {
+	if running, _, _, _ := p.state(); !running {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.exited
+}
+
+// restamp sets the finish time of an ended process to at and tells whether it had ended.
+func (p *process) restamp(at time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.running {
+		return false
+	}
+	p.finished = at
+	return true
+}
+
 // PIDFile is where the hollow node writes the pid of a container's process, so tests and the demo can kill it.
 func PIDFile(stateDir, namespace, pod, container string) string {
 	return filepath.Join(stateDir, "pids", namespace+"_"+pod+"_"+container+".pid")

@@ -18,6 +18,20 @@ func shouldRestart(policy corev1.RestartPolicy, code int) bool {
 	}
 }
 
+// crashLoopStable is how long after its last restart a container must exit for its back-off to begin again from
+// the base: the kubelet's (and so edged's) container back-off counts an exit as a new crash unless it came more
+// than 600 s after the back-off was last stepped, which it is when the container starts.
+const crashLoopStable = 10 * time.Minute
+
+// nextBackoffStep is the back-off step of a container that ran from startedAt to finished, its previous step
+// prev (0: never restarted): one more, or 1 again once it had run stably.
+func nextBackoffStep(prev int32, startedAt, finished time.Time) int32 {
+	if prev == 0 || finished.Sub(startedAt) > crashLoopStable {
+		return 1
+	}
+	return prev + 1
+}
+
 // crashBackoff is the wait before the n-th restart (n ≥ 1): base doubled for each earlier restart, capped, as
 // the kubelet's CrashLoopBackOff does.
 func crashBackoff(base, max time.Duration, n int32) time.Duration {

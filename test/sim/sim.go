@@ -218,7 +218,7 @@ func (s *Sim) StartNode(name string, cloud bool) error {
 		"--images=" + s.imagesFile, "--crash-backoff=" + s.opts.CrashBackoff.String(), "--heartbeat-interval=5s",
 		"--cri-socket=" + s.CRISocket(name)}
 	if cloud {
-		args = append(args, "--cloud")
+		args = append(args, "--cloud", "--metaserver-address=") // no MetaServer in the cloud, nor on edgecore's port
 	}
 	if e != nil {
 		args = append(args, "--metaserver-address="+e.metaServer, "--lc-server=http://"+e.report, "--static-pod-dir="+s.StaticPodDir(name))
@@ -241,7 +241,7 @@ func (s *Sim) StartNode(name string, cloud bool) error {
 // MetaServer, the node's link to the cloud probed through the node's API proxy, the broker through the other.
 func (s *Sim) startAgent(name string, e *edgeNode) error {
 	args := []string{"--node-name=" + name, "--cluster=" + Cluster, "--broker=tcp://" + e.brokerProxy.Addr(),
-		"--password-file=" + filepath.Join(s.credentialsDir, name), "--state-dir=" + filepath.Join(s.NodeDir(name), "agent"),
+		"--password-file=" + filepath.Join(s.credentialsDir, name), "--state-dir=" + s.AgentStateDir(name),
 		"--cri-socket=" + s.CRISocket(name), "--api-server=http://" + e.metaServer, "--metaserver=http://" + e.metaServer,
 		"--cloud-probe=https://" + e.apiProxy.Addr() + "/healthz", "--static-pod-dir=" + s.StaticPodDir(name),
 		"--report-address=" + e.report, "--metrics-address=", "--heal-api-grace=2s", "-v=2"}
@@ -253,11 +253,31 @@ func (s *Sim) startAgent(name string, e *edgeNode) error {
 	return nil
 }
 
-// StopNode stops a hollow node and its agent as a power cut would: the containers die with them.
-func (s *Sim) StopNode(name string) {
-	if e := s.edges[name]; e != nil && e.agent != nil {
+// AgentStateDir is an edge node's agent's state directory: its birth sequence, desired workers and journal.
+func (s *Sim) AgentStateDir(node string) string { return filepath.Join(s.NodeDir(node), "agent") }
+
+// StopAgent stops an edge node's agent; StartAgent starts it again.
+func (s *Sim) StopAgent(node string) {
+	if e := s.edges[node]; e != nil && e.agent != nil {
 		e.agent.Stop(5 * time.Second)
 	}
+}
+
+// StartAgent starts an edge node's agent (again), with what its state directory holds.
+func (s *Sim) StartAgent(node string) error {
+	e := s.edges[node]
+	if e == nil {
+		return fmt.Errorf("%s is not an edge node", node)
+	}
+	return s.startAgent(node, e)
+}
+
+// MetaServerURL is the base URL of an edge node's MetaServer.
+func (s *Sim) MetaServerURL(node string) string { return "http://" + s.edges[node].metaServer }
+
+// StopNode stops a hollow node and its agent as a power cut would: the containers die with them.
+func (s *Sim) StopNode(name string) {
+	s.StopAgent(name)
 	if p := s.nodes[name]; p != nil {
 		p.Stop(5 * time.Second)
 	}
@@ -307,10 +327,11 @@ func (s *Sim) LosePod(node, namespace, pod string) error {
 	return s.postToNode(node, "/debug/lose/"+namespace+"/"+pod, nil)
 }
 
-// RestartPod restarts a pod's containers at once through the edge node's MetaServer (no crash back-off).
-func (s *Sim) RestartPod(node, namespace, pod string) error {
-	body, _ := json.Marshal([]string{pod})
-	return s.postToNode(node, "/api/v1/namespaces/"+namespace+"/pods/restart", body)
+// RestampExit makes an edge node's runtime stamp the exited containers of a pod with a new finish time, as a
+// runtime that re-stamps an exited container on every stop does (edgemark's fake one); the node's back-off is
+// unchanged.
+func (s *Sim) RestampExit(node, namespace, pod string) error {
+	return s.postToNode(node, "/debug/restamp/"+namespace+"/"+pod, nil)
 }
 
 // postToNode posts to an edge node's MetaServer address.
@@ -411,6 +432,16 @@ func (s *Sim) RestartNode(name string) error {
 // KillWorker kills the process of a container with SIGKILL, as an out-of-memory kill would, and returns once it
 // is gone.
 func (s *Sim) KillWorker(node, namespace, pod, container string) error {
+	return s.signalWorker(node, namespace, pod, container, syscall.SIGKILL)
+}
+
+// EndWorker makes the process of a sample worker's container exit 0 (SIGUSR1), as a worker that finished
+// would, and returns once it is gone.
+func (s *Sim) EndWorker(node, namespace, pod, container string) error {
+	return s.signalWorker(node, namespace, pod, container, syscall.SIGUSR1)
+}
+
+func (s *Sim) signalWorker(node, namespace, pod, container string, sig syscall.Signal) error {
 	data, err := os.ReadFile(edgesim.PIDFile(s.NodeDir(node), namespace, pod, container))
 	if err != nil {
 		return fmt.Errorf("finding the process of %s/%s: %w", pod, container, err)
@@ -419,7 +450,7 @@ func (s *Sim) KillWorker(node, namespace, pod, container string) error {
 	if err != nil {
 		return err
 	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(pid, sig); err != nil {
 		return err
 	}
 	// Returns once the process is gone, so what follows sees the worker dead, not the dying process.
@@ -428,7 +459,7 @@ func (s *Sim) KillWorker(node, namespace, pod, container string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("process %d of %s/%s still runs 5 s after SIGKILL", pid, pod, container)
+	return fmt.Errorf("process %d of %s/%s still runs 5 s after %v", pid, pod, container, sig)
 }
 
 // WorkerRunning tells whether the process of a container runs, by its pid file.

@@ -2,12 +2,15 @@
 // contract (environment, ports, the LC report API) with trivial "models", so the controllers, the hollow edge
 // nodes and the agents can be exercised end to end without a container engine.
 //
-// Roles: ji-big (the cloud model), ji-little (the edge model), fl-aggregator, fl-trainer.
+// Roles: ji-big (the cloud model), ji-little (the edge model), fl-aggregator, fl-trainer. SIGUSR1 makes any of
+// them exit 0.
 package main
 
 import (
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 )
 
 func main() {
@@ -15,6 +18,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: lifeline-sampleworker ji-big|ji-little|fl-aggregator|fl-trainer")
 		os.Exit(2)
 	}
+	// SIGUSR1 ends any role successfully (exit 0), as a worker that finished or was told to quit would.
+	done := make(chan os.Signal, 1)
+	signal.Notify(done, syscall.SIGUSR1)
+	go func() { <-done; os.Exit(0) }()
 	env := contractEnv{get: os.Getenv}
 	var err error
 	switch os.Args[1] {

@@ -18,36 +18,53 @@ import (
 	"github.com/lifeline-edge/lifeline/test/edgesim"
 )
 
+// options are the command line's settings.
+type options struct {
+	kubeconfig, nodeName, stateDir, imagesFile, criSocket, metaServer string
+	cloud                                                             bool
+	cfg                                                               edgesim.Config
+}
+
+func parseFlags(args []string) (*options, error) {
+	var o options
+	fs := flag.NewFlagSet("lifeline-edgesim", flag.ContinueOnError)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the API server (or of the node's proxy to it)")
+	fs.StringVar(&o.nodeName, "node-name", "", "name of the Node to register")
+	fs.StringVar(&o.stateDir, "state-dir", "", "directory for the node's pods, logs and pid files")
+	fs.StringVar(&o.imagesFile, "images", "", `JSON file mapping images (without tag) to commands: {"image": ["/path/bin", "arg"]}`)
+	fs.BoolVar(&o.cloud, "cloud", false, "register a cloud node (no edge labels)")
+	fs.StringVar(&o.criSocket, "cri-socket", "", "serve the node's CRI subset (what the edge agent reads) on this unix socket")
+	fs.StringVar(&o.metaServer, "metaserver-address", edgesim.DefaultMetaServerAddress,
+		"serve the node's MetaServer subset (pod list and watch, pods/restart) over plain HTTP on this TCP address, as edgecore does; empty: none")
+	fs.StringVar(&o.cfg.StaticPodDir, "static-pod-dir", "", "edged's manifest directory: the pods in it run without the API server")
+	fs.StringVar(&o.cfg.LCServer, "lc-server", "", "LC_SERVER given to the node's workers instead of theirs (the node agent's report address)")
+	fs.DurationVar(&o.cfg.HeartbeatInterval, "heartbeat-interval", 10*time.Second, "how often the node renews its lease and status")
+	fs.DurationVar(&o.cfg.LeaseDuration, "lease-duration", 40*time.Second, "duration of the node's lease")
+	fs.DurationVar(&o.cfg.CrashBackoff, "crash-backoff", 10*time.Second, "first restart delay of a crashing container")
+	fs.DurationVar(&o.cfg.MaxCrashBackoff, "max-crash-backoff", 5*time.Minute, "longest restart delay")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return &o, nil
+}
+
 func main() {
-	var (
-		kubeconfig = flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the API server (or of the node's proxy to it)")
-		nodeName   = flag.String("node-name", "", "name of the Node to register")
-		stateDir   = flag.String("state-dir", "", "directory for the node's pods, logs and pid files")
-		imagesFile = flag.String("images", "", `JSON file mapping images (without tag) to commands: {"image": ["/path/bin", "arg"]}`)
-		cloud      = flag.Bool("cloud", false, "register a cloud node (no edge labels)")
-		criSocket  = flag.String("cri-socket", "", "serve the node's CRI subset (what the edge agent reads) on this unix socket")
-		metaServer = flag.String("metaserver-address", "", "serve the node's MetaServer subset (pod list, pods/restart) on this TCP address")
-		staticDir  = flag.String("static-pod-dir", "", "edged's manifest directory: the pods in it run without the API server")
-		lcServer   = flag.String("lc-server", "", "LC_SERVER given to the node's workers instead of theirs (the node agent's report address)")
-		heartbeat  = flag.Duration("heartbeat-interval", 10*time.Second, "how often the node renews its lease and status")
-		lease      = flag.Duration("lease-duration", 40*time.Second, "duration of the node's lease")
-		backoff    = flag.Duration("crash-backoff", 10*time.Second, "first restart delay of a crashing container")
-		maxBackoff = flag.Duration("max-crash-backoff", 5*time.Minute, "longest restart delay")
-	)
-	flag.Parse()
-	if err := run(*kubeconfig, *nodeName, *stateDir, *imagesFile, *criSocket, *metaServer, *cloud, edgesim.Config{
-		HeartbeatInterval: *heartbeat, LeaseDuration: *lease, CrashBackoff: *backoff, MaxCrashBackoff: *maxBackoff, LCServer: *lcServer, StaticPodDir: *staticDir,
-	}); err != nil {
+	o, err := parseFlags(os.Args[1:])
+	if err == nil {
+		err = run(o)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-edgesim:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, nodeName, stateDir, imagesFile, criSocket, metaServer string, cloud bool, cfg edgesim.Config) error {
-	if nodeName == "" || stateDir == "" || imagesFile == "" {
+func run(o *options) error {
+	cfg := o.cfg
+	if o.nodeName == "" || o.stateDir == "" || o.imagesFile == "" {
 		return fmt.Errorf("--node-name, --state-dir and --images are required")
 	}
-	restCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	restCfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
@@ -55,29 +72,29 @@ func run(kubeconfig, nodeName, stateDir, imagesFile, criSocket, metaServer strin
 	if err != nil {
 		return err
 	}
-	data, err := os.ReadFile(imagesFile)
+	data, err := os.ReadFile(o.imagesFile)
 	if err != nil {
 		return fmt.Errorf("reading image map: %w", err)
 	}
 	if err := json.Unmarshal(data, &cfg.Images); err != nil {
-		return fmt.Errorf("decoding image map %s: %w", imagesFile, err)
+		return fmt.Errorf("decoding image map %s: %w", o.imagesFile, err)
 	}
-	cfg.NodeName, cfg.Client, cfg.StateDir = nodeName, client, stateDir
-	if cloud {
+	cfg.NodeName, cfg.Client, cfg.StateDir = o.nodeName, client, o.stateDir
+	if o.cloud {
 		cfg.Labels = map[string]string{"node-role.kubernetes.io/cloud": ""}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	node := edgesim.New(cfg)
-	if criSocket != "" {
+	if o.criSocket != "" {
 		go func() {
-			if err := node.ServeCRI(ctx, criSocket); err != nil {
+			if err := node.ServeCRI(ctx, o.criSocket); err != nil {
 				fmt.Fprintln(os.Stderr, "lifeline-edgesim:", err)
 			}
 		}()
 	}
-	if metaServer != "" {
-		l, err := net.Listen("tcp", metaServer)
+	if o.metaServer != "" {
+		l, err := net.Listen("tcp", o.metaServer)
 		if err != nil {
 			return fmt.Errorf("listening for the MetaServer subset: %w", err)
 		}

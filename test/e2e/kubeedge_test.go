@@ -1,0 +1,289 @@
+package e2e
+
+// What real KubeEdge does differently from what Lifeline first assumed, each as a test on the hollow node that
+// now behaves as edgecore does (docs/simulation.md).
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
+	"github.com/lifeline-edge/lifeline/cloud/liveness"
+)
+
+const roleLabel = "lifeline.sedna.io/role"
+
+// metaServerPods lists pods through an edge node's MetaServer and returns "<node>/<name>" of each.
+func metaServerPods(t testing.TB, node string, query url.Values) []string {
+	t.Helper()
+	resp, err := http.Get(s.MetaServerURL(node) + "/api/v1/pods?" + query.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	list := &corev1.PodList{}
+	if err := json.NewDecoder(resp.Body).Decode(list); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, p := range list.Items {
+		out = append(out, p.Spec.NodeName+"/"+p.Name)
+	}
+	return out
+}
+
+// onlyOn tells whether every "<node>/<name>" is on node.
+func onlyOn(pods []string, node string) bool {
+	for _, p := range pods {
+		if !strings.HasPrefix(p, node+"/") {
+			return false
+		}
+	}
+	return true
+}
+
+// eventCount counts the occurrences of Events with reason about obj (a series counts as its count).
+func eventCount(t testing.TB, obj client.Object, reason string) int {
+	t.Helper()
+	list := &eventsv1.EventList{}
+	if err := s.Client.List(context.Background(), list, client.InNamespace(obj.GetNamespace())); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range list.Items {
+		if e.Regarding.UID != obj.GetUID() || e.Reason != reason {
+			continue
+		}
+		if e.Series != nil {
+			n += int(e.Series.Count)
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
+// waitCutOffInTheMetaServer waits until the node's MetaServer answers from the node's own store: the service's
+// cloud worker, another node's pod the cloud lists, is gone from its answer.
+func waitCutOffInTheMetaServer(t testing.TB, node string) {
+	t.Helper()
+	eventually(t, within, node+"'s MetaServer answering from the node's store", func(context.Context) (bool, error) {
+		pods := metaServerPods(t, node, url.Values{"labelSelector": {roleLabel}})
+		return len(pods) > 0 && onlyOn(pods, node), nil
+	})
+}
+
+// restartAgent stops the node's agent and starts it again, its state kept.
+func restartAgent(t testing.TB, node string) {
+	t.Helper()
+	s.StopAgent(node)
+	if err := s.StartAgent(node); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// freshAgent starts the node's agent again with an empty state directory, as on a node where it was just
+// installed; when the test ends the agent runs again with the state it had, so later tests meet the node as
+// they expect.
+func freshAgent(t testing.TB, node string) {
+	t.Helper()
+	dir := s.AgentStateDir(node)
+	s.StopAgent(node)
+	if err := os.Rename(dir, dir+".kept"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.StopAgent(node)
+		if err := os.RemoveAll(dir); err != nil {
+			t.Error(err)
+		}
+		if err := os.Rename(dir+".kept", dir); err != nil {
+			t.Error(err)
+		}
+		if err := s.StartAgent(node); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := s.StartAgent(node); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// (a) Cut off, edgecore's MetaServer ignores a fieldSelector (it lists nothing): an agent installed while its node
+// is cut off, with an empty state directory, still learns the node's workers and reports a death.
+func TestAgentStartedCutOffWithAnEmptyStateLearnsItsWorkers(t *testing.T) {
+	skipShort(t)
+	ji, pod := readyService(t)
+	cutOff(t, edgeNode, false)
+	waitCutOffInTheMetaServer(t, edgeNode)
+	if got := metaServerPods(t, edgeNode, url.Values{"labelSelector": {roleLabel}, "fieldSelector": {"spec.nodeName=" + edgeNode}}); len(got) != 0 {
+		t.Fatalf("the cut-off MetaServer honoured a fieldSelector (%v); edgecore's lists nothing", got)
+	}
+	freshAgent(t, edgeNode)
+	time.Sleep(3 * time.Second) // the new agent connected and listed its workers
+	if err := s.KillWorker(edgeNode, "default", pod.Name, "little-model"); err != nil {
+		t.Fatal(err)
+	}
+	waitEdgeWorker(t, ji, "the worker's death reported by the agent that started cut off", func(w v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessDead
+	})
+}
+
+// (b) Connected, edgecore's MetaServer is not scoped to its node: it lists every node's pods. The agent still
+// publishes only its own node's workers (the controller would drop the others as forged).
+func TestAgentNeverPublishesOtherNodesPodsTheMetaServerLists(t *testing.T) {
+	skipShort(t)
+	readyService(t)
+	pods := metaServerPods(t, edgeNode, url.Values{"labelSelector": {roleLabel}})
+	if onlyOn(pods, edgeNode) {
+		t.Fatalf("the connected MetaServer listed only %s's pods (%v); edgecore's lists every node's", edgeNode, pods)
+	}
+	if got := metaServerPods(t, edgeNode, url.Values{"labelSelector": {roleLabel}, "fieldSelector": {"spec.nodeName=" + edgeNode}}); len(got) != 1 || !onlyOn(got, edgeNode) {
+		t.Errorf("through the cloud, fieldSelector=spec.nodeName=%s listed %v, want the node's one worker", edgeNode, got)
+	}
+	forged := func() float64 {
+		v, err := s.ControllerMetric("lifeline_liveness_dropped_total", `reason="`+liveness.DropForged+`"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before := forged()
+	restartAgent(t, edgeNode)
+	time.Sleep(5 * time.Second) // listed, watched and published
+	if after := forged(); after != before {
+		t.Errorf("%v states dropped as forged after %s's agent started: it published other nodes' pods", after-before, edgeNode)
+	}
+	data, err := os.ReadFile(filepath.Join(s.AgentStateDir(edgeNode), "desired-workers.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		if node, name, _ := strings.Cut(p, "/"); node != edgeNode && strings.Contains(string(data), `"`+name+`"`) {
+			t.Errorf("%s's agent took %s, a pod of %s, for one of its workers", edgeNode, name, node)
+		}
+	}
+}
+
+// (c) One death on a cut-off node is one episode: exactly one restart command, and one result, however many
+// states the dead worker goes through before edged's back-off restarts it (here its exit re-stamped three times,
+// as the stops of a runtime that re-stamps exited containers did on the rig).
+func TestOneDeathOnACutOffNodeGetsOneRestartCommand(t *testing.T) {
+	skipShort(t)
+	ji, pod := readyService(t)
+	cutOff(t, edgeNode, false)
+	waitEdgeWorker(t, ji, "the agent the truth", func(w v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
+	})
+	if err := s.KillWorker(edgeNode, "default", pod.Name, "little-model"); err != nil {
+		t.Fatal(err)
+	}
+	waitEdgeWorker(t, ji, "the worker dead, in the agent's word", func(w v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessDead
+	})
+	for range 3 { // what each stop did to the exited container on the rig's runtime: a new state of the dead worker
+		time.Sleep(500 * time.Millisecond)
+		if err := s.RestampExit(edgeNode, "default", pod.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitEdgeWorker(t, ji, "the worker running again, after the node's back-off", func(w v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive && w.Restarts >= 1
+	})
+	time.Sleep(3 * time.Second) // a late second command would have been sent by now
+	if n := eventCount(t, ji, liveness.ReasonRestartCommandSent); n != 1 {
+		t.Errorf("%d restart commands for one death, want 1", n)
+	}
+	if n := eventCount(t, ji, liveness.ReasonRestartedByAgent); n > 1 {
+		t.Errorf("%d restarts by the agent for one death, want at most 1", n)
+	}
+}
+
+// (d) On a cut-off node, a JI worker (restartPolicy Always) that exits 0 is down: it is acted on and runs again.
+// An FL trainer (OnFailure) that exits 0 has completed: nothing restarts it.
+func TestExitZeroOnACutOffNodeIsDeathForAJIWorkerAndCompletionForAnFLTrainer(t *testing.T) {
+	skipShort(t)
+	ji, pod := readyService(t)
+	job := apply(t, "federatedlearningjob_v1alpha1.yaml", []string{"surface-defect-detection-model"},
+		map[string]string{"edge1-surface-defect-detection-dataset": "edge1", "edge2-surface-defect-detection-dataset": "edge2"},
+		func(o client.Object) {
+			o.SetName("surface-defect-detection-exit-zero")
+			o.(*v1alpha1.FederatedLearningJob).Spec.AggregationWorker.Template.Spec.Containers[0].Env =
+				[]corev1.EnvVar{{Name: "exit_round", Value: "100000"}}
+		}).(*v1alpha1.FederatedLearningJob)
+	t.Cleanup(func() { _ = s.Client.Delete(context.Background(), job) })
+	trainer := fl.TrainerName(job.GetName(), 0) // on edge1
+	eventually(t, within, "trainer 0 running", func(context.Context) (bool, error) {
+		return s.WorkerRunning("edge1", "default", trainer, "train-worker"), nil
+	})
+	cutOff(t, edgeNode, false)
+	cutOff(t, "edge1", false)
+	waitEdgeWorker(t, ji, "the agent the truth", func(w v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
+	})
+	if err := s.EndWorker(edgeNode, "default", pod.Name, "little-model"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EndWorker("edge1", "default", trainer, "train-worker"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, within, "the JI worker that exited 0 acted on", func(context.Context) (bool, error) {
+		return eventCount(t, ji, liveness.ReasonRestartCommandSent)+eventCount(t, ji, liveness.ReasonRestartedOffline) > 0, nil
+	})
+	waitEdgeWorker(t, ji, "the JI worker running again", func(w v1alpha1.WorkerStatus) bool {
+		return w.Liveness == v1alpha1.LivenessAlive && w.Restarts >= 1
+	})
+	time.Sleep(5 * time.Second) // past the agent's wait for the controller: a restart would have been asked for
+	for _, reason := range []string{liveness.ReasonRestartCommandSent, liveness.ReasonRestartedByAgent, liveness.ReasonRestartedOffline} {
+		if n := eventCount(t, job, reason); n != 0 {
+			t.Errorf("%d %s Events for a trainer that completed", n, reason)
+		}
+	}
+	if s.WorkerRunning("edge1", "default", trainer, "train-worker") {
+		t.Error("the trainer that exited 0 runs again")
+	}
+}
+
+// (e) An agent restart begins its heartbeat sequence again at 1: the controller takes the new birth as a reset,
+// drops none of the new heartbeats as replayed, and the cut-off node stays online (its agent the truth).
+func TestAgentRestartKeepsItsHeartbeatsCounting(t *testing.T) {
+	skipShort(t)
+	ji, _ := readyService(t)
+	cutOff(t, edgeNode, false)
+	waitEdgeWorker(t, ji, "the agent the truth", func(w v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
+	})
+	time.Sleep(2 * time.Second) // a few heartbeats of the first session
+	replayed := func() float64 {
+		v, err := s.ControllerMetric("lifeline_liveness_dropped_total", `reason="`+liveness.DropReplayed+`"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before := replayed()
+	restartAgent(t, edgeNode)
+	time.Sleep(6 * time.Second) // twice the silence the controller allows (three 1 s heartbeat intervals)
+	if after := replayed(); after != before {
+		t.Errorf("%v messages dropped as replayed after the agent restarted", after-before)
+	}
+	w, err := edgeWorkerStatus(context.Background(), ji)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Source != v1alpha1.StatusSourceAgent || w.Liveness != v1alpha1.LivenessAlive {
+		t.Errorf("after the agent restart the edge worker is %s from %s, want Alive from the agent", w.Liveness, w.Source)
+	}
+}
