@@ -83,7 +83,7 @@ func TestNodeBackFromACutReMergesTheStatus(t *testing.T) {
 
 // TestHealingGoesOnWhenTheStatusCannotBeWritten: a trainer dies on a node cut off from the API server; its job's
 // status cannot be written (a report grew it too large, an admission policy refuses it). The agent is still told
-// to restart the trainer — a status that cannot be stored must never stop the healing.
+// to rebuild the trainer its node lost — a status that cannot be stored must never stop the healing.
 func TestHealingGoesOnWhenTheStatusCannotBeWritten(t *testing.T) {
 	cluster.SkipIfShort(t)
 	edge := runEdgeAware(t)
@@ -94,9 +94,9 @@ func TestHealingGoesOnWhenTheStatusCannotBeWritten(t *testing.T) {
 	job, trainer := startJobOn(t, ns, node)
 
 	edge.AgentCutOff(t, node)
-	edge.WorkerFailed(t, trainer)
-	eventually(t, within, "a restart command to the cut-off node", func(context.Context) (bool, error) {
-		if edge.RestartSentTo(trainer) {
+	edge.WorkerLost(t, trainer)
+	eventually(t, within, "a rebuild command to the cut-off node", func(context.Context) (bool, error) {
+		if edge.RebuildSentTo(trainer) {
 			return true, nil
 		}
 		return false, fmt.Errorf("commands sent: %v", edge.Commands())

@@ -128,7 +128,7 @@ func TestNodeBackFromACutReMergesTheStatus(t *testing.T) {
 
 // TestHealingGoesOnWhenTheStatusCannotBeWritten: a worker dies on a node cut off from the API server; its
 // service's status cannot be written (a report grew it too large, an admission policy refuses it). The agent is
-// still told to restart the worker — a status that cannot be stored must never stop the healing.
+// still told to rebuild the worker its node lost — a status that cannot be stored must never stop the healing.
 func TestHealingGoesOnWhenTheStatusCannotBeWritten(t *testing.T) {
 	cluster.SkipIfShort(t)
 	edge := runEdgeAware(t)
@@ -139,11 +139,11 @@ func TestHealingGoesOnWhenTheStatusCannotBeWritten(t *testing.T) {
 	ji := createServiceOn(t, ns, node)
 	pod := edgePod(t, ns)
 
-	// The agent is heard, says its node is cut off from the API server, and that the worker failed.
+	// The agent is heard, says its node is cut off from the API server, and that its node lost the worker.
 	edge.AgentCutOff(t, node)
-	edge.WorkerFailed(t, pod)
-	eventually(t, reconcileBound, "a restart command to the cut-off node", func(context.Context) (bool, error) {
-		if edge.RestartSentTo(pod) {
+	edge.WorkerLost(t, pod)
+	eventually(t, reconcileBound, "a rebuild command to the cut-off node", func(context.Context) (bool, error) {
+		if edge.RebuildSentTo(pod) {
 			return true, nil
 		}
 		return false, fmt.Errorf("commands sent: %v", edge.Commands())

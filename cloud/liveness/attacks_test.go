@@ -81,7 +81,7 @@ func TestForgedResultForAnotherNodesPodDropped(t *testing.T) {
 	b.cutOff("edge1", now)
 	b.cutOff("edge2", now)
 	b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u1", Seq: 3, Episode: 3, Phase: lifelinev1.Phase_PHASE_FAILED}, now)
-	id, err := b.tr.RestartDead(b.out, pod, b.tr.ViewOf(pod, false, now), now)
+	id, err := b.tr.HealDead(b.out, pod, b.tr.ViewOf(pod, false, now), now)
 	if err != nil || id == "" {
 		t.Fatalf("no command sent: %v", err)
 	}
@@ -96,7 +96,7 @@ func TestForgedResultForAnotherNodesPodDropped(t *testing.T) {
 		{"another node answers the command", "edge2", answer(id, false, "u1"), DropForged},
 		{"another node claims a local restart", "edge2", answer("local/1", true, "u1"), DropForged},
 		{"another incarnation of the pod", "edge1", answer("local/1", true, "u0"), DropForged},
-		{"a command never sent", "edge1", answer("restart/u1/99", false, "u1"), DropForged},
+		{"a command never sent", "edge1", answer("rebuild/u1/99", false, "u1"), DropForged},
 		{"a crafted id", "edge1", answer("local/default/w/u1/1/", false, "u1"), DropForged},
 		{"a pod the API server does not have", "edge1", &lifelinev1.CommandResult{CommandId: "local/1", Namespace: "default", Pod: "nobody", PodUid: "u9", Local: true}, DropUnknownPod},
 	}

@@ -68,28 +68,27 @@ func commandGate(lastSent time.Time, bucket tokenBucket, now time.Time) (tokenBu
 	return tokenBucket{tokens: tokens - 1, at: now}, "", time.Time{}
 }
 
-// healAction is what a worker the agent reports in phase needs, under its pod's restart policy: a restart when
-// its containers failed, or exited 0 where Kubernetes restarts them (restartPolicy Always, the default); a
-// rebuild when the node lost its pod. A worker that succeeded under OnFailure or Never has completed: nothing.
+// healAction is what a worker the agent reports in phase needs, under its pod's restart policy: a rebuild when
+// the node will never run it again — it lost the pod, or the containers failed under restartPolicy Never — and
+// nothing otherwise. A worker that failed under Always or OnFailure, or exited 0 under Always, is restarted by
+// the node itself under its crash back-off, and a restart through the MetaServer only stops containers: it
+// cannot bring the worker back sooner, and one that lands after the node's own restart kills the fresh
+// container and costs a back-off step [P-CMD-6]. A worker that succeeded under OnFailure or Never has completed.
 func healAction(phase lifelinev1.Phase, policy corev1.RestartPolicy) (lifelinev1.Action, bool) {
-	switch phase {
-	case lifelinev1.Phase_PHASE_FAILED:
-		return lifelinev1.Action_ACTION_RESTART, true
-	case lifelinev1.Phase_PHASE_SUCCEEDED:
-		return lifelinev1.Action_ACTION_RESTART, policy == corev1.RestartPolicyAlways || policy == ""
-	case lifelinev1.Phase_PHASE_GONE: // the node lost the pod: the agent runs it again from its manifest
+	switch {
+	case phase == lifelinev1.Phase_PHASE_GONE, phase == lifelinev1.Phase_PHASE_FAILED && policy == corev1.RestartPolicyNever:
 		return lifelinev1.Action_ACTION_REBUILD, true
 	}
 	return lifelinev1.Action_ACTION_UNSPECIFIED, false
 }
 
-// RestartDead sends a fenced command to the agent of a worker that its agent reports down while its node is cut
+// HealDead sends a fenced command to the agent of a worker that its agent reports down while its node is cut
 // off from the API server (see healAction), unless the worker's offline policy is None. One command per worker
 // episode: the id and the epoch are the state's episode, which a dead worker keeps however many states it
 // publishes, so a death is answered once [P-CMD-5]. Commands are rate-limited per worker and per node; a
 // command held back is not lost: the worker is woken when the limit lets it go. It returns the id of a command
 // it sent now, or "".
-func (t *Tracker) RestartDead(out Commands, pod *corev1.Pod, v View, now time.Time) (string, error) {
+func (t *Tracker) HealDead(out Commands, pod *corev1.Pod, v View, now time.Time) (string, error) {
 	if out == nil || v.Truth != TruthAgent || pod.Annotations[contract.OfflinePolicyAnnotation] == string(v1alpha1.OfflineActionNone) {
 		return "", nil
 	}

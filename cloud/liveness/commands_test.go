@@ -22,7 +22,7 @@ func TestOneCommandPerDeathEpisode(t *testing.T) {
 	pod := b.addPod("edge1", "default", "w", "u1")
 	b.cutOff("edge1", now)
 	decide := func(at time.Time) {
-		if _, err := b.tr.RestartDead(b.out, pod, b.tr.ViewOf(pod, false, at), at); err != nil {
+		if _, err := b.tr.HealDead(b.out, pod, b.tr.ViewOf(pod, false, at), at); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -34,8 +34,8 @@ func TestOneCommandPerDeathEpisode(t *testing.T) {
 		b.heartbeat("edge1", 1, uint64(i+2), false, at)
 		decide(at)
 	}
-	if len(b.out.sent) != 1 || b.out.sent[0].Id != "restart/u1/11" || b.out.sent[0].Epoch != 11 {
-		t.Fatalf("commands %v for one death, want one, restart/u1/11 with epoch 11", b.out.sent)
+	if len(b.out.sent) != 1 || b.out.sent[0].Id != "rebuild/u1/11" || b.out.sent[0].Epoch != 11 {
+		t.Fatalf("commands %v for one death, want one, rebuild/u1/11 with epoch 11", b.out.sent)
 	}
 	later := now.Add(time.Minute)
 	b.heartbeat("edge1", 1, 100, false, later)
@@ -43,7 +43,7 @@ func TestOneCommandPerDeathEpisode(t *testing.T) {
 	decide(later)
 	b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u1", Seq: 41, Episode: 41, Phase: lifelinev1.Phase_PHASE_FAILED}, later)
 	decide(later)
-	if len(b.out.sent) != 2 || b.out.sent[1].Id != "restart/u1/41" || b.out.sent[1].Epoch != 41 {
+	if len(b.out.sent) != 2 || b.out.sent[1].Id != "rebuild/u1/41" || b.out.sent[1].Epoch != 41 {
 		t.Errorf("commands %v, want a second one for the second death, epoch 41", b.out.sent)
 	}
 }
@@ -65,7 +65,7 @@ func TestCommandsRateLimitedPerWorkerAndNode(t *testing.T) {
 	b.tr.tick(now) // the node is online
 	act := func(at time.Time) {
 		for _, p := range pods {
-			if _, err := b.tr.RestartDead(b.out, p, b.tr.ViewOf(p, false, at), at); err != nil {
+			if _, err := b.tr.HealDead(b.out, p, b.tr.ViewOf(p, false, at), at); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -91,7 +91,7 @@ func TestCommandsRateLimitedPerWorkerAndNode(t *testing.T) {
 	b.heartbeat("edge1", 1, 3, false, again)
 	b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "w0", Uid: "w0", Seq: 7, Episode: 7, Phase: lifelinev1.Phase_PHASE_FAILED}, again)
 	waitFor(t, ch, "w0")
-	if id, _ := b.tr.RestartDead(b.out, pods[0], b.tr.ViewOf(pods[0], false, again), again); id != "" {
+	if id, _ := b.tr.HealDead(b.out, pods[0], b.tr.ViewOf(pods[0], false, again), again); id != "" {
 		t.Errorf("command %s within %s of the worker's last", id, commandSpacing)
 	}
 	if got := testutil.ToFloat64(b.tr.throttled.WithLabelValues(limitWorker)); got != 1 {
@@ -101,7 +101,7 @@ func TestCommandsRateLimitedPerWorkerAndNode(t *testing.T) {
 	b.heartbeat("edge1", 1, 4, false, due)
 	b.tr.tick(due)
 	waitFor(t, ch, "w0")
-	if id, _ := b.tr.RestartDead(b.out, pods[0], b.tr.ViewOf(pods[0], false, due), due); id != "restart/w0/7" {
+	if id, _ := b.tr.HealDead(b.out, pods[0], b.tr.ViewOf(pods[0], false, due), due); id != "rebuild/w0/7" {
 		t.Errorf("command %q once the limit ran out, want restart/w0/7", id)
 	}
 }
@@ -124,28 +124,6 @@ func waitFor(t *testing.T, ch <-chan event.GenericEvent, names ...string) {
 	}
 }
 
-// [P-CMD-5] A worker that exited 0 is down when Kubernetes would restart it (restartPolicy Always, as JI
-// workers): it gets a restart command like a failed one. Under OnFailure or Never (FL trainers) it completed:
-// no command; its status says Succeeded (liveness Dead, as the API server shows a Succeeded pod).
-func TestSucceededAlwaysWorkerIsRestarted(t *testing.T) {
-	for _, c := range []struct {
-		policy  corev1.RestartPolicy
-		command bool
-	}{{corev1.RestartPolicyAlways, true}, {"", true}, {corev1.RestartPolicyOnFailure, false}, {corev1.RestartPolicyNever, false}} {
-		t.Run(fmt.Sprintf("restartPolicy %q", c.policy), func(t *testing.T) {
-			b := newBench(t)
-			now := time.Unix(1000, 0)
-			pod := b.addPod("edge1", "default", "w", "u1")
-			pod.Spec.RestartPolicy = c.policy
-			b.cutOff("edge1", now)
-			b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u1", Seq: 3, Episode: 3, Phase: lifelinev1.Phase_PHASE_SUCCEEDED}, now)
-			id, err := b.tr.RestartDead(b.out, pod, b.tr.ViewOf(pod, false, now), now)
-			if err != nil || (id == "restart/u1/3") != c.command || (id != "") != c.command {
-				t.Errorf("command %q (%v), want one: %v", id, err, c.command)
-			}
-		})
-	}
-}
 
 // The heal decision for every phase and restart policy.
 func TestHealAction(t *testing.T) {
@@ -155,11 +133,15 @@ func TestHealAction(t *testing.T) {
 		want   lifelinev1.Action
 		heal   bool
 	}{
-		{lifelinev1.Phase_PHASE_FAILED, corev1.RestartPolicyNever, lifelinev1.Action_ACTION_RESTART, true},
-		{lifelinev1.Phase_PHASE_FAILED, corev1.RestartPolicyAlways, lifelinev1.Action_ACTION_RESTART, true},
+		{lifelinev1.Phase_PHASE_FAILED, corev1.RestartPolicyNever, lifelinev1.Action_ACTION_REBUILD, true},
+		{lifelinev1.Phase_PHASE_FAILED, corev1.RestartPolicyAlways, lifelinev1.Action_ACTION_UNSPECIFIED, false},
+		{lifelinev1.Phase_PHASE_FAILED, corev1.RestartPolicyOnFailure, lifelinev1.Action_ACTION_UNSPECIFIED, false},
+		{lifelinev1.Phase_PHASE_FAILED, "", lifelinev1.Action_ACTION_UNSPECIFIED, false},
 		{lifelinev1.Phase_PHASE_GONE, corev1.RestartPolicyOnFailure, lifelinev1.Action_ACTION_REBUILD, true},
-		{lifelinev1.Phase_PHASE_SUCCEEDED, corev1.RestartPolicyAlways, lifelinev1.Action_ACTION_RESTART, true},
-		{lifelinev1.Phase_PHASE_SUCCEEDED, corev1.RestartPolicyOnFailure, lifelinev1.Action_ACTION_RESTART, false},
+		{lifelinev1.Phase_PHASE_GONE, corev1.RestartPolicyAlways, lifelinev1.Action_ACTION_REBUILD, true},
+		{lifelinev1.Phase_PHASE_SUCCEEDED, corev1.RestartPolicyAlways, lifelinev1.Action_ACTION_UNSPECIFIED, false},
+		{lifelinev1.Phase_PHASE_SUCCEEDED, corev1.RestartPolicyOnFailure, lifelinev1.Action_ACTION_UNSPECIFIED, false},
+		{lifelinev1.Phase_PHASE_SUCCEEDED, corev1.RestartPolicyNever, lifelinev1.Action_ACTION_UNSPECIFIED, false},
 		{lifelinev1.Phase_PHASE_RUNNING, corev1.RestartPolicyAlways, lifelinev1.Action_ACTION_UNSPECIFIED, false},
 		{lifelinev1.Phase_PHASE_PENDING, corev1.RestartPolicyAlways, lifelinev1.Action_ACTION_UNSPECIFIED, false},
 	}
@@ -208,10 +190,47 @@ func TestUnsentCommandIsTriedAgain(t *testing.T) {
 	pod := b.addPod("edge1", "default", "w", "u1")
 	b.cutOff("edge1", now)
 	b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u1", Seq: 3, Episode: 3, Phase: lifelinev1.Phase_PHASE_FAILED}, now)
-	if id, err := b.tr.RestartDead(failingCommands{}, pod, b.tr.ViewOf(pod, false, now), now); err == nil || id != "" {
+	if id, err := b.tr.HealDead(failingCommands{}, pod, b.tr.ViewOf(pod, false, now), now); err == nil || id != "" {
 		t.Fatalf("publish failure: %q, %v; want an error", id, err)
 	}
-	if id, err := b.tr.RestartDead(b.out, pod, b.tr.ViewOf(pod, false, now), now); err != nil || id != "restart/u1/3" {
-		t.Errorf("the retry sent %q, %v; want restart/u1/3 at once", id, err)
+	if id, err := b.tr.HealDead(b.out, pod, b.tr.ViewOf(pod, false, now), now); err != nil || id != "rebuild/u1/3" {
+		t.Errorf("the retry sent %q, %v; want rebuild/u1/3 at once", id, err)
+	}
+}
+
+// [P-CMD-6] A worker that failed, or exited 0, where its node runs it again by itself (restartPolicy Always or
+// OnFailure for a failure, Always for an exit 0) gets no command: the node restarts it under its crash back-off,
+// and a restart through the MetaServer only stops containers. Only a failure under Never, which the node never
+// runs again, is rebuilt; an exit 0 under OnFailure or Never is completion.
+func TestNoCommandForAWorkerItsNodeRestarts_P_CMD_6(t *testing.T) {
+	for _, c := range []struct {
+		phase   lifelinev1.Phase
+		policy  corev1.RestartPolicy
+		command string
+	}{
+		{lifelinev1.Phase_PHASE_FAILED, corev1.RestartPolicyAlways, ""},
+		{lifelinev1.Phase_PHASE_FAILED, "", ""},
+		{lifelinev1.Phase_PHASE_FAILED, corev1.RestartPolicyOnFailure, ""},
+		{lifelinev1.Phase_PHASE_FAILED, corev1.RestartPolicyNever, "rebuild/u1/3"},
+		{lifelinev1.Phase_PHASE_SUCCEEDED, corev1.RestartPolicyAlways, ""},
+		{lifelinev1.Phase_PHASE_SUCCEEDED, corev1.RestartPolicyOnFailure, ""},
+		{lifelinev1.Phase_PHASE_SUCCEEDED, corev1.RestartPolicyNever, ""},
+	} {
+		t.Run(fmt.Sprintf("%s under %q", c.phase, c.policy), func(t *testing.T) {
+			b := newBench(t)
+			now := time.Unix(1000, 0)
+			pod := b.addPod("edge1", "default", "w", "u1")
+			pod.Spec.RestartPolicy = c.policy
+			b.cutOff("edge1", now)
+			b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u1", Seq: 3, Episode: 3, Phase: c.phase}, now)
+			id, err := b.tr.HealDead(b.out, pod, b.tr.ViewOf(pod, false, now), now)
+			want := 0
+			if c.command != "" {
+				want = 1
+			}
+			if err != nil || id != c.command || len(b.out.sent) != want {
+				t.Errorf("command %q (%v), %d sent; want %q", id, err, len(b.out.sent), c.command)
+			}
+		})
 	}
 }

@@ -97,7 +97,7 @@ func (e *Edge) Act(pods []*corev1.Pod, views map[string]View, now time.Time) ([]
 			}
 			events = append(events, ev)
 		}
-		id, err := e.Tracker.RestartDead(e.Commands, p, views[p.Name], now)
+		id, err := e.Tracker.HealDead(e.Commands, p, views[p.Name], now)
 		if err != nil {
 			return events, err
 		}

@@ -97,7 +97,7 @@ func checkTable(t *testing.T, tr *Tracker, pods fakePods, now time.Time) {
 	for ref, info := range pods {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ref.namespace, Name: ref.name, UID: types.UID(info.UID)},
 			Spec: corev1.PodSpec{NodeName: info.Node}}
-		if _, err := tr.RestartDead(out, pod, tr.ViewOf(pod, false, now), now); err != nil {
+		if _, err := tr.HealDead(out, pod, tr.ViewOf(pod, false, now), now); err != nil {
 			t.Error(err)
 		}
 	}
@@ -168,7 +168,7 @@ func FuzzIngestSequence(f *testing.F) {
 					Namespace: ref.namespace, Name: ref.name, Uid: fmt.Sprint("u", a%2), Seq: seq, Episode: uint64(b),
 					Phase: lifelinev1.Phase(a % 6)}), now)
 			case 4:
-				tr.Ingest(nodeTopic(lifelinev1.KindResult), marshal(&lifelinev1.CommandResult{CommandId: fmt.Sprintf("restart/u%d/%d", a%2, b),
+				tr.Ingest(nodeTopic(lifelinev1.KindResult), marshal(&lifelinev1.CommandResult{CommandId: fmt.Sprintf("rebuild/u%d/%d", a%2, b),
 					Namespace: ref.namespace, Pod: ref.name, PodUid: fmt.Sprint("u", a%2), Local: b%2 == 0}), now)
 			case 5:
 				info := pods[ref]

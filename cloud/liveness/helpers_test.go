@@ -52,10 +52,12 @@ func newBench(t testing.TB) *bench {
 }
 
 // addPod makes the API server bind pod namespace/name (UID uid) to node; it returns the pod.
+// addPod adds a worker pod under restartPolicy Never (an FL trainer's): one the node never runs again once it
+// failed, so a failure calls for a rebuild.
 func (b *bench) addPod(node, namespace, name, uid string) *corev1.Pod {
 	b.pods[podRef{namespace, name}] = PodInfo{Node: node, UID: uid, Worker: name}
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID(uid)},
-		Spec: corev1.PodSpec{NodeName: node}}
+		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever}}
 }
 
 func marshal(m proto.Message) []byte {

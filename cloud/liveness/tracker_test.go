@@ -115,35 +115,35 @@ func TestApplyAgentView(t *testing.T) {
 }
 
 // [P-CMD-2] A restart is fenced by the pod UID and the episode of the state it answers, and sent once.
-func TestRestartDeadIsFencedAndSentOnce(t *testing.T) {
+func TestHealDeadIsFencedAndSentOnce(t *testing.T) {
 	b := newBench(t)
 	now := time.Unix(1000, 0)
 	pod := b.addPod("edge1", "default", "w", "u1")
 	b.cutOff("edge1", now)
 	b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u1", Seq: 7, Episode: 7, Phase: lifelinev1.Phase_PHASE_FAILED}, now)
 	dead := b.tr.ViewOf(pod, false, now)
-	id, err := b.tr.RestartDead(b.out, pod, dead, now)
-	if err != nil || id != "restart/u1/7" {
-		t.Fatalf("command %q sent, %v; want restart/u1/7", id, err)
+	id, err := b.tr.HealDead(b.out, pod, dead, now)
+	if err != nil || id != "rebuild/u1/7" {
+		t.Fatalf("command %q sent, %v; want rebuild/u1/7", id, err)
 	}
 	cmd := b.out.sent[0]
-	if b.out.to[0] != "edge1" || cmd.PodUid != "u1" || cmd.Epoch != 7 || cmd.Action != lifelinev1.Action_ACTION_RESTART || cmd.TtlMillis != 30000 {
+	if b.out.to[0] != "edge1" || cmd.PodUid != "u1" || cmd.Epoch != 7 || cmd.Action != lifelinev1.Action_ACTION_REBUILD || cmd.TtlMillis != 30000 {
 		t.Errorf("command %v to %s", cmd, b.out.to[0])
 	}
-	if again, _ := b.tr.RestartDead(b.out, pod, dead, now.Add(time.Minute)); again != "" {
+	if again, _ := b.tr.HealDead(b.out, pod, dead, now.Add(time.Minute)); again != "" {
 		t.Errorf("the same decision sent twice (%s)", again)
 	}
 	for name, v := range map[string]View{
 		"API server's truth": {Truth: TruthAPIServer},
 		"running":            {Truth: TruthAgent, State: &lifelinev1.WorkerState{Seq: 8, Episode: 8, Phase: lifelinev1.Phase_PHASE_RUNNING}},
 	} {
-		if id, _ := b.tr.RestartDead(b.out, pod, v, now); id != "" {
+		if id, _ := b.tr.HealDead(b.out, pod, v, now); id != "" {
 			t.Errorf("%s: command %s sent", name, id)
 		}
 	}
 	pod.Annotations = map[string]string{"lifeline.sedna.io/offline-policy": "None"}
 	dead.State.Episode = 9
-	if id, _ := b.tr.RestartDead(b.out, pod, dead, now.Add(time.Hour)); id != "" {
+	if id, _ := b.tr.HealDead(b.out, pod, dead, now.Add(time.Hour)); id != "" {
 		t.Errorf("offline policy None: command %s sent", id)
 	}
 }

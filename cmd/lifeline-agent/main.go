@@ -177,7 +177,7 @@ func main() {
 		workers.Hold = func() bool { return !probe.Reachable() }
 	}
 	healer := &agent.Healer{Cluster: *cluster, Node: *node, Workers: workers, APIReachable: apiReachable, ControllerReachable: pub.Connected,
-		Actuator: actuator, Rebuilder: rebuilder, Publisher: pub, Episodes: episodes, Timing: timing, Log: log.WithName("healer")}
+		Rebuilder: rebuilder, Publisher: pub, Episodes: episodes, Timing: timing, Log: log.WithName("healer")}
 	reg := prometheus.NewRegistry()
 	reports := reportapi.New(*cluster, *node, pub, workers, pub.BirthSeq, *queue, reg, log.WithName("reports"))
 	reports.Counter = j

@@ -43,17 +43,12 @@ type healCase struct {
 	actedThisEpisode    bool          // this death was restarted or rebuilt already, by a command or locally
 }
 
-// healable tells whether a worker in that phase is dead, for the offline policy.
+// healable tells whether a worker in that phase is one the node will never run again, for the offline policy:
+// its pod is gone, or its containers failed under restartPolicy Never. Any other down worker the node restarts
+// by itself under its crash back-off — a restart through the MetaServer only stops containers, so it could only
+// delay the worker — and an exit 0 under OnFailure or Never is completion [P-HEAL-1].
 func healable(phase lifelinev1.Phase, restartPolicy string) bool {
-	switch phase {
-	case lifelinev1.Phase_PHASE_FAILED, lifelinev1.Phase_PHASE_GONE:
-		return true
-	case lifelinev1.Phase_PHASE_SUCCEEDED:
-		// Exit 0 is death only for a pod the kubelet restarts whatever the exit (JI workers); for OnFailure and
-		// Never (FL trainers and aggregators) it is completion.
-		return restartPolicy == "" || restartPolicy == desired.RestartAlways
-	}
-	return false
+	return phase == lifelinev1.Phase_PHASE_GONE || (phase == lifelinev1.Phase_PHASE_FAILED && restartPolicy == desired.RestartNever)
 }
 
 // shouldHeal is the offline policy rule: restart a worker that is dead, stays dead, and that nobody else can
@@ -88,9 +83,9 @@ type Healer struct {
 	APIReachable  func() bool
 	// ControllerReachable tells whether the broker session is up (the controller can send commands).
 	ControllerReachable func() bool
-	Actuator            Actuator
-	// Rebuilder, when set, brings back a worker whose pod the node lost (PHASE_GONE) while the API server is out
-	// of reach, and hands it back once the API server is there again.
+	// Rebuilder, when set, brings back a worker the node will never run again (its pod lost, or failed under
+	// restartPolicy Never) while the API server is out of reach, and hands it back once the API server is there
+	// again. Without it the healer only reports.
 	Rebuilder Rebuilder
 	// Publisher, when set, receives a result per local restart, so the cloud learns what happened offline.
 	Publisher Publisher
@@ -167,14 +162,8 @@ func (h *Healer) HealOnce(ctx context.Context, now time.Time) {
 		}
 	}
 	for _, d := range due {
-		w, action := d.worker, "restarted"
-		var err error
-		if d.gone {
-			action = "rebuilt as a static pod"
-			err = h.Rebuilder.Rebuild(ctx, w.Namespace, w.Name, w.UID)
-		} else {
-			err = h.Actuator.Restart(ctx, w.Namespace, w.Name, w.UID)
-		}
+		w, action := d.worker, "rebuilt as a static pod"
+		err := h.Rebuilder.Rebuild(ctx, w.Namespace, w.Name, w.UID)
 		outcome, message := lifelinev1.Outcome_OUTCOME_DONE, action+" by the offline policy"
 		if err != nil {
 			h.episodes().Release(w.UID, d.episode) // tried again after the cooldown
@@ -197,10 +186,9 @@ func (h *Healer) episodes() *Episodes {
 	return h.Episodes
 }
 
-// dueWorker is a worker to heal now.
+// dueWorker is a worker to rebuild now.
 type dueWorker struct {
 	worker  desired.Worker
-	gone    bool
 	episode uint64
 }
 
@@ -243,8 +231,7 @@ func (h *Healer) due(now time.Time) (due []dueWorker, release bool) {
 	for _, w := range workers {
 		c := healCase{policy: w.OfflinePolicy, controllerReachable: controller}
 		d, down := h.deadFrom[w.UID]
-		gone := down && d.phase == lifelinev1.Phase_PHASE_GONE
-		if down && healable(d.phase, w.RestartPolicy) && (!gone || h.Rebuilder != nil) {
+		if down && healable(d.phase, w.RestartPolicy) && h.Rebuilder != nil {
 			c.dead, c.deadFor = true, now.Sub(d.since)
 			c.actedThisEpisode = episodes.Acted(w.UID, d.episode)
 		}
@@ -254,7 +241,7 @@ func (h *Healer) due(now time.Time) (due []dueWorker, release bool) {
 		}
 		if shouldHeal(h.Timing, c) && episodes.Claim(w.UID, d.episode) {
 			h.healedAt[w.UID] = now
-			due = append(due, dueWorker{worker: w, gone: gone, episode: d.episode})
+			due = append(due, dueWorker{worker: w, episode: d.episode})
 		}
 	}
 	return due, false

@@ -58,12 +58,11 @@ type fixedWorkers []desired.Worker
 
 func (f fixedWorkers) Workers() []desired.Worker { return f }
 
-// [P-HEAL-1] A worker killed on a node cut off from the API server and the broker is restarted through the
-// hollow node's MetaServer, which (as KubeEdge's) only stops its containers: the node starts it again after its
-// crash back-off. Meanwhile the worker stays dead, its stopped container re-stamped, for several cooldowns;
-// the agent acts once for this death, not once per cooldown, and journals that one action as a local result
-// naming the worker.
-func TestHealerActsOncePerDeathUnderTheNodesCrashBackoff_P_HEAL_1(t *testing.T) {
+// [P-HEAL-1] A worker killed on a node cut off from the API server and the broker, under restartPolicy Always,
+// is the node's to restart: the hollow node (as edged) starts it again after its crash back-off. The agent
+// leaves it alone — a restart through the MetaServer only stops containers — however long it stays dead and
+// however many cooldowns pass: no action, no local result.
+func TestHealerLeavesACrashedWorkerToTheNodesRestart_P_HEAL_1(t *testing.T) {
 	dir := t.TempDir()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "trainer-0", UID: "uid-1"},
 		Spec: corev1.PodSpec{NodeName: "edge-1", RestartPolicy: corev1.RestartPolicyAlways,
@@ -93,13 +92,12 @@ func TestHealerActsOncePerDeathUnderTheNodesCrashBackoff_P_HEAL_1(t *testing.T) 
 		t.Fatal(err)
 	}
 	defer j.Close()
-	pub := &memPublisher{}
-	// A cooldown well under the back-off: without one action per death the agent would act several times.
-	healer := &Healer{Cluster: "c", Node: "edge-1", Publisher: pub, Log: logr.Discard(),
+	pub, rebuild := &memPublisher{}, &recordingRebuilder{}
+	// A cooldown well under the back-off: an agent that acted on such a death would act several times.
+	healer := &Healer{Cluster: "c", Node: "edge-1", Publisher: pub, Rebuilder: rebuild, Log: logr.Discard(),
 		Timing:       HealTiming{DeadFor: 200 * time.Millisecond, Cooldown: 300 * time.Millisecond},
 		Workers:      fixedWorkers{{Namespace: "default", Name: "trainer-0", UID: "uid-1", OfflinePolicy: "Restart", RestartPolicy: "Always"}},
-		APIReachable: func() bool { return false }, ControllerReachable: func() bool { return false },
-		Actuator: &MetaServerActuator{BaseURL: "http://" + l.Addr().String()}}
+		APIReachable: func() bool { return false }, ControllerReachable: func() bool { return false }}
 	observer := &Observer{Cluster: "c", Node: "edge-1", Source: runtime, Publisher: pub, Seq: j,
 		Interval: 100 * time.Millisecond, OnPublished: healer.Observed}
 	go observer.Run(ctx)
@@ -144,17 +142,15 @@ func TestHealerActsOncePerDeathUnderTheNodesCrashBackoff_P_HEAL_1(t *testing.T) 
 			results = append(results, res)
 		}
 	}
-	if len(results) != 1 {
+	if len(results) != 0 || len(rebuild.rebuilt) != 0 {
 		out, _ := json.Marshal(results)
-		t.Fatalf("local results %s, want one for the one death", out)
-	}
-	if r := results[0]; r.Outcome != lifelinev1.Outcome_OUTCOME_DONE || !r.Local || r.Namespace != "default" || r.Pod != "trainer-0" || r.PodUid != "uid-1" || r.CommandId == "" {
-		t.Errorf("local result %v, want DONE, local, naming default/trainer-0 (uid-1)", r)
+		t.Fatalf("local results %s, rebuilt %v; want none: the node restarts the worker itself", out, rebuild.rebuilt)
 	}
 }
 
-// Which exits are deaths for the offline policy: exit 0 is one only for a pod the kubelet restarts whatever the
-// exit (restartPolicy Always, the JI workers); for OnFailure and Never (FL trainers, aggregators) it is done.
+// What the offline policy acts on: a worker the node will never run again — its pod lost, or failed under
+// restartPolicy Never. A failure under Always or OnFailure, and an exit 0 under Always, the node restarts itself;
+// an exit 0 under OnFailure or Never is completion.
 func TestHealableByPhaseAndRestartPolicy(t *testing.T) {
 	cases := []struct {
 		phase  lifelinev1.Phase
@@ -162,9 +158,12 @@ func TestHealableByPhaseAndRestartPolicy(t *testing.T) {
 		want   bool
 	}{
 		{lifelinev1.Phase_PHASE_FAILED, "Never", true},
+		{lifelinev1.Phase_PHASE_FAILED, "OnFailure", false},
+		{lifelinev1.Phase_PHASE_FAILED, "Always", false},
 		{lifelinev1.Phase_PHASE_GONE, "OnFailure", true},
-		{lifelinev1.Phase_PHASE_SUCCEEDED, "Always", true},
-		{lifelinev1.Phase_PHASE_SUCCEEDED, "", true},
+		{lifelinev1.Phase_PHASE_GONE, "Always", true},
+		{lifelinev1.Phase_PHASE_SUCCEEDED, "Always", false},
+		{lifelinev1.Phase_PHASE_SUCCEEDED, "", false},
 		{lifelinev1.Phase_PHASE_SUCCEEDED, "OnFailure", false},
 		{lifelinev1.Phase_PHASE_SUCCEEDED, "Never", false},
 		{lifelinev1.Phase_PHASE_RUNNING, "Always", false},
@@ -177,35 +176,42 @@ func TestHealableByPhaseAndRestartPolicy(t *testing.T) {
 	}
 }
 
-// A JI worker whose container exited 0 on a cut-off node is restarted (edged would restart it too, under its
-// back-off), while a federated-learning trainer that exited 0 has finished and is left alone.
-func TestHealerRestartsExitZeroOnlyForRestartAlwaysPods(t *testing.T) {
-	act := &recordingActuator{}
-	h := &Healer{Workers: fixedWorkers{
-		{Namespace: "default", Name: "ji-edge", UID: "u-ji", RestartPolicy: "Always"},
-		{Namespace: "default", Name: "fl-trainer", UID: "u-fl", RestartPolicy: "OnFailure"},
-	}, Actuator: act, APIReachable: func() bool { return false }, Timing: DefaultHealTiming, Log: logr.Discard()}
+// On a cut-off node the offline policy rebuilds the FL trainer that failed under restartPolicy Never (the node
+// never runs it again, and the cloud cannot replace it while the node is cut off), and leaves alone the JI
+// worker that crashed or exited 0 and the trainer that failed under OnFailure (the node restarts those) and the
+// trainer that exited 0 (it finished).
+func TestHealerRebuildsOnlyWhatTheNodeNeverRunsAgain(t *testing.T) {
+	rebuild := &recordingRebuilder{}
+	workers := fixedWorkers{
+		{Namespace: "default", Name: "ji-crashed", UID: "u1", RestartPolicy: "Always"},
+		{Namespace: "default", Name: "ji-exited", UID: "u2", RestartPolicy: "Always"},
+		{Namespace: "default", Name: "trainer-onfailure", UID: "u3", RestartPolicy: "OnFailure"},
+		{Namespace: "default", Name: "trainer-never", UID: "u4", RestartPolicy: "Never"},
+		{Namespace: "default", Name: "trainer-done", UID: "u5", RestartPolicy: "Never"},
+	}
+	phases := []lifelinev1.Phase{lifelinev1.Phase_PHASE_FAILED, lifelinev1.Phase_PHASE_SUCCEEDED, lifelinev1.Phase_PHASE_FAILED,
+		lifelinev1.Phase_PHASE_FAILED, lifelinev1.Phase_PHASE_SUCCEEDED}
+	h := &Healer{Workers: workers, Rebuilder: rebuild, APIReachable: func() bool { return false }, Timing: DefaultHealTiming, Log: logr.Discard()}
 	start := time.Unix(1000, 0)
 	h.HealOnce(context.Background(), start)
-	for i, w := range []string{"ji-edge", "fl-trainer"} {
-		h.Observed(&lifelinev1.WorkerState{Namespace: "default", Name: w, Uid: map[string]string{"ji-edge": "u-ji", "fl-trainer": "u-fl"}[w],
-			Phase: lifelinev1.Phase_PHASE_SUCCEEDED, Seq: uint64(10 + i), Episode: uint64(10 + i), ObservedUnixNano: start.UnixNano()})
+	for i, w := range workers {
+		h.Observed(&lifelinev1.WorkerState{Namespace: w.Namespace, Name: w.Name, Uid: w.UID, Phase: phases[i],
+			Seq: uint64(10 + i), Episode: uint64(10 + i), ObservedUnixNano: start.UnixNano()})
 	}
 	h.HealOnce(context.Background(), start.Add(6*time.Second))
-	if len(act.restarted) != 1 || act.restarted[0] != "default/ji-edge/u-ji" {
-		t.Errorf("restarted %v, want the JI worker only", act.restarted)
+	if len(rebuild.rebuilt) != 1 || rebuild.rebuilt[0] != "default/trainer-never" {
+		t.Errorf("rebuilt %v, want the trainer that failed under Never only", rebuild.rebuilt)
 	}
 }
 
-// The controller's command and the offline policy share one action per death: after the controller restarted
-// a worker for this episode, the healer does not restart it again while it waits out the node's back-off; a new
-// death (a new episode) is healed.
-func TestHealerDoesNotActAgainOnADeathTheControllerRestarted(t *testing.T) {
+// The controller's command and the offline policy share one action per death: after the controller had a
+// worker rebuilt for this episode, the healer does not rebuild it again; a new death (a new episode) is healed.
+func TestHealerDoesNotActAgainOnADeathTheControllerHealed(t *testing.T) {
 	episodes := &Episodes{}
-	act := &recordingActuator{}
+	rebuild := &recordingRebuilder{}
 	pub := &memPublisher{}
-	cmds := &Commands{Cluster: "c", Node: "edge-1", Actuator: act, Publisher: pub, Episodes: episodes}
-	h := &Healer{Workers: fixedWorkers{{Namespace: "default", Name: "w", UID: "u", RestartPolicy: "Always"}}, Actuator: act,
+	cmds := &Commands{Cluster: "c", Node: "edge-1", Actuator: &recordingActuator{}, Rebuilder: rebuild, Publisher: pub, Episodes: episodes}
+	h := &Healer{Workers: fixedWorkers{{Namespace: "default", Name: "w", UID: "u", RestartPolicy: "Never"}}, Rebuilder: rebuild,
 		Episodes: episodes, APIReachable: func() bool { return false }, ControllerReachable: func() bool { return true },
 		Timing: DefaultHealTiming, Log: logr.Discard()}
 	start := time.Unix(1000, 0)
@@ -214,28 +220,28 @@ func TestHealerDoesNotActAgainOnADeathTheControllerRestarted(t *testing.T) {
 	h.HealOnce(context.Background(), start)
 	h.Observed(dead)
 	cmds.Observed(dead)
-	payload, _ := proto.Marshal(&lifelinev1.Command{Id: "restart/u/5", Namespace: "default", Pod: "w", PodUid: "u", Epoch: 5,
-		Action: lifelinev1.Action_ACTION_RESTART, TtlMillis: 30000})
+	payload, _ := proto.Marshal(&lifelinev1.Command{Id: "rebuild/u/5", Namespace: "default", Pod: "w", PodUid: "u", Epoch: 5,
+		Action: lifelinev1.Action_ACTION_REBUILD, TtlMillis: 30000})
 	if err := cmds.Handle(context.Background(), payload); err != nil {
 		t.Fatal(err)
 	}
-	// Still dead (the node's back-off), past the wait for the controller and several cooldowns.
+	// Still dead, past the wait for the controller and several cooldowns.
 	restamped := proto.Clone(dead).(*lifelinev1.WorkerState)
 	restamped.Seq = 6
 	h.Observed(restamped)
 	for s := 6; s <= 40; s += 2 {
 		h.HealOnce(context.Background(), start.Add(time.Duration(s)*time.Second))
 	}
-	if len(act.restarted) != 1 {
-		t.Fatalf("restarted %v, want once (by the command) for one death", act.restarted)
+	if len(rebuild.rebuilt) != 1 {
+		t.Fatalf("rebuilt %v, want once (by the command) for one death", rebuild.rebuilt)
 	}
 	// It ran, and died again: a new episode, healed by the offline policy.
 	h.Observed(&lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u", Phase: lifelinev1.Phase_PHASE_RUNNING, Seq: 7, Episode: 7})
 	h.Observed(&lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u", Phase: lifelinev1.Phase_PHASE_FAILED, Seq: 8, Episode: 8,
 		ObservedUnixNano: start.Add(41 * time.Second).UnixNano()})
 	h.HealOnce(context.Background(), start.Add(47*time.Second))
-	if len(act.restarted) != 2 {
-		t.Errorf("restarted %v, want the second death healed locally", act.restarted)
+	if len(rebuild.rebuilt) != 2 {
+		t.Errorf("rebuilt %v, want the second death healed locally", rebuild.rebuilt)
 	}
 }
 
@@ -261,19 +267,19 @@ func (r *recordingRebuilder) Rebuild(_ context.Context, ns, pod, _ string) error
 
 func (r *recordingRebuilder) Release() (int, error) { r.released++; return 1, nil }
 
-// A worker whose pod the node lost is rebuilt, not restarted, while the node is cut off from everything; the
-// rebuilt workers are handed back once the API server is reachable again.
+// A worker whose pod the node lost is rebuilt while the node is cut off from everything; the rebuilt workers are
+// handed back once the API server is reachable again.
 func TestHealerRebuildsALostWorkerAndHandsItBack(t *testing.T) {
 	reachable := false
-	act, rebuild := &recordingActuator{}, &recordingRebuilder{}
-	h := &Healer{Workers: fixedWorkers{{Namespace: "default", Name: "w", UID: "u"}}, Actuator: act, Rebuilder: rebuild,
+	rebuild := &recordingRebuilder{}
+	h := &Healer{Workers: fixedWorkers{{Namespace: "default", Name: "w", UID: "u"}}, Rebuilder: rebuild,
 		APIReachable: func() bool { return reachable }, Timing: DefaultHealTiming, Log: logr.Discard()}
 	start := time.Unix(1000, 0)
 	h.HealOnce(context.Background(), start) // the API server went out of reach
 	h.Observed(&lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u", Phase: lifelinev1.Phase_PHASE_GONE, ObservedUnixNano: start.UnixNano()})
 	h.HealOnce(context.Background(), start.Add(6*time.Second))
-	if len(rebuild.rebuilt) != 1 || len(act.restarted) != 0 {
-		t.Fatalf("rebuilt %v, restarted %v; want one rebuild", rebuild.rebuilt, act.restarted)
+	if len(rebuild.rebuilt) != 1 {
+		t.Fatalf("rebuilt %v, want one rebuild", rebuild.rebuilt)
 	}
 	reachable = true
 	h.HealOnce(context.Background(), start.Add(7*time.Second))

@@ -156,20 +156,21 @@ func (e *EdgeAware) AgentCutOff(t testing.TB, node string) {
 	}()
 }
 
-// WorkerFailed makes pod's agent report its containers failed.
-func (e *EdgeAware) WorkerFailed(t testing.TB, pod *corev1.Pod) {
+// WorkerLost makes pod's agent report that its node lost the pod: the controller asks for a rebuild, whatever
+// the pod's restart policy.
+func (e *EdgeAware) WorkerLost(t testing.TB, pod *corev1.Pod) {
 	t.Helper()
 	e.Ingest(t, lifelinev1.WorkerTopic(EdgeCluster, pod.Spec.NodeName, pod.Namespace, pod.Name), &lifelinev1.WorkerState{
 		Namespace: pod.Namespace, Name: pod.Name, Uid: string(pod.UID), Role: pod.Labels[contract.RoleLabel],
-		Phase: lifelinev1.Phase_PHASE_FAILED, LastExitCode: 137, Seq: 1, Episode: 1, BirthSeq: 1,
+		Phase: lifelinev1.Phase_PHASE_GONE, Seq: 1, Episode: 1, BirthSeq: 1,
 	})
 }
 
-// RestartSentTo tells whether a restart command for pod went to its node.
-func (e *EdgeAware) RestartSentTo(pod *corev1.Pod) bool {
+// RebuildSentTo tells whether a rebuild command for pod went to its node.
+func (e *EdgeAware) RebuildSentTo(pod *corev1.Pod) bool {
 	for _, c := range e.Commands() {
 		if c.Node == pod.Spec.NodeName && c.Command.Pod == pod.Name && c.Command.PodUid == string(pod.UID) &&
-			c.Command.Action == lifelinev1.Action_ACTION_RESTART {
+			c.Command.Action == lifelinev1.Action_ACTION_REBUILD {
 			return true
 		}
 	}

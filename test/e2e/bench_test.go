@@ -116,7 +116,7 @@ func BenchmarkCutOffNode(b *testing.B) {
 				"connected node, API server's word", apiDetection)
 		})
 		b.Run("rebuild", func(b *testing.B) {
-			controllertest.ReportComparison(b, "Kill -> worker runs again (restartPolicy Always)", "node cut off, with Lifeline", rebuild,
+			controllertest.ReportComparison(b, "Kill -> worker runs again (restartPolicy Always)", "node cut off (left to the node)", rebuild,
 				"the node's own crash back-off", backoff)
 		})
 		b.Run("lost-pod", func(b *testing.B) {
@@ -189,21 +189,8 @@ func freshEdgePod(b testing.TB, ji *v1alpha1.JointInferenceService, replace bool
 // again within flWait.
 func failNeverTrainerCutOff(b testing.TB) (time.Duration, bool) {
 	b.Helper()
-	job := apply(b, "federatedlearningjob_v1alpha1.yaml", []string{"surface-defect-detection-model"},
-		map[string]string{"edge1-surface-defect-detection-dataset": "edge1", "edge2-surface-defect-detection-dataset": "edge2"},
-		func(o client.Object) {
-			j := o.(*v1alpha1.FederatedLearningJob)
-			j.SetName("surface-defect-detection-never")
-			j.Spec.AggregationWorker.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "exit_round", Value: "100000"}}
-			for i := range j.Spec.TrainingWorkers {
-				j.Spec.TrainingWorkers[i].Template.Spec.RestartPolicy = corev1.RestartPolicyNever
-			}
-		}).(*v1alpha1.FederatedLearningJob)
+	job, trainer := neverTrainerJob(b, "surface-defect-detection-never")
 	defer func() { _ = s.Client.Delete(context.Background(), job) }()
-	trainer := fl.TrainerName(job.GetName(), 0) // on edge1
-	controllertest.Eventually(b, within, "trainer 0 running", func(context.Context) (bool, error) {
-		return s.WorkerRunning("edge1", "default", trainer, "train-worker"), nil
-	})
 	s.CutAPI("edge1")
 	defer s.RestoreAPI("edge1")
 	time.Sleep(3 * time.Second) // the agent the truth
@@ -224,6 +211,27 @@ func failNeverTrainerCutOff(b testing.TB) (time.Duration, bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return 0, false
+}
+
+// neverTrainerJob runs an FL job of that name whose trainers have restartPolicy Never and whose aggregator never
+// ends, and returns it once trainer 0 (on edge1) runs, with that trainer's name.
+func neverTrainerJob(b testing.TB, name string) (*v1alpha1.FederatedLearningJob, string) {
+	b.Helper()
+	job := apply(b, "federatedlearningjob_v1alpha1.yaml", []string{"surface-defect-detection-model"},
+		map[string]string{"edge1-surface-defect-detection-dataset": "edge1", "edge2-surface-defect-detection-dataset": "edge2"},
+		func(o client.Object) {
+			j := o.(*v1alpha1.FederatedLearningJob)
+			j.SetName(name)
+			j.Spec.AggregationWorker.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "exit_round", Value: "100000"}}
+			for i := range j.Spec.TrainingWorkers {
+				j.Spec.TrainingWorkers[i].Template.Spec.RestartPolicy = corev1.RestartPolicyNever
+			}
+		}).(*v1alpha1.FederatedLearningJob)
+	trainer := fl.TrainerName(job.GetName(), 0)
+	controllertest.Eventually(b, within, "trainer 0 running", func(context.Context) (bool, error) {
+		return s.WorkerRunning("edge1", "default", trainer, "train-worker"), nil
+	})
+	return job, trainer
 }
 
 func killLittleModel(b testing.TB, pod *corev1.Pod) time.Time {
