@@ -124,7 +124,6 @@ func waitFor(t *testing.T, ch <-chan event.GenericEvent, names ...string) {
 	}
 }
 
-
 // The heal decision for every phase and restart policy.
 func TestHealAction(t *testing.T) {
 	cases := []struct {
