@@ -176,12 +176,12 @@ func TestAnotherNodesClientIDIsRefusedAndTheVictimStaysConnected_P_AUTH_4(t *tes
 	delivered := r.delivered(t)
 	deathTopic := lifelinev1.NodeTopic("c", "edge1", lifelinev1.KindDeath).String()
 	var lost atomic.Bool
-	victim, err := r.connectAs(AgentClientIDPrefix+"edge1", "edge1", "pw1", deathTopic, func() { lost.Store(true) })
+	victim, err := r.connectAs(lifelinev1.AgentClientID("edge1"), "edge1", "pw1", deathTopic, func() { lost.Store(true) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer victim.Disconnect(0)
-	for _, id := range []string{AgentClientIDPrefix + "edge1", "anything-else"} {
+	for _, id := range []string{lifelinev1.AgentClientID("edge1"), "anything-else"} {
 		if _, err := r.connectAs(id, "edge2", "pw2", "", nil); err == nil {
 			t.Errorf("edge2 was admitted with client id %q", id)
 		}
@@ -203,7 +203,7 @@ func TestAnotherNodesClientIDIsRefusedAndTheVictimStaysConnected_P_AUTH_4(t *tes
 func TestOwnReconnectTakesOverTheOldSession(t *testing.T) {
 	r := startRig(t, nil)
 	lost := make(chan struct{})
-	old, err := r.connectAs(AgentClientIDPrefix+"edge1", "edge1", "pw1", "", func() { close(lost) })
+	old, err := r.connectAs(lifelinev1.AgentClientID("edge1"), "edge1", "pw1", "", func() { close(lost) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,13 +401,6 @@ func TestRefusalOf(t *testing.T) {
 	}
 }
 
-// The package's report bound is the agent's: the largest body it takes fits in a report payload and a packet.
-func TestReportBoundMatchesTheAgent(t *testing.T) {
-	if maxReportBody != reportapi.MaxBodyBytes {
-		t.Errorf("maxReportBody %d, the agent takes %d", maxReportBody, reportapi.MaxBodyBytes)
-	}
-}
-
 // rawSession is an MQTT 3.1.1 session by hand, for clients that misbehave: it connects as the agent of node,
 // subscribes to the node's commands at QoS 1 and reads both acknowledgements; what it reads afterwards is up
 // to the caller.
@@ -421,7 +414,7 @@ func rawSession(t testing.TB, addr, node, password string) net.Conn {
 	var buf bytes.Buffer
 	connect := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4,
 		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 60,
-			ClientIdentifier: AgentClientIDPrefix + node, UsernameFlag: true, Username: []byte(node),
+			ClientIdentifier: lifelinev1.AgentClientID(node), UsernameFlag: true, Username: []byte(node),
 			PasswordFlag: true, Password: []byte(password)}}
 	subscribe := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, ProtocolVersion: 4,
 		PacketID: 1, Filters: packets.Subscriptions{{Filter: lifelinev1.AgentCommandTopic("c", node), Qos: 1}}}
@@ -483,7 +476,7 @@ func TestOversizedLastWillIsRefused(t *testing.T) {
 		size  int
 		admit bool
 	}{{maxPayload[lifelinev1.KindDeath], true}, {maxPayload[lifelinev1.KindDeath] + 1, false}} {
-		opts := mqtt.NewClientOptions().AddBroker("tcp://"+r.addr).SetClientID(AgentClientIDPrefix+"edge1").
+		opts := mqtt.NewClientOptions().AddBroker("tcp://"+r.addr).SetClientID(lifelinev1.AgentClientID("edge1")).
 			SetUsername("edge1").SetPassword("pw1").SetAutoReconnect(false).SetProtocolVersion(4).
 			SetBinaryWill(deathTopic, make([]byte, tc.size), 1, true)
 		c := mqtt.NewClient(opts)

@@ -86,7 +86,7 @@ func Start(cfg Config) (*Broker, error) {
 // without a word.
 func (b *Broker) PublishCommand(node string, payload []byte) error {
 	maxInflight := int(b.server.Options.Capabilities.MaximumInflight)
-	if cl, ok := b.server.Clients.Get(AgentClientIDPrefix + node); ok && cl.State.Inflight.Len() >= maxInflight {
+	if cl, ok := b.server.Clients.Get(lifelinev1.AgentClientID(node)); ok && cl.State.Inflight.Len() >= maxInflight {
 		b.tracker.Drop(RefusedSlowClient, fmt.Sprintf("node %q: %d commands unacknowledged", node, maxInflight))
 		return fmt.Errorf("commanding node %s: its agent has not acknowledged its last %d commands", node, maxInflight)
 	}
@@ -122,8 +122,8 @@ func (h *nodeAccess) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) 
 		h.tracker.Drop(liveness.DropAuth, fmt.Sprintf("client %q with user %q: bad credentials", cl.ID, node))
 		return false
 	}
-	if cl.ID != AgentClientIDPrefix+node {
-		h.tracker.Drop(RefusedClientID, fmt.Sprintf("node %q: client id %q, not %q", node, cl.ID, AgentClientIDPrefix+node))
+	if cl.ID != lifelinev1.AgentClientID(node) {
+		h.tracker.Drop(RefusedClientID, fmt.Sprintf("node %q: client id %q, not %q", node, cl.ID, lifelinev1.AgentClientID(node)))
 		return false
 	}
 	if !pk.Connect.WillFlag {

@@ -69,7 +69,7 @@ func startBroker(t testing.TB, serverTLS *tls.Config, limits Limits, passwords m
 
 // connect returns a client connected as user with the agent's client id, or the connection error.
 func (r *rig) connect(user, password, will string) (mqtt.Client, error) {
-	return r.connectAs(AgentClientIDPrefix+user, user, password, will, nil)
+	return r.connectAs(lifelinev1.AgentClientID(user), user, password, will, nil)
 }
 
 // connectAs connects with any client id; onLost, when set, is told when the connection is lost.

@@ -21,8 +21,6 @@ const (
 	RefusedSlowClient     = "slow-client"     // a command to an agent that has not acknowledged the last 64: refused
 )
 
-// AgentClientIDPrefix starts every agent's MQTT client id: the node's agent is lifeline-agent-<node>.
-const AgentClientIDPrefix = "lifeline-agent-"
 
 // maxPayload bounds each kind's payload. Retained kinds are held in memory for as long as the node lives, so
 // their bounds are tight; the others only pass through.
@@ -35,8 +33,8 @@ var maxPayload = map[lifelinev1.Kind]int{
 	lifelinev1.KindResult:      maxReportBody + 1<<10, // an error message, which the agent passes on as it got it
 }
 
-// maxReportBody is the largest body the agent's report API takes (edge/reportapi.MaxBodyBytes).
-const maxReportBody = 64 << 10
+// maxReportBody is the largest body the agent's report API takes.
+const maxReportBody = lifelinev1.MaxReportBodyBytes
 
 // maxPacketBytes is the largest packet the broker reads: the largest payload (a report) with its topic (at most
 // about 660 bytes of legal names) and the MQTT headers. Without it one CONNECT can announce 256 MiB and the

@@ -157,7 +157,7 @@ func (p *Publisher) connect(ctx context.Context) (<-chan struct{}, error) {
 	var once sync.Once
 	opts := mqtt.NewClientOptions().
 		AddBroker(p.cfg.Broker).
-		SetClientID("lifeline-agent-"+p.cfg.Node).
+		SetClientID(lifelinev1.AgentClientID(p.cfg.Node)).
 		SetUsername(p.cfg.Username).SetPassword(p.cfg.Password).
 		SetCleanSession(true).
 		SetAutoReconnect(false).

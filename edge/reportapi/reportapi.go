@@ -22,7 +22,7 @@ import (
 )
 
 // MaxBodyBytes bounds one report; Sedna's reports are a few hundred bytes.
-const MaxBodyBytes = 64 << 10
+const MaxBodyBytes = lifelinev1.MaxReportBodyBytes
 
 // Sink takes a journal entry for the broker (the publisher's Enqueue).
 type Sink interface {

@@ -137,13 +137,13 @@ func run(ctx context.Context, exitAfter bool) error {
 	d.kubectl("get", "pods", "-o", "wide")
 
 	step("6. Cut edge3 off from the API server (its agent still reaches the broker), then kill its worker")
-	if err := d.cutOffKill(ji, pod, false); err != nil {
+	if err := d.cutOffKill(ji, pod); err != nil {
 		return err
 	}
 	d.kubectl("get", "events", "--field-selector", "involvedObject.name="+ji.Name, "-o", "custom-columns=REASON:.reason,MESSAGE:.message")
 
-	step("7. Cut edge3 off from everything, API server and broker, then kill its worker")
-	if err := d.cutOffKill(ji, pod, true); err != nil {
+	step("7. Cut edge3 off from everything, API server and broker; then edge3 loses its worker's pod (as an eviction would)")
+	if err := d.cutOffLose(pod); err != nil {
 		return err
 	}
 	if err := d.waitFor("the agent's journal to reach the cloud", func() bool {
@@ -169,18 +169,42 @@ func run(ctx context.Context, exitAfter bool) error {
 	return nil
 }
 
-// cutOffKill cuts edge3's link to the API server (and to the broker when fromEverything), kills the little model
-// and narrates how it comes back, then mends the links.
-func (d *demo) cutOffKill(ji *v1alpha1.JointInferenceService, pod *corev1.Pod, fromEverything bool) error {
+// cutOffLose cuts edge3 off from the API server and the broker, makes it lose the little model's pod, narrates
+// the agent rebuilding it as a static pod by its offline policy, then mends the links and shows the worker back
+// in its own pod.
+func (d *demo) cutOffLose(pod *corev1.Pod) error {
+	s := d.s
+	s.CutAPI("edge3")
+	s.CutBroker("edge3")
+	say("Nobody in the cloud can see edge3 now; its agent waits out its grace (2 s here) before acting alone.")
+	time.Sleep(3 * time.Second)
+	if err := s.LosePod("edge3", "default", pod.Name); err != nil {
+		return err
+	}
+	lost := time.Now()
+	static := pod.Name + "-edge3" // edged names a static pod after its node
+	if err := d.waitFor("the agent to rebuild the worker as a static pod", func() bool {
+		return s.WorkerRunning("edge3", "default", static, "little-model")
+	}); err != nil {
+		return err
+	}
+	say("Pod lost -> the worker runs again as static pod %s in %v: the node would never have run it again by itself,\n"+
+		"and the cloud cannot reach the node to do it.", static, time.Since(lost).Round(10*time.Millisecond))
+	say("Mending the links.")
+	s.RestoreBroker("edge3")
+	s.RestoreAPI("edge3")
+	return d.waitFor("the worker back in its own pod, the static pod gone", func() bool {
+		return s.WorkerRunning("edge3", "default", pod.Name, "little-model") && !s.WorkerRunning("edge3", "default", static, "little-model")
+	})
+}
+
+// cutOffKill cuts edge3's link to the API server, kills the little model and narrates how it comes back, then
+// mends the link.
+func (d *demo) cutOffKill(ji *v1alpha1.JointInferenceService, pod *corev1.Pod) error {
 	s := d.s
 	s.CutAPI("edge3")
 	defer s.RestoreAPI("edge3")
-	if fromEverything {
-		s.CutBroker("edge3")
-		defer s.RestoreBroker("edge3")
-		say("Nobody in the cloud can see edge3 now; its agent waits out its grace (2 s here) before acting alone.")
-		time.Sleep(3 * time.Second)
-	} else if err := d.waitFor("the service's status to come from edge3's agent", func() bool {
+	if err := d.waitFor("the service's status to come from edge3's agent", func() bool {
 		return d.edgeWorkerStatus(ji).Source == v1alpha1.StatusSourceAgent
 	}); err != nil {
 		return err
@@ -191,36 +215,29 @@ func (d *demo) cutOffKill(ji *v1alpha1.JointInferenceService, pod *corev1.Pod, f
 		return err
 	}
 	killed := time.Now()
-	if !fromEverything {
-		if err := d.waitFor("the status to show the worker dead, in the agent's word", func() bool {
-			w := d.edgeWorkerStatus(ji)
-			return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessDead
-		}); err != nil {
-			return err
-		}
-		d.showEdgeWorker(ji)
+	if err := d.waitFor("the status to show the worker dead, in the agent's word", func() bool {
+		w := d.edgeWorkerStatus(ji)
+		return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessDead
+	}); err != nil {
+		return err
 	}
+	d.showEdgeWorker(ji)
 	if err := d.waitFor("the little model to run again", func() bool {
 		return s.WorkerRunning("edge3", "default", pod.Name, "little-model")
 	}); err != nil {
 		return err
 	}
 	say("Killed -> running again in %v: edged restarts a crashed container after its crash back-off (10 s here, doubling at\n"+
-		"each crash), also when asked through the MetaServer; what Lifeline adds while the node is cut off is the truth in\n"+
-		"the cloud's status, and a worker rebuilt when the node lost its pod.", time.Since(killed).Round(10*time.Millisecond))
-	if !fromEverything {
-		if err := d.waitFor("the status to show it alive again, in the agent's word", func() bool {
-			w := d.edgeWorkerStatus(ji)
-			return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
-		}); err != nil {
-			return err
-		}
-	} else {
-		say("The cloud still shows what the API server last heard, until edge3 is back:")
+		"each crash), which nothing can shorten, so Lifeline asks nothing of the node; what it adds while the node is cut off\n"+
+		"is the truth in the cloud's status.", time.Since(killed).Round(10*time.Millisecond))
+	if err := d.waitFor("the status to show it alive again, in the agent's word", func() bool {
+		w := d.edgeWorkerStatus(ji)
+		return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
+	}); err != nil {
+		return err
 	}
 	d.showEdgeWorker(ji)
-	say("Mending the links.")
-	s.RestoreBroker("edge3")
+	say("Mending the link.")
 	s.RestoreAPI("edge3")
 	if err := d.waitFor("the API server to be the truth again, with the restart counted", func() bool {
 		w := d.edgeWorkerStatus(ji)

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
-	"github.com/lifeline-edge/lifeline/cloud/broker"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
@@ -341,7 +340,7 @@ func TestForgedReplayedAndGarbageMessagesChangeNothing(t *testing.T) {
 func mqttClient(t *testing.T, user, password string) (mqtt.Client, error) {
 	t.Helper()
 	// The broker admits a node's credentials only under that node's agent's client id (taking its session over).
-	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + s.MQTTAddress()).SetClientID(broker.AgentClientIDPrefix + user).
+	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + s.MQTTAddress()).SetClientID(lifelinev1.AgentClientID(user)).
 		SetUsername(user).SetPassword(password).SetProtocolVersion(4).SetAutoReconnect(false))
 	tok := c.Connect()
 	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {

@@ -4,6 +4,10 @@ package lifelinev1
 // reports are a few hundred bytes.
 const MaxReportBodyBytes = 64 << 10
 
+// AgentClientID is the MQTT client id of a node's agent; the embedded broker admits a node under this id only
+// [P-AUTH-4].
+func AgentClientID(node string) string { return "lifeline-agent-" + node }
+
 // Report is the Sedna worker report: the JSON body workers POST to their LC endpoint, which a WorkerReport
 // carries as it was received [P-REP-1]. The agent checks it, the controller reads it.
 type Report struct {
