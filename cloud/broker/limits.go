@@ -21,7 +21,6 @@ const (
 	RefusedSlowClient     = "slow-client"     // a command to an agent that has not acknowledged the last 64: refused
 )
 
-
 // maxPayload bounds each kind's payload. Retained kinds are held in memory for as long as the node lives, so
 // their bounds are tight; the others only pass through.
 var maxPayload = map[lifelinev1.Kind]int{
