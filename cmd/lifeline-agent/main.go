@@ -183,7 +183,7 @@ func main() {
 	reports.Counter = j
 	events := make(chan struct{}, 1)
 	observer := &agent.Observer{Cluster: *cluster, Node: *node, Source: runtime, Publisher: pub, Seq: j, Store: j, Changed: events,
-		Interval: *poll, Log: log.WithName("observer"), IsWorker: func(p cri.Pod) bool { return workers.Has(p.UID) },
+		Interval: *poll, Log: log.WithName("observer"), IsWorker: func(p cri.Pod) bool { return workers.Has(p.UID) }, Completes: workers.Completes,
 		OnPublished: func(ws *lifelinev1.WorkerState) { commands.Observed(ws); healer.Observed(ws) }, OnForgotten: commands.Forget}
 
 	published := make(chan struct{})

@@ -54,6 +54,9 @@ type Observer struct {
 	OnPublished func(*lifelinev1.WorkerState)
 	// OnForgotten, when set, is told of a worker the observer forgot: gone, and no longer one of the node's.
 	OnForgotten func(namespace, name string)
+	// Completes, when set, tells whether a worker's exit 0 is its completion (its pod's restartPolicy is
+	// OnFailure or Never); nil: never (Always, the default).
+	Completes func(uid string) bool
 	// Store, when set, keeps the workers' episodes across agent restarts (the journal), so a restarted agent
 	// continues a death's episode and the controller does not command it again.
 	Store ValueStore
@@ -111,25 +114,42 @@ func (o *Observer) ObserveOnce(ctx context.Context) error {
 	for key, prev := range o.last {
 		switch {
 		case seen[key]:
+		case prev.Phase == lifelinev1.Phase_PHASE_SUCCEEDED && o.Completes != nil && o.Completes(prev.Uid):
+			// A worker that completed and whose containers the node then removed (its pod deleted, perhaps while
+			// the agent still holds it as cut off) is finished, not lost: it keeps its last state, and nothing
+			// rebuilds it.
+			if o.IsWorker != nil && !o.IsWorker(cri.Pod{Namespace: prev.Namespace, Name: prev.Name, UID: prev.Uid}) {
+				if err := o.forget(key, prev); err != nil {
+					return err
+				}
+			}
 		case prev.Phase != lifelinev1.Phase_PHASE_GONE:
 			gone := &lifelinev1.WorkerState{Namespace: prev.Namespace, Name: prev.Name, Uid: prev.Uid, Phase: lifelinev1.Phase_PHASE_GONE}
 			if err := o.publishIfChanged(key, gone); err != nil {
 				return err
 			}
 		case o.IsWorker != nil && !o.IsWorker(cri.Pod{Namespace: prev.Namespace, Name: prev.Name, UID: prev.Uid}):
-			// Gone, and no longer one of the node's workers: forgotten, so the maps hold the node's workers only,
-			// and its retained state cleared, so the broker's retained states are the node's workers only [P-WS-4].
-			topic := lifelinev1.WorkerTopic(o.Cluster, o.Node, prev.Namespace, prev.Name).String()
-			if err := o.Publisher.Enqueue(journal.Entry{Topic: topic, QoS: 1, Retained: true, Key: key}); err != nil {
+			if err := o.forget(key, prev); err != nil {
 				return err
 			}
-			delete(o.last, key)
-			delete(o.episodes, key)
-			o.saveEpisode(key, nil)
-			if o.OnForgotten != nil {
-				o.OnForgotten(prev.Namespace, prev.Name)
-			}
 		}
+	}
+	return nil
+}
+
+// forget drops a worker that is gone and no longer one of the node's workers, so the maps hold the node's
+// workers only, and clears its retained state, so the broker's retained states are the node's workers only
+// [P-WS-4].
+func (o *Observer) forget(key string, prev *lifelinev1.WorkerState) error {
+	topic := lifelinev1.WorkerTopic(o.Cluster, o.Node, prev.Namespace, prev.Name).String()
+	if err := o.Publisher.Enqueue(journal.Entry{Topic: topic, QoS: 1, Retained: true, Key: key}); err != nil {
+		return err
+	}
+	delete(o.last, key)
+	delete(o.episodes, key)
+	o.saveEpisode(key, nil)
+	if o.OnForgotten != nil {
+		o.OnForgotten(prev.Namespace, prev.Name)
 	}
 	return nil
 }

@@ -324,3 +324,37 @@ func TestEpisodeContinuesAcrossAgentRestarts_P_WS_3(t *testing.T) {
 		t.Errorf("a new death after a restart has episode %d (state %d), want a new one", next.Episode, next.Seq)
 	}
 }
+
+// [P-HEAL-3] A trainer that completed (exit 0 under OnFailure) and whose containers the node then removed — its
+// pod deleted, which the agent may still hold as one of its workers while it thinks the node cut off — is
+// finished, not lost: no PHASE_GONE is published for it, so nothing rebuilds it. A JI worker (Always) that
+// exited 0 and vanished is lost, and is published GONE.
+func TestCompletedWorkerThatVanishesIsNotLost(t *testing.T) {
+	src, pub, seq := &podsSource{}, &birthPublisher{birth: 1}, &memCounter{}
+	completes := map[string]bool{"u-trainer": true, "u-ji": false}
+	o := &Observer{Cluster: "c", Node: "edge-1", Source: src, Publisher: pub, Seq: seq, Log: logr.Discard(),
+		IsWorker: func(cri.Pod) bool { return true }, Completes: func(uid string) bool { return completes[uid] }}
+	exited := func(name, uid string) cri.Pod {
+		return cri.Pod{Namespace: "default", Name: name, UID: uid, Containers: []cri.Container{{Name: "main", Exited: true, ExitCode: 0}}}
+	}
+	src.pods = []cri.Pod{exited("trainer", "u-trainer"), exited("ji", "u-ji")}
+	if err := o.ObserveOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	src.pods = nil
+	for range 2 {
+		if err := o.ObserveOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := map[string]bool{}
+	for _, e := range pub.entries {
+		ws := &lifelinev1.WorkerState{}
+		if len(e.Payload) > 0 && proto.Unmarshal(e.Payload, ws) == nil && ws.Phase == lifelinev1.Phase_PHASE_GONE {
+			gone[ws.Name] = true
+		}
+	}
+	if gone["trainer"] || !gone["ji"] {
+		t.Errorf("published GONE for %v, want the JI worker only", gone)
+	}
+}

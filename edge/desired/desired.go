@@ -120,6 +120,15 @@ func (w *Watcher) Has(uid string) bool {
 	return ok
 }
 
+// Completes tells whether the worker with that UID completes when it exits 0 (restartPolicy OnFailure or Never),
+// rather than being restarted by the node.
+func (w *Watcher) Completes(uid string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wk, ok := w.workers[uid]
+	return ok && wk.RestartPolicy != RestartAlways && wk.RestartPolicy != ""
+}
+
 // HasWorker tells whether namespace/name names one of the node's workers, by pod name or by WORKER_NAME (the
 // name Sedna reports carry: a JI worker reports under its Deployment's name).
 func (w *Watcher) HasWorker(namespace, name string) bool {

@@ -351,7 +351,7 @@ func mqttClient(t *testing.T, user, password string) (mqtt.Client, error) {
 }
 
 // 5. A federated learning job whose trainer node is cut off mid-training: the trainer killed there is restarted
-// on the controller's command, the job waits for it and completes.
+// by its node (restartPolicy OnFailure), its status in the agent's word; the job waits for it and completes.
 func TestFederatedLearningCompletesWithATrainerCutOff(t *testing.T) {
 	skipShort(t)
 	job := apply(t, "federatedlearningjob_v1alpha1.yaml", []string{"surface-defect-detection-model"},
@@ -386,9 +386,10 @@ func TestFederatedLearningCompletesWithATrainerCutOff(t *testing.T) {
 	if err := s.KillWorker("edge1", "default", trainer, "train-worker"); err != nil {
 		t.Fatal(err)
 	}
+	// Restarted by its node after the back-off; it may finish its last rounds before a status shows it running.
 	eventually(t, within, "trainer 0 restarted while cut off", func(ctx context.Context) (bool, error) {
 		w, _, err := trainerStatus(ctx)
-		return w.Source == v1alpha1.StatusSourceAgent && w.Restarts >= 1 && w.Liveness == v1alpha1.LivenessAlive, err
+		return w.Source == v1alpha1.StatusSourceAgent && w.Restarts >= 1 && (w.Liveness == v1alpha1.LivenessAlive || w.Phase == "Succeeded"), err
 	})
 	eventually(t, 2*within, "the job Succeeded, its trainer node still cut off", func(ctx context.Context) (bool, error) {
 		_, got, err := trainerStatus(ctx)
