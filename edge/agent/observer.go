@@ -50,7 +50,8 @@ type Observer struct {
 	Changed <-chan struct{}
 	// IsWorker selects the pods that are Lifeline workers; nil selects every pod.
 	IsWorker func(cri.Pod) bool
-	// OnPublished, when set, is told each state once it is journaled (commands are fenced against it).
+	// OnPublished, when set, is told each state as it is published, before it can reach the controller (commands
+	// are fenced against it, so one decided on this state finds it known).
 	OnPublished func(*lifelinev1.WorkerState)
 	// OnForgotten, when set, is told of a worker the observer forgot: gone, and no longer one of the node's.
 	OnForgotten func(namespace, name string)
@@ -169,18 +170,19 @@ func (o *Observer) publishIfChanged(key string, ws *lifelinev1.WorkerState) erro
 	if err != nil {
 		return err
 	}
+	// Told before it is sent: a command the controller decides on this state must find it known here.
+	if o.OnPublished != nil {
+		o.OnPublished(ws)
+	}
 	topic := lifelinev1.WorkerTopic(o.Cluster, o.Node, ws.Namespace, ws.Name).String()
 	if err := o.Publisher.Enqueue(journal.Entry{Topic: topic, Payload: payload, QoS: 1, Retained: true, Key: key}); err != nil {
-		return err
+		return err // not kept in o.last: the next pass publishes the worker's state again, with a new seq
 	}
 	o.last[key] = ws
 	if ep != prev {
 		o.saveEpisode(key, &ep)
 	}
 	o.episodes[key] = ep
-	if o.OnPublished != nil {
-		o.OnPublished(ws)
-	}
 	return nil
 }
 
