@@ -75,8 +75,7 @@ func commandGate(lastSent time.Time, bucket tokenBucket, now time.Time) (tokenBu
 // cannot bring the worker back sooner, and one that lands after the node's own restart kills the fresh
 // container and costs a back-off step [P-CMD-6]. A worker that succeeded under OnFailure or Never has completed.
 func healAction(phase lifelinev1.Phase, policy corev1.RestartPolicy) (lifelinev1.Action, bool) {
-	switch {
-	case phase == lifelinev1.Phase_PHASE_GONE, phase == lifelinev1.Phase_PHASE_FAILED && policy == corev1.RestartPolicyNever:
+	if lifelinev1.NodeNeverRunsAgain(phase, string(policy)) {
 		return lifelinev1.Action_ACTION_REBUILD, true
 	}
 	return lifelinev1.Action_ACTION_UNSPECIFIED, false

@@ -43,14 +43,6 @@ type healCase struct {
 	actedThisEpisode    bool          // this death was restarted or rebuilt already, by a command or locally
 }
 
-// healable tells whether a worker in that phase is one the node will never run again, for the offline policy:
-// its pod is gone, or its containers failed under restartPolicy Never. Any other down worker the node restarts
-// by itself under its crash back-off — a restart through the MetaServer only stops containers, so it could only
-// delay the worker — and an exit 0 under OnFailure or Never is completion [P-HEAL-1].
-func healable(phase lifelinev1.Phase, restartPolicy string) bool {
-	return phase == lifelinev1.Phase_PHASE_GONE || (phase == lifelinev1.Phase_PHASE_FAILED && restartPolicy == desired.RestartNever)
-}
-
 // shouldHeal is the offline policy rule: restart a worker that is dead, stays dead, and that nobody else can
 // restart — the API server is out of reach and the controller either is too or has not acted in time — once
 // per death: the node's kubelet restarts it under its own back-off after a stop, so acting again on the same
@@ -231,7 +223,9 @@ func (h *Healer) due(now time.Time) (due []dueWorker, release bool) {
 	for _, w := range workers {
 		c := healCase{policy: w.OfflinePolicy, controllerReachable: controller}
 		d, down := h.deadFrom[w.UID]
-		if down && healable(d.phase, w.RestartPolicy) && h.Rebuilder != nil {
+		// Only what the node will never run again; the rest it restarts under its crash back-off, and an exit 0
+		// under OnFailure or Never is completion [P-HEAL-1].
+		if down && lifelinev1.NodeNeverRunsAgain(d.phase, w.RestartPolicy) && h.Rebuilder != nil {
 			c.dead, c.deadFor = true, now.Sub(d.since)
 			c.actedThisEpisode = episodes.Acted(w.UID, d.episode)
 		}

@@ -148,34 +148,6 @@ func TestHealerLeavesACrashedWorkerToTheNodesRestart_P_HEAL_1(t *testing.T) {
 	}
 }
 
-// What the offline policy acts on: a worker the node will never run again — its pod lost, or failed under
-// restartPolicy Never. A failure under Always or OnFailure, and an exit 0 under Always, the node restarts itself;
-// an exit 0 under OnFailure or Never is completion.
-func TestHealableByPhaseAndRestartPolicy(t *testing.T) {
-	cases := []struct {
-		phase  lifelinev1.Phase
-		policy string
-		want   bool
-	}{
-		{lifelinev1.Phase_PHASE_FAILED, "Never", true},
-		{lifelinev1.Phase_PHASE_FAILED, "OnFailure", false},
-		{lifelinev1.Phase_PHASE_FAILED, "Always", false},
-		{lifelinev1.Phase_PHASE_GONE, "OnFailure", true},
-		{lifelinev1.Phase_PHASE_GONE, "Always", true},
-		{lifelinev1.Phase_PHASE_SUCCEEDED, "Always", false},
-		{lifelinev1.Phase_PHASE_SUCCEEDED, "", false},
-		{lifelinev1.Phase_PHASE_SUCCEEDED, "OnFailure", false},
-		{lifelinev1.Phase_PHASE_SUCCEEDED, "Never", false},
-		{lifelinev1.Phase_PHASE_RUNNING, "Always", false},
-		{lifelinev1.Phase_PHASE_PENDING, "Always", false},
-	}
-	for _, tc := range cases {
-		if got := healable(tc.phase, tc.policy); got != tc.want {
-			t.Errorf("%s with restartPolicy %q: healable %v, want %v", tc.phase, tc.policy, got, tc.want)
-		}
-	}
-}
-
 // On a cut-off node the offline policy rebuilds the FL trainer that failed under restartPolicy Never (the node
 // never runs it again, and the cloud cannot replace it while the node is cut off), and leaves alone the JI
 // worker that crashed or exited 0 and the trainer that failed under OnFailure (the node restarts those) and the

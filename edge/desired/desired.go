@@ -31,9 +31,6 @@ type PodSource interface {
 // code, and the API's default.
 const RestartAlways = "Always"
 
-// RestartNever is the pod restart policy under which the node never runs an exited container again.
-const RestartNever = "Never"
-
 // Worker is one worker pod bound to this node.
 type Worker struct {
 	Namespace     string `json:"namespace"`
