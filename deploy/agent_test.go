@@ -1,93 +1,119 @@
 package deploy
 
 import (
-	"os"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-// agentDaemonSet decodes the DaemonSet of deploy/agent/agent.yaml.
-func agentDaemonSet(t *testing.T) *appsv1.DaemonSet {
+// agentRenderings are the agent's DaemonSet as the plain manifests and the chart, in both identity modes, have it.
+func agentRenderings(t *testing.T) map[string]*appsv1.DaemonSet {
 	t.Helper()
-	data, err := os.ReadFile("agent/agent.yaml")
-	if err != nil {
-		t.Fatal(err)
+	caFile, _ := testCA(t, "kubeedge")
+	out := map[string]*appsv1.DaemonSet{}
+	for name, objs := range map[string][]*unstructured.Unstructured{
+		manifestsFile:                      readManifests(t),
+		"the chart, KubeEdge certificates": renderChart(t, "--set-file", "nodeIdentity.kubeedgeCA="+caFile),
+		"the chart, passwords":             renderChart(t, "--set", "nodeIdentity.mode=password"),
+	} {
+		out[name] = mustObject[appsv1.DaemonSet](t, objs, "DaemonSet", "lifeline-agent")
 	}
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var ds appsv1.DaemonSet
-		if err := yaml.UnmarshalStrict([]byte(doc), &ds); err == nil && ds.Kind == "DaemonSet" {
-			return &ds
-		}
-	}
-	t.Fatal("no DaemonSet in agent/agent.yaml")
-	return nil
+	return out
 }
 
 // The agent runs on every edge node with the host's network and the node's CRI socket: its container is
 // confined by the runtime's default seccomp profile, holds no capability, cannot gain privileges, cannot
 // write its image, and serves metrics on the node's loopback only.
 func TestAgentDaemonSetIsConfined(t *testing.T) {
-	ds := agentDaemonSet(t)
-	if len(ds.Spec.Template.Spec.Containers) != 1 {
-		t.Fatalf("%d containers, want the agent alone", len(ds.Spec.Template.Spec.Containers))
+	for name, ds := range agentRenderings(t) {
+		t.Run(name, func(t *testing.T) {
+			if len(ds.Spec.Template.Spec.Containers) != 1 {
+				t.Fatalf("%d containers, want the agent alone", len(ds.Spec.Template.Spec.Containers))
+			}
+			c := ds.Spec.Template.Spec.Containers[0]
+			sc := c.SecurityContext
+			if sc == nil {
+				t.Fatal("the agent's container has no securityContext")
+			}
+			seccomp := sc.SeccompProfile
+			if seccomp == nil && ds.Spec.Template.Spec.SecurityContext != nil {
+				seccomp = ds.Spec.Template.Spec.SecurityContext.SeccompProfile
+			}
+			if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("seccomp profile %v, want RuntimeDefault", seccomp)
+			}
+			if sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) != 0 {
+				t.Errorf("capabilities %+v, want ALL dropped and none added", sc.Capabilities)
+			}
+			if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Privileged != nil && *sc.Privileged {
+				t.Error("the agent may gain privileges")
+			}
+			if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+				t.Error("the agent's root filesystem is writable")
+			}
+			for _, arg := range c.Args {
+				if value, ok := strings.CutPrefix(arg, "--metrics-address="); ok && value != "" && !strings.HasPrefix(value, "127.0.0.1:") {
+					t.Errorf("metrics served on %s with the host's network, want 127.0.0.1", value)
+				}
+			}
+			spec := ds.Spec.Template.Spec
+			if spec.NodeSelector["node-role.kubernetes.io/edge"] != "" || len(spec.NodeSelector) != 1 {
+				t.Errorf("nodeSelector %v, want the edge role alone", spec.NodeSelector)
+			}
+			for _, taint := range []string{"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"} {
+				if !tolerates(spec.Tolerations, taint, corev1.TaintEffectNoExecute) {
+					t.Errorf("tolerations %+v: the agent would be evicted by %s, when it is needed most", spec.Tolerations, taint)
+				}
+			}
+			if !tolerates(spec.Tolerations, "node-role.kubernetes.io/edge", corev1.TaintEffectNoSchedule) {
+				t.Errorf("tolerations %+v: not scheduled on edge nodes tainted with their role", spec.Tolerations)
+			}
+		})
 	}
-	c := ds.Spec.Template.Spec.Containers[0]
-	sc := c.SecurityContext
-	if sc == nil {
-		t.Fatal("the agent's container has no securityContext")
-	}
-	seccomp := sc.SeccompProfile
-	if seccomp == nil && ds.Spec.Template.Spec.SecurityContext != nil {
-		seccomp = ds.Spec.Template.Spec.SecurityContext.SeccompProfile
-	}
-	if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
-		t.Errorf("seccomp profile %v, want RuntimeDefault", seccomp)
-	}
-	if sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) != 0 {
-		t.Errorf("capabilities %+v, want ALL dropped and none added", sc.Capabilities)
-	}
-	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Privileged != nil && *sc.Privileged {
-		t.Error("the agent may gain privileges")
-	}
-	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
-		t.Error("the agent's root filesystem is writable")
-	}
-	for _, arg := range c.Args {
-		if value, ok := strings.CutPrefix(arg, "--metrics-address="); ok && value != "" && !strings.HasPrefix(value, "127.0.0.1:") {
-			t.Errorf("metrics served on %s with the host's network, want 127.0.0.1", value)
+}
+
+// tolerates says whether tolerations let a pod stay, for ever, on a node with that taint.
+func tolerates(tolerations []corev1.Toleration, key string, effect corev1.TaintEffect) bool {
+	for _, tol := range tolerations {
+		if (tol.Key == key || tol.Key == "") && tol.Operator == corev1.TolerationOpExists &&
+			(tol.Effect == effect || tol.Effect == "") && tol.TolerationSeconds == nil {
+			return true
 		}
 	}
+	return false
 }
 
 // The manifest matches real KubeEdge: no probe of cloudhub's websocket port, which requires a client
 // certificate and would make every node look cut off; edgecore's configuration, which names cloudcore's HTTPS
 // server, and the cloud's CA are mounted read-only for the default probe.
 func TestAgentDaemonSetProbesCloudcoresHTTPSServer(t *testing.T) {
-	ds := agentDaemonSet(t)
-	c := ds.Spec.Template.Spec.Containers[0]
-	edgecoreConfig := ""
-	for _, arg := range c.Args {
-		if probe, ok := strings.CutPrefix(arg, "--cloud-probe="); ok && strings.Contains(probe, ":10000") {
-			t.Errorf("%s probes cloudhub's websocket port", arg)
-		}
-		if v, ok := strings.CutPrefix(arg, "--edgecore-config="); ok {
-			edgecoreConfig = v
-		}
-	}
-	if edgecoreConfig == "" {
-		t.Fatal("no --edgecore-config: the agent cannot find cloudcore")
-	}
-	mounted := map[string]bool{}
-	for _, m := range c.VolumeMounts {
-		if m.ReadOnly {
-			mounted[m.MountPath] = true
-		}
-	}
-	if !mounted[edgecoreConfig] || !mounted["/etc/kubeedge/ca"] {
-		t.Errorf("read-only mounts %v, want %s and /etc/kubeedge/ca", mounted, edgecoreConfig)
+	for name, ds := range agentRenderings(t) {
+		t.Run(name, func(t *testing.T) {
+			c := ds.Spec.Template.Spec.Containers[0]
+			edgecoreConfig := ""
+			for _, arg := range c.Args {
+				if probe, ok := strings.CutPrefix(arg, "--cloud-probe="); ok && strings.Contains(probe, ":10000") {
+					t.Errorf("%s probes cloudhub's websocket port", arg)
+				}
+				if v, ok := strings.CutPrefix(arg, "--edgecore-config="); ok {
+					edgecoreConfig = v
+				}
+			}
+			if edgecoreConfig == "" {
+				t.Fatal("no --edgecore-config: the agent cannot find cloudcore")
+			}
+			mounted := map[string]bool{}
+			for _, m := range c.VolumeMounts {
+				if m.ReadOnly {
+					mounted[m.MountPath] = true
+				}
+			}
+			if !mounted[edgecoreConfig] || !mounted["/etc/kubeedge/ca"] {
+				t.Errorf("read-only mounts %v, want %s and /etc/kubeedge/ca", mounted, edgecoreConfig)
+			}
+		})
 	}
 }

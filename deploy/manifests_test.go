@@ -5,12 +5,12 @@ package deploy
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
-	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -24,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -41,38 +40,8 @@ func TestMain(m *testing.M) {
 		func(cp *cluster.ControlPlane) error { controlPlane = cp; return nil }))
 }
 
-// readDir decodes every object of every YAML file in dir.
-func readDir(t *testing.T, dir string) []*unstructured.Unstructured {
-	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if len(files) == 0 {
-		t.Fatalf("no manifests in %s", dir)
-	}
-	var objs []*unstructured.Unstructured
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			obj := &unstructured.Unstructured{}
-			if err := dec.Decode(&obj.Object); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				t.Fatalf("%s: %v", f, err)
-			}
-			if len(obj.Object) > 0 {
-				objs = append(objs, obj)
-			}
-		}
-	}
-	return objs
-}
-
-// applyDir server-side applies every object of every YAML file in dir, as kubectl apply --server-side does.
-func applyDir(t *testing.T, dir string) []*unstructured.Unstructured {
+// applyObjects server-side applies objs, as kubectl apply --server-side does.
+func applyObjects(t *testing.T, source string, objs []*unstructured.Unstructured) {
 	t.Helper()
 	dc, err := discovery.NewDiscoveryClientForConfig(controlPlane.Config)
 	if err != nil {
@@ -80,12 +49,11 @@ func applyDir(t *testing.T, dir string) []*unstructured.Unstructured {
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	dyn := dynamic.NewForConfigOrDie(controlPlane.Config)
-	objs := readDir(t, dir)
 	for _, obj := range objs {
 		gvk := obj.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
-			t.Fatalf("%s: %s: %v", dir, gvk, err)
+			t.Fatalf("%s: %s: %v", source, gvk, err)
 		}
 		body, _ := json.Marshal(obj.Object)
 		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
@@ -95,15 +63,112 @@ func applyDir(t *testing.T, dir string) []*unstructured.Unstructured {
 		force := true
 		if _, err := ri.Patch(context.Background(), obj.GetName(), "application/apply-patch+yaml", body,
 			metav1.PatchOptions{FieldManager: "lifeline-install", Force: &force}); err != nil {
-			t.Fatalf("applying %s %s from %s: %v", gvk.Kind, obj.GetName(), dir, err)
+			t.Fatalf("applying %s %s from %s: %v", gvk.Kind, obj.GetName(), source, err)
 		}
 	}
-	return objs
 }
 
-func TestManifestsApplyWithLeastPrivilege(t *testing.T) {
+// helmOnControlPlane runs helm against the test's API server.
+func helmOnControlPlane(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := runHelm(t, append(args, "--kubeconfig", controlPlane.Kubeconfig)...); err != nil {
+		t.Fatalf("helm %v: %v\n%s", args, err, out)
+	}
+}
+
+// brokerTLS reads the broker's certificate from the API server, and the CA the agents are given.
+func brokerTLS(t *testing.T, client kubernetes.Interface) (*x509.Certificate, []byte, string) {
+	t.Helper()
+	s, err := client.CoreV1().Secrets(namespace).Get(context.Background(), "lifeline-broker-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := client.CoreV1().ConfigMaps(namespace).Get(context.Background(), "lifeline-broker-ca", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(s.Data["tls.crt"])
+	if block == nil {
+		t.Fatalf("tls.crt is not PEM")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert, s.Data["tls.crt"], cm.Data["ca.crt"]
+}
+
+// verifiesFor says whether an agent given caPEM and dialling addr accepts cert.
+func verifiesFor(cert *x509.Certificate, caPEM, addr string) error {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM([]byte(caPEM)) {
+		return errors.New("no CA certificate")
+	}
+	_, err := cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: addr, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	return err
+}
+
+// TestInstall installs the chart with helm on a real API server, upgrades it, and checks what the identities it
+// creates may and may not do; then it does the same with the plain manifests, server-side applied.
+func TestInstall(t *testing.T) {
 	cluster.SkipIfShort(t)
-	objs := append(applyDir(t, "controller"), applyDir(t, "agent")...)
+	client := kubernetes.NewForConfigOrDie(controlPlane.Config)
+	kubeedgeCA, _ := testCA(t, "kubeedge")
+	install := func(address string) {
+		t.Helper()
+		helmOnControlPlane(t, "upgrade", "--install", "lifeline", chartDir, "--namespace", namespace, "--create-namespace",
+			"--set-file", "nodeIdentity.kubeedgeCA="+kubeedgeCA, "--set", "broker.advertiseAddress={"+address+"}")
+	}
+	podTemplate := func() map[string]string {
+		d, err := client.AppsV1().Deployments(namespace).Get(context.Background(), "lifeline-controller", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Spec.Template.Annotations
+	}
+
+	install("192.0.2.10")
+	cert, certPEM, ca := brokerTLS(t, client)
+	if err := verifiesFor(cert, ca, "192.0.2.10"); err != nil {
+		t.Fatalf("installed: an agent dialling 192.0.2.10 refuses the broker: %v", err)
+	}
+	before := podTemplate()
+
+	install("192.0.2.10")
+	cert2, certPEM2, ca2 := brokerTLS(t, client)
+	if !bytes.Equal(certPEM, certPEM2) || ca != ca2 {
+		t.Errorf("an upgrade with the same addresses issued another certificate or CA (serials %v, %v)", cert.SerialNumber, cert2.SerialNumber)
+	}
+	if !equality.Semantic.DeepEqual(before, podTemplate()) {
+		t.Errorf("an upgrade with the same values restarts the controller: %v, then %v", before, podTemplate())
+	}
+
+	install("192.0.2.20")
+	cert3, _, ca3 := brokerTLS(t, client)
+	if ca3 != ca {
+		t.Error("a new advertised address replaced the CA: every agent would refuse the broker")
+	}
+	if err := verifiesFor(cert3, ca3, "192.0.2.20"); err != nil {
+		t.Errorf("after a new advertised address, an agent dialling it refuses the broker: %v", err)
+	}
+	if equality.Semantic.DeepEqual(before, podTemplate()) {
+		t.Error("a new certificate does not restart the controller, which loads it at start")
+	}
+	checkRBAC(t, client, "the chart")
+
+	helmOnControlPlane(t, "uninstall", "lifeline", "--namespace", namespace)
+	if _, err := client.RbacV1().ClusterRoles().Get(context.Background(), "lifeline-controller", metav1.GetOptions{}); err == nil {
+		t.Error("helm uninstall left the controller's ClusterRole")
+	}
+	manifests := readManifests(t)
+	applyObjects(t, manifestsFile, manifests)
+	checkRBAC(t, client, manifestsFile)
+	checkNoWildcards(t, manifests)
+	checkNoWildcards(t, renderChart(t, "--set-file", "nodeIdentity.kubeedgeCA="+kubeedgeCA))
+}
+
+func checkNoWildcards(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
 	for _, o := range objs {
 		if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
 			continue
@@ -121,8 +186,11 @@ func TestManifestsApplyWithLeastPrivilege(t *testing.T) {
 			}
 		}
 	}
+}
 
-	client := kubernetes.NewForConfigOrDie(controlPlane.Config)
+// checkRBAC asks the API server what the installed identities may do.
+func checkRBAC(t *testing.T, client kubernetes.Interface, installedBy string) {
+	t.Helper()
 	can := func(user, verb, group, resource, subresource, namespace string) bool {
 		sar, err := client.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
 			Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
@@ -157,10 +225,12 @@ func TestManifestsApplyWithLeastPrivilege(t *testing.T) {
 		{agent, "list", "", "pods", "", "", true},
 		{agent, "create", "", "pods", "", "default", false},
 		{agent, "get", "", "secrets", "", "default", false},
+		{agent, "get", "", "configmaps", "", "lifeline-system", false},
 	}
 	for _, tc := range cases {
 		if got := can(tc.user, tc.verb, tc.group, tc.resource, tc.subresource, tc.namespace); got != tc.want {
-			t.Errorf("%s may %s %s/%s %s in %q: %v, want %v", tc.user, tc.verb, tc.group, tc.resource, tc.subresource, tc.namespace, got, tc.want)
+			t.Errorf("installed by %s, %s may %s %s/%s %s in %q: %v, want %v", installedBy, tc.user, tc.verb, tc.group, tc.resource,
+				tc.subresource, tc.namespace, got, tc.want)
 		}
 	}
 }
@@ -187,7 +257,7 @@ func controllerManifests(t *testing.T, objs []*unstructured.Unstructured) (*apps
 		}
 	}
 	if d == nil || np == nil {
-		t.Fatalf("deploy/controller must hold the lifeline-controller Deployment and NetworkPolicy (found %v, %v)", d != nil, np != nil)
+		t.Fatalf("no lifeline-controller Deployment and NetworkPolicy (found %v, %v)", d != nil, np != nil)
 	}
 	return d, np
 }
@@ -196,7 +266,44 @@ func controllerManifests(t *testing.T, objs []*unstructured.Unstructured) (*apps
 // privilege escalation, serves plain-HTTP metrics on loopback only, and its NetworkPolicy — accepted by the API
 // server as written — lets in only the MQTT port and lets out only the API server's ports.
 func TestControllerRunsConfined(t *testing.T) {
-	d, np := controllerManifests(t, readDir(t, "controller"))
+	caFile, _ := testCA(t, "kubeedge")
+	plain := readManifests(t)
+	for name, objs := range map[string][]*unstructured.Unstructured{
+		manifestsFile: plain,
+		"the chart":   renderChart(t, "--set-file", "nodeIdentity.kubeedgeCA="+caFile),
+		"the chart on port 8884": renderChart(t, "--set-file", "nodeIdentity.kubeedgeCA="+caFile, "--set", "broker.port=8884",
+			"--set", "broker.service.type=LoadBalancer"),
+	} {
+		t.Run(name, func(t *testing.T) { checkControllerConfined(t, objs) })
+	}
+
+	cluster.SkipIfShort(t)
+	_, np := controllerManifests(t, plain)
+	applyObjects(t, manifestsFile, []*unstructured.Unstructured{plain[0], findObject(t, plain, "NetworkPolicy", np.Name)})
+	got, err := kubernetes.NewForConfigOrDie(controlPlane.Config).NetworkingV1().NetworkPolicies(np.Namespace).
+		Get(context.Background(), np.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the NetworkPolicy did not reach the API server: %v", err)
+	}
+	if !equality.Semantic.DeepEqual(got.Spec.Ingress, np.Spec.Ingress) || !equality.Semantic.DeepEqual(got.Spec.Egress, np.Spec.Egress) {
+		t.Errorf("the API server holds another policy than written:\n got %+v\nwant %+v", got.Spec, np.Spec)
+	}
+}
+
+func findObject(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	t.Fatalf("no %s %s", kind, name)
+	return nil
+}
+
+func checkControllerConfined(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	d, np := controllerManifests(t, objs)
 	pod := d.Spec.Template.Spec
 	if sc := pod.SecurityContext; sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault ||
 		sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
@@ -265,16 +372,5 @@ func TestControllerRunsConfined(t *testing.T) {
 	}
 	if !egress[443] || !egress[6443] || len(egress) != 2 {
 		t.Errorf("egress ports %v, want the API server's: 443 and 6443", egress)
-	}
-
-	cluster.SkipIfShort(t)
-	applyDir(t, "controller")
-	got, err := kubernetes.NewForConfigOrDie(controlPlane.Config).NetworkingV1().NetworkPolicies(np.Namespace).
-		Get(context.Background(), np.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the NetworkPolicy did not reach the API server: %v", err)
-	}
-	if !equality.Semantic.DeepEqual(got.Spec.Ingress, np.Spec.Ingress) || !equality.Semantic.DeepEqual(got.Spec.Egress, np.Spec.Egress) {
-		t.Errorf("the API server holds another policy than written:\n got %+v\nwant %+v", got.Spec, np.Spec)
 	}
 }
