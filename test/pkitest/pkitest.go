@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -59,6 +60,7 @@ type CertOptions struct {
 	NotBefore, NotAfter time.Time
 	ExtKeyUsage         []x509.ExtKeyUsage
 	Serial              *big.Int
+	IPs                 []net.IP // for a server's certificate
 }
 
 // IssuePEM signs a certificate and returns it and its new key in PEM, as KubeEdge writes server.crt and
@@ -74,7 +76,7 @@ func (ca *CA) IssuePEM(t testing.TB, o CertOptions) (certPEM, keyPEM []byte) {
 		}
 	}
 	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: o.CommonName, Organization: o.Organization},
-		NotBefore: o.NotBefore, NotAfter: o.NotAfter, ExtKeyUsage: o.ExtKeyUsage,
+		NotBefore: o.NotBefore, NotAfter: o.NotAfter, ExtKeyUsage: o.ExtKeyUsage, IPAddresses: o.IPs,
 		KeyUsage: x509.KeyUsageKeyEncipherment | x509.KeyUsageDigitalSignature}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
 	if err != nil {
