@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -19,6 +20,9 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
+	"github.com/lifeline-edge/lifeline/edge/certfile"
+	"github.com/lifeline-edge/lifeline/edge/journal"
+	"github.com/lifeline-edge/lifeline/edge/publisher"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/pkitest"
 )
@@ -349,4 +353,44 @@ func TestNodeFromCertificate(t *testing.T) {
 			t.Errorf("nodeFromCertificate(CN=%s, O=%v) = %q, %v; want %q, error %t", tc.cn, tc.orgs, got, err, tc.want, tc.wantErr)
 		}
 	}
+}
+
+// The agent's publisher with its certificate read from files that edgecore rotates: after a rotation, the
+// session on the old certificate ends (here by its revocation) and the agent reconnects with the new one,
+// without a restart and without a password.
+func TestAgentPicksUpARotatedCertificate(t *testing.T) {
+	r := startCertRig(t, nil)
+	dir := t.TempDir()
+	pair := &certfile.Pair{CertFile: filepath.Join(dir, "server.crt"), KeyFile: filepath.Join(dir, "server.key")}
+	write := func(serial int64) {
+		opts := nodeCert(r.ca, "edge1")
+		opts.Serial = big.NewInt(serial)
+		certPEM, keyPEM := r.ca.IssuePEM(t, opts)
+		pkitest.WriteFile(t, pair.CertFile, certPEM) // as edgecore writes them: the certificate first
+		pkitest.WriteFile(t, pair.KeyFile, keyPEM)
+	}
+	write(0xa1)
+	state := t.TempDir()
+	j, err := journal.Open(filepath.Join(state, "journal.db"), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	p := publisher.New(publisher.Config{Broker: "ssl://" + r.addr, Username: "edge1", Cluster: "c", Node: "edge1", StateDir: state,
+		TLS:           &tls.Config{RootCAs: r.roots, MinVersion: tls.VersionTLS12, GetClientCertificate: pair.GetClientCertificate},
+		RetryInterval: 100 * time.Millisecond}, j)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+	eventually(t, "the agent's birth on its first certificate", func() bool {
+		return p.Connected() && r.count("lifeline_liveness_messages_total", "birth") == 1
+	})
+	write(0xb2)
+	pkitest.WriteFile(t, r.revoked, []byte("a1\n"))
+	if diff := cmp.Diff([]string{"edge1"}, r.broker.Recheck()); diff != "" {
+		t.Fatalf("sessions ended (-want +got):\n%s", diff)
+	}
+	eventually(t, "the agent's birth on its rotated certificate", func() bool {
+		return p.Connected() && r.count("lifeline_liveness_messages_total", "birth") == 2
+	})
 }
