@@ -1,21 +1,26 @@
-// Package broker runs the controller's embedded MQTT broker (mochi-mqtt): agents connect to it with a
-// username and password per node, its ACL lets a node publish only under its own topics and read only its own
+// Package broker runs the controller's embedded MQTT broker (mochi-mqtt): agents connect to it with the client
+// certificate KubeEdge issued their node, or a username and password per node, only while their Node is an edge
+// node in the API server; its ACL lets a node publish only under its own topics and read only its own
 // commands [P-AUTH-1], and everything the nodes publish goes to the liveness tracker in the order it arrived.
 package broker
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/clock"
 
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
@@ -25,12 +30,21 @@ import (
 type Config struct {
 	// Address to listen on, e.g. ":1883".
 	Address string
-	// TLS, when set, makes the listener TLS (client certificates are the operator's choice).
+	// TLS, when set, makes the listener TLS.
 	TLS     *tls.Config
 	Cluster string
 	// CredentialsDir holds one file per node, named after the node, containing its password: a Secret mounted
 	// as a volume. Files are read on each connection, so nodes can be added without a restart.
 	CredentialsDir string
+	// ClientCerts, when its CAs are set, admit a node by its KubeEdge client certificate [P-AUTH-5]; it needs TLS.
+	ClientCerts ClientCerts
+	// Nodes, when set, admits a node only while its Node is an edge node, whichever way it logs in [P-AUTH-6].
+	Nodes Nodes
+	// Clock tells certificates' validity (default: the real clock).
+	Clock clock.PassiveClock
+	// RecheckInterval is how often the live sessions are checked again: a revoked or expired certificate, a
+	// Node gone or no longer an edge node ends its session (default 10 s).
+	RecheckInterval time.Duration
 	// Limits bound connections and retained messages; zero fields take DefaultLimits' values.
 	Limits Limits
 	// Tracker receives what the nodes publish and counts what the broker refuses.
@@ -43,7 +57,10 @@ type Broker struct {
 	server   *mochi.Server
 	listener *guardedListener
 	tracker  *liveness.Tracker
+	access   *nodeAccess
 	cluster  string
+	stop     chan struct{}
+	stopped  sync.WaitGroup
 }
 
 // Start listens and serves until Close.
@@ -56,13 +73,25 @@ func Start(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
+	serverTLS := cfg.TLS
+	if cfg.ClientCerts.CAs != nil {
+		if serverTLS == nil {
+			return nil, fmt.Errorf("certificate login needs a TLS listener: set its certificate")
+		}
+		// The handshake asks for a certificate and checks that the client holds its key; the chain, the subject,
+		// revocation and validity are checked at CONNECT, by the broker's clock, and refusals counted by reason.
+		serverTLS = serverTLS.Clone()
+		serverTLS.ClientAuth = tls.RequestClientCert
+		serverTLS.ClientCAs = cfg.ClientCerts.CAs
+	}
 	server := mochi.New(&mochi.Options{InlineClient: true, Logger: logger, Capabilities: capabilities()})
 	access := &nodeAccess{cluster: cfg.Cluster, dir: cfg.CredentialsDir, tracker: cfg.Tracker,
-		maxRetainedWorkers: limits.MaxRetainedWorkers, topics: server.Topics}
+		maxRetainedWorkers: limits.MaxRetainedWorkers, topics: server.Topics,
+		certs: cfg.ClientCerts, revoked: &revocations{file: cfg.ClientCerts.RevokedFile}, nodes: cfg.Nodes, clock: clockOr(cfg.Clock)}
 	if err := server.AddHook(access, nil); err != nil {
 		return nil, fmt.Errorf("adding the access hook: %w", err)
 	}
-	listener := &guardedListener{id: "agents", address: cfg.Address, tls: cfg.TLS, maxConns: limits.MaxConnections,
+	listener := &guardedListener{id: "agents", address: cfg.Address, tls: serverTLS, maxConns: limits.MaxConnections,
 		connectTimeout: limits.ConnectTimeout, refuse: cfg.Tracker.Drop}
 	if err := server.AddListener(listener); err != nil {
 		return nil, err
@@ -78,7 +107,57 @@ func Start(cfg Config) (*Broker, error) {
 		server.Close()
 		return nil, fmt.Errorf("subscribing to the agents' topics: %w", err)
 	}
-	return &Broker{server: server, listener: listener, tracker: cfg.Tracker, cluster: cfg.Cluster}, nil
+	b := &Broker{server: server, listener: listener, tracker: cfg.Tracker, access: access, cluster: cfg.Cluster, stop: make(chan struct{})}
+	interval := cfg.RecheckInterval
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	b.stopped.Add(1)
+	go func() {
+		defer b.stopped.Done()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-b.stop:
+				return
+			case <-tick.C:
+				b.Recheck()
+			}
+		}
+	}()
+	return b, nil
+}
+
+// Recheck ends every live session that would no longer be admitted: its certificate revoked or expired, its
+// Node gone or no longer an edge node [P-AUTH-6]. It runs every RecheckInterval; it returns the nodes whose
+// sessions it ended.
+func (b *Broker) Recheck() []string {
+	var ended []string
+	for _, cl := range b.server.Clients.GetAll() {
+		if cl.Net.Inline || cl.Closed() {
+			continue
+		}
+		node := string(cl.Properties.Username)
+		if reason, err := b.access.stillAdmitted(cl.Net.Conn, node); err != nil {
+			b.tracker.Drop(reason, err.Error())
+			_ = b.server.DisconnectClient(cl, packets.ErrNotAuthorized)
+			ended = append(ended, node)
+		}
+	}
+	return ended
+}
+
+// CloseNode ends the live session of a node's agent, as when its Node is deleted or stops being an edge node.
+// The broker publishes the agent's last will, its death. It tells whether there was a session.
+func (b *Broker) CloseNode(node string) bool {
+	cl, ok := b.server.Clients.Get(lifelinev1.AgentClientID(node))
+	if !ok || cl.Net.Inline || cl.Closed() {
+		return false
+	}
+	b.tracker.Drop(RefusedNotEdgeNode, fmt.Sprintf("node %q: session ended, its Node is gone or not an edge node", node))
+	_ = b.server.DisconnectClient(cl, packets.ErrNotAuthorized)
+	return true
 }
 
 // PublishCommand sends a command to a node's agent (QoS 1, not retained) [P-AUTH-2]. It fails when the agent
@@ -94,7 +173,15 @@ func (b *Broker) PublishCommand(node string, payload []byte) error {
 }
 
 // Close stops the broker.
-func (b *Broker) Close() error { return b.server.Close() }
+func (b *Broker) Close() error {
+	select {
+	case <-b.stop:
+	default:
+		close(b.stop)
+	}
+	b.stopped.Wait()
+	return b.server.Close()
+}
 
 // nodeAccess authenticates nodes, binds each session to its node, enforces the ACL and bounds what a node
 // retains. The controller's own inline client bypasses it.
@@ -104,6 +191,10 @@ type nodeAccess struct {
 	tracker            *liveness.Tracker
 	maxRetainedWorkers int
 	topics             *mochi.TopicsIndex // the server's, where retained messages are
+	certs              ClientCerts
+	revoked            *revocations
+	nodes              Nodes // nil: no Node check
+	clock              clock.PassiveClock
 }
 
 func (h *nodeAccess) ID() string { return "lifeline-node-access" }
@@ -112,32 +203,92 @@ func (h *nodeAccess) Provides(b byte) bool {
 	return b == mochi.OnConnectAuthenticate || b == mochi.OnACLCheck || b == mochi.OnPublish
 }
 
-// OnConnectAuthenticate admits a node by its password, under its own client id only, with no last will or its
-// own death as the will. The client id is bound to the node because a CONNECT with a connected client's id
-// takes that session over and fires its will: any other id would let one node announce another's death. The
-// node's own reconnect (same id, same password) still takes over its old, perhaps half-open, session.
+// OnConnectAuthenticate admits a node by its certificate [P-AUTH-5] or its password, under its own client id
+// only, while its Node is an edge node [P-AUTH-6], with no last will or its own death as the will. The client id
+// is bound to the node because a CONNECT with a connected client's id takes that session over and fires its
+// will: any other id would let one node announce another's death. The node's own reconnect (same id, same
+// credentials) still takes over its old, perhaps half-open, session. The session's username is set to the node,
+// which the ACL reads.
 func (h *nodeAccess) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
-	node := string(pk.Connect.Username)
-	if !h.passwordMatches(node, pk.Connect.Password) {
-		h.tracker.Drop(liveness.DropAuth, fmt.Sprintf("client %q with user %q: bad credentials", cl.ID, node))
+	node, ok := h.identify(cl, pk)
+	if !ok {
 		return false
 	}
 	if cl.ID != lifelinev1.AgentClientID(node) {
 		h.tracker.Drop(RefusedClientID, fmt.Sprintf("node %q: client id %q, not %q", node, cl.ID, lifelinev1.AgentClientID(node)))
 		return false
 	}
-	if !pk.Connect.WillFlag {
-		return true
+	if pk.Connect.WillFlag {
+		if pk.Connect.WillTopic != lifelinev1.NodeTopic(h.cluster, node, lifelinev1.KindDeath).String() {
+			h.tracker.Drop(liveness.DropAuth, fmt.Sprintf("node %q: last will on %q", node, pk.Connect.WillTopic))
+			return false
+		}
+		if len(pk.Connect.WillPayload) > maxPayload[lifelinev1.KindDeath] {
+			h.tracker.Drop(RefusedTooLarge, fmt.Sprintf("node %q: last will of %d bytes", node, len(pk.Connect.WillPayload)))
+			return false
+		}
 	}
-	if pk.Connect.WillTopic != lifelinev1.NodeTopic(h.cluster, node, lifelinev1.KindDeath).String() {
-		h.tracker.Drop(liveness.DropAuth, fmt.Sprintf("node %q: last will on %q", node, pk.Connect.WillTopic))
+	if reason, err := h.edgeNode(node); err != nil {
+		h.tracker.Drop(reason, err.Error())
 		return false
 	}
-	if len(pk.Connect.WillPayload) > maxPayload[lifelinev1.KindDeath] {
-		h.tracker.Drop(RefusedTooLarge, fmt.Sprintf("node %q: last will of %d bytes", node, len(pk.Connect.WillPayload)))
-		return false
-	}
+	cl.Properties.Username = []byte(node)
 	return true
+}
+
+// identify returns the node a client is: the one its certificate names, when certificate login is on and it
+// presented one (a username, if any, must be that node), else the one whose password it knows.
+func (h *nodeAccess) identify(cl *mochi.Client, pk packets.Packet) (string, bool) {
+	user := string(pk.Connect.Username)
+	if h.certs.CAs != nil {
+		node, reason, err := h.certIdentity(peerCertificates(cl.Net.Conn), h.clock.Now())
+		switch {
+		case err == nil && user != "" && user != node:
+			h.tracker.Drop(liveness.DropAuth, fmt.Sprintf("client %q: user %q, but its certificate is node %q's", cl.ID, user, node))
+			return "", false
+		case err == nil:
+			return node, true
+		case !errors.Is(err, errNoCertificate): // a certificate that fails is refused, whatever the password
+			h.tracker.Drop(reason, fmt.Sprintf("client %q: %v", cl.ID, err))
+			return "", false
+		}
+	}
+	if !h.passwordMatches(user, pk.Connect.Password) {
+		h.tracker.Drop(liveness.DropAuth, fmt.Sprintf("client %q with user %q: bad credentials", cl.ID, user))
+		return "", false
+	}
+	return user, true
+}
+
+// edgeNode checks that node's Node is an edge node; the reason to count when not.
+func (h *nodeAccess) edgeNode(node string) (string, error) {
+	if h.nodes == nil {
+		return "", nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ok, err := h.nodes.IsEdgeNode(ctx, node)
+	switch {
+	case err != nil:
+		return RefusedNotEdgeNode, fmt.Errorf("node %q: %w", node, err)
+	case !ok:
+		return RefusedNotEdgeNode, fmt.Errorf("node %q: no edge Node of that name", node)
+	}
+	return "", nil
+}
+
+// stillAdmitted checks a live session of node again: its certificate, if it logged in with one, and its Node.
+func (h *nodeAccess) stillAdmitted(conn any, node string) (string, error) {
+	if chain := peerCertificates(conn); h.certs.CAs != nil && len(chain) > 0 {
+		certNode, reason, err := h.certIdentity(chain, h.clock.Now())
+		if err != nil {
+			return reason, fmt.Errorf("node %q: session ended: %w", node, err)
+		}
+		if certNode != node {
+			return liveness.DropAuth, fmt.Errorf("node %q: session ended: its certificate is node %q's", node, certNode)
+		}
+	}
+	return h.edgeNode(node)
 }
 
 func (h *nodeAccess) passwordMatches(node string, password []byte) bool {

@@ -19,6 +19,9 @@ const (
 	RefusedRetain         = "retain"          // a retain flag on a kind that is never retained: cleared
 	RefusedRetainCap      = "retain-cap"      // a new worker topic beyond Limits.MaxRetainedWorkers: not retained
 	RefusedSlowClient     = "slow-client"     // a command to an agent that has not acknowledged the last 64: refused
+	RefusedCertificate    = "certificate"     // a client certificate that does not verify (CA, validity, usage) or names no node [P-AUTH-5]
+	RefusedRevoked        = "revoked"         // a client certificate whose serial is revoked, or while the revocation list is unreadable
+	RefusedNotEdgeNode    = "not-edge-node"   // no Node of that name, or one without node-role.kubernetes.io/edge; a live session so ended too [P-AUTH-6]
 )
 
 // maxPayload bounds each kind's payload. Retained kinds are held in memory for as long as the node lives, so

@@ -5,6 +5,7 @@ package manager
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"sync"
 
@@ -14,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -50,6 +53,12 @@ type Options struct {
 	MQTTTLS *tls.Config
 	// MQTTCredentialsDir holds one password file per node (a mounted Secret).
 	MQTTCredentialsDir string
+	// MQTTClientCAs, when set, let the embedded broker admit a node by the client certificate KubeEdge issued it
+	// (KubeEdge's CA); MQTTRevokedCertificatesFile lists revoked serial numbers.
+	MQTTClientCAs               *x509.CertPool
+	MQTTRevokedCertificatesFile string
+	// Clock tells the validity of the nodes' certificates (default: the real clock).
+	Clock clock.PassiveClock
 	// MQTTLimits bound the embedded broker's connections and retained messages (zero fields: the defaults).
 	MQTTLimits broker.Limits
 	// Cluster is this cluster's name in the MQTT topic tree.
@@ -143,13 +152,25 @@ func addEdge(mgr ctrl.Manager, opts Options) (*liveness.Edge, error) {
 		return nil, fmt.Errorf("indexing worker pods by WORKER_NAME: %w", err)
 	}
 	tracker.Pods = liveness.CachePods{Reader: mgr.GetClient()}
-	s := &sessionRunnable{open: func() (session, error) {
+	s := &sessionRunnable{open: func(ctx context.Context) (session, error) {
 		if opts.MQTTBrokerURL != "" {
 			return broker.Connect(broker.ExternalConfig{URL: opts.MQTTBrokerURL, Username: opts.MQTTUsername,
 				Password: opts.MQTTPassword, TLS: opts.MQTTTLS, Cluster: opts.Cluster, Tracker: tracker})
 		}
-		return broker.Start(broker.Config{Address: opts.MQTTAddress, Cluster: opts.Cluster,
-			CredentialsDir: opts.MQTTCredentialsDir, TLS: opts.MQTTTLS, Limits: opts.MQTTLimits, Tracker: tracker})
+		// Nodes are read from the manager's cache: a CONNECT costs no request to the API server.
+		b, err := broker.Start(broker.Config{Address: opts.MQTTAddress, Cluster: opts.Cluster,
+			CredentialsDir: opts.MQTTCredentialsDir, TLS: opts.MQTTTLS, Limits: opts.MQTTLimits, Tracker: tracker,
+			ClientCerts: broker.ClientCerts{CAs: opts.MQTTClientCAs, RevokedFile: opts.MQTTRevokedCertificatesFile},
+			Nodes:       broker.CacheNodes{Reader: mgr.GetClient()}, Clock: opts.Clock})
+		if err != nil {
+			return nil, err
+		}
+		closer, err := endSessionsOfGoneNodes(ctx, mgr.GetCache(), b)
+		if err != nil {
+			_ = b.Close()
+			return nil, err
+		}
+		return &embedded{Broker: b, closeWatch: closer}, nil
 	}}
 	if err := mgr.Add(s); err != nil {
 		return nil, err
@@ -166,17 +187,57 @@ type session interface {
 	Close() error
 }
 
+// embedded is the embedded broker with the watch that ends the sessions of Nodes that go.
+type embedded struct {
+	*broker.Broker
+	closeWatch func()
+}
+
+func (e *embedded) Close() error {
+	e.closeWatch()
+	return e.Broker.Close()
+}
+
+// endSessionsOfGoneNodes ends a node's broker session when its Node is deleted or loses the edge label, at once
+// rather than at the broker's next recheck. It returns what stops it.
+func endSessionsOfGoneNodes(ctx context.Context, c cache.Cache, b *broker.Broker) (func(), error) {
+	informer, err := c.GetInformer(ctx, &corev1.Node{})
+	if err != nil {
+		return nil, fmt.Errorf("watching nodes for the broker: %w", err)
+	}
+	end := func(obj any) {
+		if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if node, ok := obj.(*corev1.Node); ok {
+			b.CloseNode(node.Name)
+		}
+	}
+	reg, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		DeleteFunc: end,
+		UpdateFunc: func(_, obj any) {
+			if node, ok := obj.(*corev1.Node); ok && !broker.IsEdgeNode(node) {
+				b.CloseNode(node.Name)
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watching nodes for the broker: %w", err)
+	}
+	return func() { _ = informer.RemoveEventHandler(reg) }, nil
+}
+
 // sessionRunnable holds the broker session for as long as the manager runs, on the elected leader only: one
 // controller hears the agents and commands them.
 type sessionRunnable struct {
-	open func() (session, error)
+	open func(context.Context) (session, error)
 
 	mu      sync.Mutex
 	running session
 }
 
 func (r *sessionRunnable) Start(ctx context.Context) error {
-	s, err := r.open()
+	s, err := r.open(ctx)
 	if err != nil {
 		return err
 	}

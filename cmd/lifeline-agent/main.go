@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lifeline-edge/lifeline/edge/agent"
+	"github.com/lifeline-edge/lifeline/edge/certfile"
 	"github.com/lifeline-edge/lifeline/edge/cri"
 	"github.com/lifeline-edge/lifeline/edge/desired"
 	"github.com/lifeline-edge/lifeline/edge/journal"
@@ -39,12 +40,15 @@ var version = "dev"
 
 func main() {
 	var (
-		node      = flag.String("node-name", os.Getenv("NODE_NAME"), "this node's name")
-		cluster   = flag.String("cluster", "default", "cluster name in the topic tree")
-		broker    = flag.String("broker", "tcp://127.0.0.1:1883", "MQTT broker URL (tcp:// or ssl://)")
-		username  = flag.String("username", os.Getenv("LIFELINE_MQTT_USERNAME"), "MQTT username (default: $LIFELINE_MQTT_USERNAME, else the node's name)")
-		passFile  = flag.String("password-file", "", "file holding the MQTT password (default: $LIFELINE_MQTT_PASSWORD)")
-		caFile    = flag.String("ca-file", "", "PEM certificates that sign the broker's, for ssl:// (default: the system's)")
+		node     = flag.String("node-name", os.Getenv("NODE_NAME"), "this node's name")
+		cluster  = flag.String("cluster", "default", "cluster name in the topic tree")
+		broker   = flag.String("broker", "tcp://127.0.0.1:1883", "MQTT broker URL (tcp:// or ssl://)")
+		username = flag.String("username", os.Getenv("LIFELINE_MQTT_USERNAME"), "MQTT username (default: $LIFELINE_MQTT_USERNAME, else the node's name)")
+		passFile = flag.String("password-file", "", "file holding the MQTT password (default: $LIFELINE_MQTT_PASSWORD)")
+		caFile   = flag.String("ca-file", "", "PEM certificates that sign the broker's, for ssl:// (default: the system's); not KubeEdge's CA")
+		certFile = flag.String("cert-file", constants.DefaultCertFile,
+			"client certificate for ssl:// (PEM): the node's, which KubeEdge issued and rotates; read again at each connection; empty: none")
+		keyFile   = flag.String("key-file", constants.DefaultKeyFile, "the client certificate's key (PEM)")
 		stateDir  = flag.String("state-dir", "/var/lib/lifeline-agent", "directory of the journal and the birth sequence")
 		socket    = flag.String("cri-socket", cri.DefaultSocket, "container runtime CRI socket")
 		apiServer = flag.String("api-server", "http://"+constants.DefaultMetaServerAddr,
@@ -73,6 +77,8 @@ func main() {
 	)
 	verbosity := flag.Int("v", 0, "log verbosity: 2 logs actions, 4 details")
 	flag.Parse()
+	explicit := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
 	// The standard library's JSON logger: the agent stays small, without the controller's logging stack.
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-*verbosity)})).
 		WithValues("node", *node)
@@ -92,7 +98,7 @@ func main() {
 		}
 		password = strings.TrimSpace(string(data))
 	}
-	var tlsConfig *tls.Config
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12} // for ssl:// only
 	if *caFile != "" {
 		pem, err := os.ReadFile(*caFile)
 		pool := x509.NewCertPool()
@@ -100,7 +106,21 @@ func main() {
 			log.Error(err, "reading the broker's CA certificates", "file", *caFile)
 			os.Exit(1)
 		}
-		tlsConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		tlsConfig.RootCAs = pool
+	}
+	if *certFile != "" && *keyFile != "" {
+		// Presented at every connection as the files are then: edgecore rotates them in place.
+		pair := &certfile.Pair{CertFile: *certFile, KeyFile: *keyFile}
+		if err := pair.Load(); err != nil {
+			log.Error(err, "loading the client certificate", "certFile", *certFile, "keyFile", *keyFile)
+			os.Exit(1)
+		}
+		tlsConfig.GetClientCertificate = pair.GetClientCertificate
+		if c := pair.Current(); c != nil {
+			log.Info("client certificate", "subject", c.Leaf.Subject.String(), "serial", c.Leaf.SerialNumber.Text(16), "notAfter", c.Leaf.NotAfter)
+		} else {
+			log.Info("no client certificate yet: logging in by password until one appears", "certFile", *certFile)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -123,6 +143,13 @@ func main() {
 	defer runtime.Close()
 
 	pods := desired.NewPodClient(*apiServer, nil, "")
+	actuatorURL := *metaServer
+	if !explicit["api-server"] && *kubeconfig == "" && *edgecoreConfig != "" {
+		if pods, actuatorURL, err = metaServerFromEdgecore(*edgecoreConfig, *apiServer, actuatorURL, explicit["metaserver"], log); err != nil {
+			log.Error(err, "configuring the MetaServer from edgecore's configuration")
+			os.Exit(1)
+		}
+	}
 	if *kubeconfig != "" {
 		if pods, err = desired.PodClientFromKubeconfig(*kubeconfig); err != nil {
 			log.Error(err, "loading the API server's configuration")
@@ -136,8 +163,8 @@ func main() {
 	}
 
 	var actuator agent.FirstWorking
-	if *metaServer != "" {
-		actuator = append(actuator, &agent.MetaServerActuator{BaseURL: *metaServer})
+	if actuatorURL != "" {
+		actuator = append(actuator, &agent.MetaServerActuator{BaseURL: actuatorURL})
 	}
 	actuator = append(actuator, &agent.CRIActuator{Runtime: runtime})
 	episodes := &agent.Episodes{} // one action per death, by command or by the offline policy
@@ -214,6 +241,42 @@ func main() {
 	case <-published:
 	case <-time.After(5 * time.Second):
 	}
+}
+
+// serviceAccountTokenFile is where a pod's service-account token is mounted, edged included.
+const serviceAccountTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+// metaServerFromEdgecore is the pod client for the MetaServer as edgecore's configuration sets it up, and the
+// URL of the restart actuator. Under the requireAuthorization feature gate the MetaServer serves HTTPS with a
+// certificate of the API server's CA and takes a service-account token (it authenticates no client
+// certificate): the agent sends its pod's token. Restarts then go through the runtime unless --metaserver was
+// given: the agent's account may only read pods.
+func metaServerFromEdgecore(path, apiServer, actuatorURL string, actuatorExplicit bool, log logr.Logger) (*desired.PodClient, string, error) {
+	ep, err := agent.EdgecoreMetaServer(path)
+	if err != nil {
+		log.Info("edgecore's configuration not read: the MetaServer is assumed at its default", "url", apiServer, "reason", err.Error())
+		return desired.NewPodClient(apiServer, nil, ""), actuatorURL, nil
+	}
+	if !ep.Enabled {
+		log.Info("edgecore's MetaServer is not enabled (modules.metaManager.metaServer.enable): the node's pods cannot be read until it is", "config", path)
+	}
+	if ep.CAFile == "" {
+		if !actuatorExplicit {
+			actuatorURL = ep.URL
+		}
+		return desired.NewPodClient(ep.URL, nil, ""), actuatorURL, nil
+	}
+	pem, err := os.ReadFile(ep.CAFile)
+	pool := x509.NewCertPool()
+	if err != nil || !pool.AppendCertsFromPEM(pem) {
+		return nil, "", fmt.Errorf("reading the MetaServer's CA %s (requireAuthorization is on): %v", ep.CAFile, err)
+	}
+	if !actuatorExplicit {
+		actuatorURL = ""
+	}
+	log.Info("the MetaServer requires authorization: HTTPS with the pod's service-account token", "url", ep.URL, "ca", ep.CAFile)
+	return desired.NewPodClient(ep.URL, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, "").WithTokenFile(serviceAccountTokenFile),
+		actuatorURL, nil
 }
 
 // followContainerEvents keeps the runtime's event stream open, so a worker's change is published within

@@ -29,6 +29,10 @@ func main() {
 	flag.StringVar(&opts.MQTTAddress, "mqtt-address", ":1883", "address of the embedded MQTT broker the edge agents connect to; empty disables edge awareness")
 	flag.StringVar(&opts.MQTTCredentialsDir, "mqtt-credentials-dir", "/etc/lifeline/mqtt-credentials",
 		"one file per edge node, named after it, holding its MQTT password (a mounted Secret)")
+	clientCAFile := flag.String("mqtt-client-ca-file", "",
+		"KubeEdge's CA (PEM): the embedded broker's TLS listener admits a node by the certificate it signed, CN=system:node:<node>, O=system:nodes")
+	flag.StringVar(&opts.MQTTRevokedCertificatesFile, "mqtt-revoked-certificates-file", "",
+		"revoked node certificates' serial numbers, hex, one a line; read again when it changes")
 	limits := broker.DefaultLimits()
 	flag.IntVar(&opts.MQTTLimits.MaxConnections, "mqtt-max-connections", limits.MaxConnections,
 		"TCP connections the embedded broker holds at once, authenticated or not; leave room above the number of edge nodes")
@@ -47,7 +51,7 @@ func main() {
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-	if err := mqttCredentials(&opts, *tlsCert, *tlsKey, *caFile, *passwordFile); err != nil {
+	if err := mqttCredentials(&opts, *tlsCert, *tlsKey, *caFile, *passwordFile, *clientCAFile); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
 		os.Exit(1)
 	}
@@ -58,8 +62,20 @@ func main() {
 	}
 }
 
-// mqttCredentials loads the embedded listener's certificate, or the external broker's CA and password.
-func mqttCredentials(opts *manager.Options, certFile, keyFile, caFile, passwordFile string) error {
+// mqttCredentials loads the embedded listener's certificate and the CA of the nodes' certificates, or the
+// external broker's CA and password.
+func mqttCredentials(opts *manager.Options, certFile, keyFile, caFile, passwordFile, clientCAFile string) error {
+	if clientCAFile != "" {
+		pem, err := os.ReadFile(clientCAFile)
+		pool := x509.NewCertPool()
+		if err != nil || !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("reading the nodes' CA certificates from %s: %v", clientCAFile, err)
+		}
+		if certFile == "" {
+			return fmt.Errorf("--mqtt-client-ca-file needs a TLS listener: set --mqtt-tls-cert and --mqtt-tls-key")
+		}
+		opts.MQTTClientCAs = pool
+	}
 	if certFile != "" || keyFile != "" {
 		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {

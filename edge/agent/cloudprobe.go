@@ -73,7 +73,52 @@ type edgecoreConfig struct {
 			HTTPServer string `json:"httpServer"`
 			TLSCAFile  string `json:"tlsCaFile"`
 		} `json:"edgeHub"`
+		MetaManager struct {
+			MetaServer struct {
+				Enable bool   `json:"enable"`
+				Server string `json:"server"`
+			} `json:"metaServer"`
+		} `json:"metaManager"`
 	} `json:"modules"`
+	FeatureGates map[string]bool `json:"featureGates"`
+}
+
+// MetaServerCAFile is where edgecore keeps the CA of the MetaServer's serving certificate when the
+// requireAuthorization feature gate is on: the API server's CA, fetched from the cloud
+// (edge/pkg/metamanager/metaserver/certificate in KubeEdge).
+const MetaServerCAFile = "/etc/kubeedge/pki/metaserver/ca.crt"
+
+// MetaServerEndpoint is how edgecore's configuration says the MetaServer is reached.
+type MetaServerEndpoint struct {
+	// Enabled is modules.metaManager.metaServer.enable: off (edgecore's default), nothing listens.
+	Enabled bool
+	// URL is http://<server>, or https://<server> under the requireAuthorization feature gate, where the
+	// MetaServer authenticates a service-account token and authorizes it by RBAC.
+	URL string
+	// CAFile verifies the MetaServer's certificate, with https only.
+	CAFile string
+}
+
+// EdgecoreMetaServer reads where the MetaServer listens, and how, from edgecore's configuration at path.
+func EdgecoreMetaServer(path string) (MetaServerEndpoint, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return MetaServerEndpoint{}, fmt.Errorf("reading edgecore's configuration: %w", err)
+	}
+	var cfg edgecoreConfig
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return MetaServerEndpoint{}, fmt.Errorf("decoding edgecore's configuration %s: %w", path, err)
+	}
+	ms := cfg.Modules.MetaManager.MetaServer
+	server := strings.TrimSpace(ms.Server)
+	if server == "" {
+		server = constants.DefaultMetaServerAddr
+	}
+	ep := MetaServerEndpoint{Enabled: ms.Enable, URL: "http://" + server}
+	if cfg.FeatureGates["requireAuthorization"] {
+		ep.URL, ep.CAFile = "https://"+server, MetaServerCAFile
+	}
+	return ep, nil
 }
 
 // EdgecoreProbe is the probe of cloudcore that edgecore's configuration at path implies: a GET of

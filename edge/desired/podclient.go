@@ -99,6 +99,13 @@ func NewPodClient(server string, tlsConfig *tls.Config, token string) *PodClient
 		http: &http.Client{Transport: transport, Timeout: 10 * time.Second}, watch: &http.Client{Transport: transport}}
 }
 
+// WithTokenFile makes the client read its bearer token from path at every request (a projected
+// service-account token, which the kubelet or edged rotates in place).
+func (c *PodClient) WithTokenFile(path string) *PodClient {
+	c.tokenFile = path
+	return c
+}
+
 // List lists the pods sel selects.
 func (c *PodClient) List(ctx context.Context, sel Selector) (*PodList, error) {
 	resp, err := c.get(ctx, c.http, sel, url.Values{})

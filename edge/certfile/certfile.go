@@ -1,0 +1,84 @@
+// Package certfile serves a client certificate from files that are replaced while the agent runs: KubeEdge's
+// edgecore rotates the node's certificate (/etc/kubeedge/certs/server.crt and server.key) at 70–90 % of its
+// lifetime, writing the certificate first and the key after it, so for a moment the two do not match.
+package certfile
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sync"
+)
+
+// Pair is a certificate and key file pair, read at every TLS handshake (a reconnect: rare, and the files are
+// small) and parsed again when either changed. A pair that does not load (a rotation half written) leaves the
+// last good one in use.
+type Pair struct {
+	CertFile, KeyFile string
+
+	mu        sync.Mutex // guards the fields below
+	cert, key []byte     // the files' content when current was loaded
+	current   *tls.Certificate
+	err       error // why the files last failed to load; nil once they load
+}
+
+// Load reads the pair now, so a bad path shows at start; a missing pair is no error (there is no certificate
+// yet), one that does not parse is.
+func (p *Pair) Load() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refresh()
+	if p.err != nil && !errors.Is(p.err, fs.ErrNotExist) {
+		return p.err
+	}
+	return nil
+}
+
+// Current is the certificate in use, nil if none loaded yet.
+func (p *Pair) Current() *tls.Certificate {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refresh()
+	return p.current
+}
+
+// GetClientCertificate is for tls.Config: it presents the current certificate, or none (an empty one) while no
+// pair has loaded, so the broker falls back to the password.
+func (p *Pair) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	if c := p.Current(); c != nil {
+		return c, nil
+	}
+	return &tls.Certificate{}, nil
+}
+
+func (p *Pair) refresh() {
+	cert, err := os.ReadFile(p.CertFile)
+	if err != nil {
+		p.err = fmt.Errorf("reading the client certificate: %w", err)
+		return
+	}
+	key, err := os.ReadFile(p.KeyFile)
+	if err != nil {
+		p.err = fmt.Errorf("reading the client key: %w", err)
+		return
+	}
+	if p.current != nil && bytes.Equal(cert, p.cert) && bytes.Equal(key, p.key) {
+		return
+	}
+	pair, err := tls.X509KeyPair(cert, key)
+	if err != nil { // half rotated: the next handshake tries again
+		p.err = fmt.Errorf("loading the client certificate %s: %w", p.CertFile, err)
+		return
+	}
+	if pair.Leaf == nil {
+		if pair.Leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
+			p.err = fmt.Errorf("parsing the client certificate %s: %w", p.CertFile, err)
+			return
+		}
+	}
+	p.current, p.cert, p.key, p.err = &pair, cert, key, nil
+}
