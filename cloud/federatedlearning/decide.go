@@ -51,6 +51,11 @@ type plan struct {
 	events  []event
 }
 
+// isJobCondition tells the condition types of a job; Sedna's are the same three.
+func isJobCondition(t string) bool {
+	return t == v1alpha1.FLConditionTraining || t == v1alpha1.FLConditionComplete || t == v1alpha1.FLConditionFailed
+}
+
 // finished tells whether a status carries a terminal condition.
 func finished(s v1alpha1.FederatedLearningJobStatus) bool {
 	return conditions.IsTrue(s.Conditions, v1alpha1.FLConditionComplete) || conditions.IsTrue(s.Conditions, v1alpha1.FLConditionFailed)
@@ -62,6 +67,9 @@ func decide(job *v1alpha1.FederatedLearningJob, workers []worker, p runPolicy, n
 	out := plan{status: *job.Status.DeepCopy()}
 	s := &out.status
 	mnow := metav1.NewTime(now)
+	// A status Sedna's GM wrote lacks what Lifeline's schema requires of a condition; made whole here, it can be
+	// written back.
+	s.Conditions, _ = conditions.Normalize(s.Conditions, isJobCondition, mnow)
 	s.ObservedGeneration = job.Generation
 	if s.StartTime == nil {
 		s.StartTime = &mnow

@@ -21,6 +21,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/conditions"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
+	"github.com/lifeline-edge/lifeline/cloud/outcome"
 )
 
 // Reconciler runs FederatedLearningJobs like batch Jobs with named workers.
@@ -29,6 +30,9 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// LCServer is the LC_SERVER handed to trainers: the node-local report endpoint.
 	LCServer string
+	// APIReader reads from the API server, past the cache, which holds only pods carrying Lifeline's role label:
+	// the pods Sedna's GM made are found through it. Nil means the client.
+	APIReader client.Reader
 	// Edge is the agents' view of the edge nodes; nil means the API server's word only.
 	Edge *liveness.Edge
 	// Now is the clock; nil means time.Now.
@@ -73,7 +77,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, errors.Join(actErr, err)
 	}
 	for _, e := range p.events {
-		r.event(job, nil, e.eventType, e.reason, e.note)
+		r.event(job, nil, e.eventType, e.reason, "%s", e.note)
 	}
 	return r.afterFinish(ctx, job, p, now)
 }
@@ -95,31 +99,63 @@ func (r *Reconciler) syncChildren(ctx context.Context, job *v1alpha1.FederatedLe
 	return r.releasePods(ctx, p.release)
 }
 
-// observe pairs each identity with its pod in the cache. Pods of an earlier job of the same name (another UID)
-// are not this job's.
+// observe pairs each identity with its pod in the cache: the pod of its stable name, or else a pod Sedna's GM
+// made that was adopted for it (adopt.go). Pods of an earlier job of the same name (another UID) are not this
+// job's. Before the first status of a job that is still running, the pods GM made are looked for and adopted,
+// so none of its workers is created twice.
 func (r *Reconciler) observe(ctx context.Context, job *v1alpha1.FederatedLearningJob) ([]worker, error) {
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels(selectorLabels(job))); err != nil {
 		return nil, fmt.Errorf("listing worker pods: %w", err)
 	}
+	ids := identities(job)
 	byName := map[string]*corev1.Pod{}
+	isID := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		isID[id.name] = true
+	}
+	var others []*corev1.Pod
 	for i := range pods.Items {
-		if metav1.IsControlledBy(&pods.Items[i], job) {
-			byName[pods.Items[i].Name] = &pods.Items[i]
+		pod := &pods.Items[i]
+		switch {
+		case !metav1.IsControlledBy(pod, job):
+		case isID[pod.Name]:
+			byName[pod.Name] = pod
+		default:
+			others = append(others, pod)
+		}
+	}
+	for _, pod := range others {
+		if name := identityOf(job, pod); name != "" && byName[name] == nil {
+			byName[name] = pod
+		}
+	}
+	if len(job.Status.Workers) == 0 && !finished(job.Status) {
+		free := map[string]bool{}
+		for _, id := range ids {
+			free[id.name] = byName[id.name] == nil
+		}
+		adopted, err := r.adoptSednaPods(ctx, job, free)
+		if err != nil {
+			return nil, err
+		}
+		for name, pod := range adopted {
+			byName[name] = pod
 		}
 	}
 	records := map[string]v1alpha1.WorkerStatus{}
 	for _, w := range job.Status.Workers {
 		records[w.Name] = w
 	}
-	ids := identities(job)
 	workers := make([]worker, 0, len(ids))
 	for _, id := range ids {
 		workers = append(workers, worker{id: id, pod: byName[id.name], record: records[id.name]})
 	}
 	views := r.Edge.Views(ctx, podsOf(workers), r.now())
 	for i := range workers {
-		workers[i].view = views[workers[i].id.name]
+		if workers[i].pod != nil {
+			workers[i].view = views[workers[i].pod.Name]
+		}
 	}
 	return workers, nil
 }
@@ -129,7 +165,9 @@ func (r *Reconciler) observe(ctx context.Context, job *v1alpha1.FederatedLearnin
 func (r *Reconciler) actThroughAgents(job *v1alpha1.FederatedLearningJob, workers []worker, now time.Time) error {
 	views := map[string]liveness.View{}
 	for _, w := range workers {
-		views[w.id.name] = w.view
+		if w.pod != nil {
+			views[w.pod.Name] = w.view
+		}
 	}
 	events, err := r.Edge.Act(podsOf(workers), views, now)
 	for _, e := range events {
@@ -238,10 +276,13 @@ func (r *Reconciler) ensureService(ctx context.Context, job *v1alpha1.FederatedL
 	err := r.Get(ctx, client.ObjectKeyFromObject(want), got)
 	switch {
 	case apierrors.IsNotFound(err):
-		if err := r.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
+		created, err := outcome.Of(r.Create(ctx, want), apierrors.IsAlreadyExists)
+		if err != nil {
 			return fmt.Errorf("creating service %s: %w", want.Name, err)
 		}
-		r.event(job, want, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created service %s", want.Name)
+		if created {
+			r.event(job, want, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created service %s", want.Name)
+		}
 		return nil
 	case err != nil:
 		return fmt.Errorf("reading service %s: %w", want.Name, err)
@@ -271,10 +312,14 @@ func (r *Reconciler) ensureService(ctx context.Context, job *v1alpha1.FederatedL
 func (r *Reconciler) removePods(ctx context.Context, job *v1alpha1.FederatedLearningJob, pods []*corev1.Pod) error {
 	for _, pod := range pods {
 		uid := pod.UID
-		if err := r.Delete(ctx, pod, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		// Gone already, or replaced under the same name (the UID precondition failed): nothing was deleted.
+		deleted, err := outcome.Of(r.Delete(ctx, pod, client.Preconditions{UID: &uid}), apierrors.IsNotFound, apierrors.IsConflict)
+		if err != nil {
 			return fmt.Errorf("deleting worker %s: %w", pod.Name, err)
 		}
-		r.event(job, pod, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted pod %s", pod.Name)
+		if deleted {
+			r.event(job, pod, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted pod %s", pod.Name)
+		}
 	}
 	return nil
 }

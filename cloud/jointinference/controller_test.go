@@ -20,6 +20,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
 	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/controllertest"
 	"github.com/lifeline-edge/lifeline/test/fixtures"
 )
 
@@ -421,11 +422,8 @@ func TestSednaChildrenAreAdoptedWithoutRestart(t *testing.T) {
 		if err := env.Client.Create(context.Background(), ji); err != nil {
 			t.Fatal(err)
 		}
-		for _, wt := range []string{"edge", "cloud"} {
-			d := sednaDeployment(ji, wt)
-			if err := env.Client.Create(context.Background(), d); err != nil {
-				t.Fatal(err)
-			}
+		if _, err := controllertest.CreateSednaJIChildren(context.Background(), env.Client, ji); err != nil {
+			t.Fatal(err)
 		}
 		eventually(t, readyWithin, "Sedna's pods running", func(ctx context.Context) (bool, error) {
 			pods := &corev1.PodList{}
@@ -441,7 +439,24 @@ func TestSednaChildrenAreAdoptedWithoutRestart(t *testing.T) {
 			return len(podUIDs) == 2, nil
 		})
 	})
-	waitReady(t, ji)
+	ready := waitReady(t, ji)
+	// The pods GM's Deployments made are the service's workers at once: marked for the cache and the agents,
+	// and in the status, before any roll.
+	eventually(t, reconcileBound, "Sedna's pods in the status", func(ctx context.Context) (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ji), ready); err != nil {
+			return false, err
+		}
+		running := 0
+		for _, w := range ready.Status.Workers {
+			if w.Phase == string(corev1.PodRunning) {
+				running++
+			}
+		}
+		if running != 2 || ready.Status.Active != 2 {
+			return false, fmt.Errorf("workers %+v", ready.Status.Workers)
+		}
+		return true, nil
+	})
 	for _, wt := range []string{"edge", "cloud"} {
 		if d := deployment(t, ji, wt); d.Annotations[jointinference.TemplateHashAnnotation] == "" {
 			t.Errorf("%s deployment not adopted", wt)
@@ -454,6 +469,11 @@ func TestSednaChildrenAreAdoptedWithoutRestart(t *testing.T) {
 	if len(pods.Items) != 2 || !containsUID(podUIDs, pods.Items[0].UID) || !containsUID(podUIDs, pods.Items[1].UID) {
 		t.Errorf("pods after adoption differ from Sedna's: had %v, now %d pods", podUIDs, len(pods.Items))
 	}
+	for _, p := range pods.Items {
+		if p.Labels[contract.RoleLabel] == "" {
+			t.Errorf("pod %s lacks %s", p.Name, contract.RoleLabel)
+		}
+	}
 }
 
 func containsUID(uids []types.UID, uid types.UID) bool {
@@ -463,25 +483,6 @@ func containsUID(uids []types.UID, uid types.UID) bool {
 		}
 	}
 	return false
-}
-
-// sednaDeployment is a worker Deployment as Sedna's controller makes it: same name, labels and selector, a
-// controller reference to the service, no Lifeline annotation.
-func sednaDeployment(ji *v1alpha1.JointInferenceService, workerType string) *appsv1.Deployment {
-	labels := contract.Labels(jointinference.Kind, ji.Name, ji.UID, workerType)
-	labels["app.sedna.io"] = ji.Name + "-" + strings.ToUpper(workerType[:1]) + workerType[1:] + "-svc"
-	tmpl := ji.Spec.CloudWorker.Template.DeepCopy()
-	if workerType == "edge" {
-		tmpl = ji.Spec.EdgeWorker.Template.DeepCopy()
-	}
-	tmpl.Labels = labels
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: ji.Namespace, Name: jointinference.DeploymentName(ji.Name, workerType), Labels: labels,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(ji, v1alpha1.GroupVersion.WithKind(jointinference.Kind))},
-		},
-		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: *tmpl},
-	}
 }
 
 // TestMissingCredentialIsReportedThenResolved: a Model whose credential Secret is missing blocks its worker with

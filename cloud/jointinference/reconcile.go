@@ -20,6 +20,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
+	"github.com/lifeline-edge/lifeline/cloud/outcome"
 )
 
 // Reconciler keeps each JointInferenceService's children equal to what its spec renders to.
@@ -28,6 +29,9 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// LCServer is the LC_SERVER handed to edge workers: the node-local report endpoint.
 	LCServer string
+	// APIReader reads from the API server, past the cache, which holds only pods carrying Lifeline's role label:
+	// the pods of a Deployment Sedna's GM made are found through it. Nil means the client.
+	APIReader client.Reader
 	// Edge is the agents' view of the edge nodes; nil means the API server's word only.
 	Edge *liveness.Edge
 	// Now is the clock; nil means time.Now.
@@ -291,10 +295,13 @@ func (r *Reconciler) deleteOwned(ctx context.Context, ji *v1alpha1.JointInferenc
 		return nil
 	}
 	uid := obj.GetUID()
-	if err := r.Delete(ctx, obj, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+	deleted, err := outcome.Of(r.Delete(ctx, obj, client.Preconditions{UID: &uid}), apierrors.IsNotFound, apierrors.IsConflict)
+	if err != nil {
 		return fmt.Errorf("deleting %s: %w", name, err)
 	}
-	r.event(ji, obj, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Delete", "Deleted %s", name)
+	if deleted {
+		r.event(ji, obj, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Delete", "Deleted %s", name)
+	}
 	return nil
 }
 

@@ -90,6 +90,11 @@ func (r *Reconciler) observeWorker(ctx context.Context, ji *v1alpha1.JointInfere
 	if err == nil && metav1.IsControlledBy(d, ji) {
 		obs.deployment = d
 	}
+	if sednaTemplate(obs.deployment) {
+		pods, err := r.markSednaPods(ctx, ji, workerType)
+		obs.pods = pods
+		return obs, err
+	}
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(ji.Namespace),
 		client.MatchingLabels(contract.Labels(Kind, ji.Name, ji.UID, workerType))); err != nil {
@@ -104,6 +109,9 @@ func (r *Reconciler) observeWorker(ctx context.Context, ji *v1alpha1.JointInfere
 func computeStatus(ji *v1alpha1.JointInferenceService, workers []workerObservation, views map[string]liveness.View, blocked *problem, conflicts []string,
 	now metav1.Time) v1alpha1.JointInferenceServiceStatus {
 	s := *ji.Status.DeepCopy()
+	// Sedna's GM wrote Pending, Running and Failed conditions, appended without a reason; Ready replaces them,
+	// and what is kept is made valid under Lifeline's schema so the status can be written back.
+	s.Conditions, _ = conditions.Normalize(s.Conditions, func(t string) bool { return t == ConditionReady }, now)
 	s.ObservedGeneration = ji.Generation
 	if s.StartTime == nil {
 		s.StartTime = &now

@@ -114,19 +114,21 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	ji := &jointinference.Reconciler{
-		Client:   mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder("lifeline-controller"),
-		LCServer: opts.LCServer,
-		Edge:     edge,
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("lifeline-controller"),
+		LCServer:  opts.LCServer,
+		Edge:      edge,
 	}
 	if err := ji.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the JointInferenceService controller: %w", err)
 	}
 	fl := &federatedlearning.Reconciler{
-		Client:   mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder("lifeline-controller"),
-		LCServer: opts.LCServer,
-		Edge:     edge,
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("lifeline-controller"),
+		LCServer:  opts.LCServer,
+		Edge:      edge,
 	}
 	if err := fl.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the FederatedLearningJob controller: %w", err)

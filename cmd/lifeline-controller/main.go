@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"flag"
@@ -10,16 +11,26 @@ import (
 	"os"
 	"strings"
 
+	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/lifeline-edge/lifeline/cloud/broker"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "release" {
+		if err := release(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "lifeline-controller release:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var opts manager.Options
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", false, "elect one active replica through a Lease")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's)")
@@ -117,4 +128,29 @@ func run(opts manager.Options) error {
 		return fmt.Errorf("adding ready check: %w", err)
 	}
 	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// release is the `release` subcommand, run before uninstalling Lifeline (a Helm pre-delete hook, or by hand once
+// the controller is stopped): it removes Lifeline's accounting finalizer from every pod that carries it, and
+// exits.
+func release(args []string) error {
+	fs := flag.NewFlagSet("release", flag.ContinueOnError)
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig to use (default: $KUBECONFIG, the in-cluster account, ~/.kube/config)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if *kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	}
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return fmt.Errorf("building client: %w", err)
+	}
+	n, err := federatedlearning.ReleaseFinalizers(context.Background(), c)
+	fmt.Printf("released %d pods from %s\n", n, federatedlearning.WorkerFinalizer)
+	return err
 }
