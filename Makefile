@@ -113,7 +113,7 @@ generate: $(BIN)/controller-gen $(BIN)/protoc-gen-go $(BIN)/helm ## Regenerate d
 	rm -f deploy/chart/lifeline/crds/*.yaml && cp deploy/crds/*.yaml deploy/chart/lifeline/crds/
 	@mkdir -p deploy/manifests
 	{ printf '%s\n' $(MANIFESTS_HEADER); $(BIN)/helm template lifeline deploy/chart/lifeline --namespace lifeline-system \
-		--include-crds $(MANIFESTS_VALUES); } > deploy/manifests/lifeline.yaml
+		--include-crds --no-hooks $(MANIFESTS_VALUES); } > deploy/manifests/lifeline.yaml
 	@echo "==> protoc: the liveness protocol"
 	@command -v protoc >/dev/null || { echo "protoc is missing: apt-get install protobuf-compiler"; exit 1; }
 	protoc --plugin=protoc-gen-go=$(BIN)/protoc-gen-go --go_out=. --go_opt=module=github.com/lifeline-edge/lifeline \

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -335,5 +336,30 @@ func TestPlainManifestsAreTheChart(t *testing.T) {
 	}
 	if crds != 4 {
 		t.Errorf("%d CRDs, want Sedna's four", crds)
+	}
+}
+
+// Uninstalling releases the FL workers' finalizer: `helm uninstall` runs the controller's release subcommand
+// first, stopping the controller; the plain manifests, applied by hand, never carry that Job.
+func TestUninstallHookReleasesTheFinalizers(t *testing.T) {
+	job := mustObject[batchv1.Job](t, renderChart(t, "--set", "nodeIdentity.mode=password"), "Job", "lifeline-release")
+	if hook := job.Annotations["helm.sh/hook"]; hook != "pre-delete" {
+		t.Errorf("hook %q, want pre-delete", hook)
+	}
+	pod := job.Spec.Template.Spec
+	if pod.ServiceAccountName != "lifeline-controller" {
+		t.Errorf("runs as %q, want the controller's service account", pod.ServiceAccountName)
+	}
+	args := pod.Containers[0].Args
+	if len(args) == 0 || args[0] != "release" {
+		t.Fatalf("args %v, want the release subcommand", args)
+	}
+	if v, _ := flag(args, "stop-deployment"); v != namespace+"/lifeline-controller" {
+		t.Errorf("--stop-deployment=%q, want the controller's Deployment", v)
+	}
+	for _, o := range readManifests(t) {
+		if o.GetKind() == "Job" {
+			t.Errorf("the plain manifests hold Job %s, which would run at install", o.GetName())
+		}
 	}
 }

@@ -4,10 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -53,4 +58,38 @@ func ReleaseFinalizers(ctx context.Context, c client.Client) (int, error) {
 		}
 		opts = []client.ListOption{client.Limit(500), client.Continue(pods.Continue)}
 	}
+}
+
+// StopDeployment scales the Deployment key to zero and waits, up to timeout, until none of its pods is left: the
+// step before ReleaseFinalizers when the controller runs in the cluster, since a running controller would give
+// the workers it creates meanwhile the finalizer again. A Deployment that does not exist is already stopped.
+func StopDeployment(ctx context.Context, c client.Client, key types.NamespacedName, timeout time.Duration) error {
+	deploy := &appsv1.Deployment{}
+	if err := c.Get(ctx, key, deploy); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("reading deployment %s: %w", key, err)
+	}
+	if deploy.Spec.Replicas == nil || *deploy.Spec.Replicas != 0 {
+		deploy.Spec.Replicas = ptr.To[int32](0)
+		if err := c.Update(ctx, deploy); err != nil {
+			return fmt.Errorf("scaling deployment %s to zero: %w", key, err)
+		}
+	}
+	selector, err := metav1.LabelSelectorAsSelector(deploy.Spec.Selector)
+	if err != nil {
+		return fmt.Errorf("deployment %s: selector: %w", key, err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+			return false, err
+		}
+		return len(pods.Items) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the pods of deployment %s to end: %w", key, err)
+	}
+	return nil
 }

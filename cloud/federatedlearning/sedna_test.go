@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
@@ -225,5 +227,52 @@ func TestReleaseFinalizersRemovesOnlyLifelinesFinalizer(t *testing.T) {
 			t.Error(err)
 		}
 		_ = env.Client.Delete(ctx, p)
+	}
+}
+
+// Uninstalling in the cluster: StopDeployment scales the controller's Deployment to zero and returns only once
+// its pods are gone, so ReleaseFinalizers after it races no controller.
+func TestStopDeploymentWaitsForItsPodsToEnd(t *testing.T) {
+	cluster.SkipIfShort(t)
+	ctx := context.Background()
+	ns := env.NewNamespace(t, "fl-stop")
+	labels := map[string]string{"app": "lifeline-controller"}
+	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "lifeline-controller", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "lifeline/lifeline-controller"}}}}}}
+	if err := env.Client.Create(ctx, deploy); err != nil {
+		t.Fatal(err)
+	}
+	countPods := func() int {
+		pods := &corev1.PodList{}
+		if err := env.Client.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil {
+			t.Fatal(err)
+		}
+		return len(pods.Items)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for countPods() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the Deployment's pods were never created")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	key := types.NamespacedName{Namespace: ns, Name: deploy.Name}
+	if err := fl.StopDeployment(ctx, env.Client, key, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if n := countPods(); n != 0 {
+		t.Errorf("StopDeployment returned with %d pods left", n)
+	}
+	got := &appsv1.Deployment{}
+	if err := env.Client.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Replicas == nil || *got.Spec.Replicas != 0 {
+		t.Errorf("replicas = %v, want 0", got.Spec.Replicas)
+	}
+	if err := fl.StopDeployment(ctx, env.Client, types.NamespacedName{Namespace: ns, Name: "absent"}, time.Second); err != nil {
+		t.Errorf("a missing Deployment is already stopped, got %v", err)
 	}
 }

@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -136,6 +138,8 @@ func run(opts manager.Options) error {
 func release(args []string) error {
 	fs := flag.NewFlagSet("release", flag.ContinueOnError)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig to use (default: $KUBECONFIG, the in-cluster account, ~/.kube/config)")
+	stop := fs.String("stop-deployment", "", "namespace/name of the controller's Deployment, scaled to zero first so no new worker gets the finalizer")
+	stopTimeout := fs.Duration("stop-timeout", 2*time.Minute, "how long to wait for that Deployment's pods to end")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -150,7 +154,18 @@ func release(args []string) error {
 	if err != nil {
 		return fmt.Errorf("building client: %w", err)
 	}
-	n, err := federatedlearning.ReleaseFinalizers(context.Background(), c)
+	ctx := context.Background()
+	if *stop != "" {
+		ns, name, ok := strings.Cut(*stop, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("--stop-deployment %q: want namespace/name", *stop)
+		}
+		if err := federatedlearning.StopDeployment(ctx, c, types.NamespacedName{Namespace: ns, Name: name}, *stopTimeout); err != nil {
+			return err
+		}
+		fmt.Printf("stopped deployment %s\n", *stop)
+	}
+	n, err := federatedlearning.ReleaseFinalizers(ctx, c)
 	fmt.Printf("released %d pods from %s\n", n, federatedlearning.WorkerFinalizer)
 	return err
 }
