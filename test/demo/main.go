@@ -273,6 +273,9 @@ func (d *demo) applyJI() (*v1alpha1.JointInferenceService, error) {
 			ji = j
 		}
 	})
+	if err == nil && ji == nil {
+		err = fmt.Errorf("deploy/examples/joint-inference.yaml holds no JointInferenceService")
+	}
 	return ji, err
 }
 
@@ -295,6 +298,9 @@ func (d *demo) applyFL() (*v1alpha1.FederatedLearningJob, error) {
 		agg.Env = []corev1.EnvVar{{Name: "exit_round", Value: "60"}}
 		say("  (the demo raises the job's exit_round from %s to 60 so it is still training during the next steps)", rounds)
 	})
+	if err == nil && job == nil {
+		err = fmt.Errorf("deploy/examples/federated-learning.yaml holds no FederatedLearningJob")
+	}
 	return job, err
 }
 
