@@ -315,10 +315,11 @@ func (d *demo) applyExample(file string, edit func(client.Object)) error {
 	for _, obj := range objs {
 		obj.SetNamespace("default")
 		edit(obj)
+		kind := obj.GetObjectKind().GroupVersionKind().Kind // the client's decoding of the answer clears it
 		if err := d.create(obj); err != nil {
 			return err
 		}
-		say("    %s %s", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName())
+		say("    %s %s", kind, obj.GetName())
 	}
 	return nil
 }
