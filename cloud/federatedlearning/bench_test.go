@@ -25,7 +25,7 @@ const recreations = 100
 // same run. Both old pods are finished by the same fake kubelet.
 func BenchmarkTrainerRecreation(b *testing.B) {
 	cluster.SkipIfShort(b)
-	job := startJob(b, "federatedlearningjob_v1alpha1.yaml", nil)
+	job := startJob(b, "federated-learning.yaml", nil)
 	trainer := fl.TrainerName(job.Name, 0)
 	lifeline := controllertest.MeasureRecreations(b, recreations, namedPod(job.Namespace, trainer))
 

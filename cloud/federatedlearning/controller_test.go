@@ -26,23 +26,29 @@ import (
 
 const within = 30 * time.Second
 
-// The keys of the fixtures' credential Secret, which must never appear in a pod.
+// The keys of the examples' credential Secret, which must never appear in a pod.
 const (
 	accessKey = "access-key-7f3c"
 	secretKey = "secret-key-9e1d"
 )
 
-var flFixtures = []string{
-	"federatedlearningjob_v1alpha1.yaml",
-	"federatedlearningjob_v1alpha2.yaml",
-	"federatedlearningjob_yolo_v1alpha1.yaml",
-}
-
-// loadJob reads a fixture job into ns and creates the Models, Datasets and Secret it names.
+// loadJob reads the job of one of Lifeline's examples into ns and creates the Models, Datasets and Secret it
+// names.
 func loadJob(t testing.TB, file, ns string) *v1alpha1.FederatedLearningJob {
 	t.Helper()
+	set, err := fixtures.Examples()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loadJobFrom(t, set, file, ns)
+}
+
+// loadJobFrom reads the job of an example file of set into ns and creates the Models, Datasets and Secret it
+// names: the test's own, so their URLs and keys are known whatever the example says.
+func loadJobFrom(t testing.TB, set fixtures.Set, file, ns string) *v1alpha1.FederatedLearningJob {
+	t.Helper()
 	job := &v1alpha1.FederatedLearningJob{}
-	if err := fixtures.LoadObject(file, fixtures.DefaultVars, job); err != nil {
+	if err := set.LoadObject(file, fixtures.DefaultVars, job); err != nil {
 		t.Fatal(err)
 	}
 	job.Namespace = ns
@@ -70,10 +76,20 @@ func loadJob(t testing.TB, file, ns string) *v1alpha1.FederatedLearningJob {
 	return job
 }
 
-// startJob creates a fixture job, optionally edited, and waits for its workers to run.
+// startJob creates the job of one of Lifeline's examples, optionally edited, and waits for its workers to run.
 func startJob(t testing.TB, file string, edit func(*v1alpha1.FederatedLearningJob)) *v1alpha1.FederatedLearningJob {
 	t.Helper()
-	job := loadJob(t, file, env.NewNamespace(t, "fl"))
+	set, err := fixtures.Examples()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startJobFrom(t, set, file, edit)
+}
+
+// startJobFrom creates the job of an example file of set, optionally edited, and waits for its workers to run.
+func startJobFrom(t testing.TB, set fixtures.Set, file string, edit func(*v1alpha1.FederatedLearningJob)) *v1alpha1.FederatedLearningJob {
+	t.Helper()
+	job := loadJobFrom(t, set, file, env.NewNamespace(t, "fl"))
 	if edit != nil {
 		edit(job)
 	}
@@ -180,11 +196,23 @@ func workerRecord(job *v1alpha1.FederatedLearningJob, name string) v1alpha1.Work
 	return v1alpha1.WorkerStatus{}
 }
 
-func TestFixturesCreateNamedWorkersWithTheContract(t *testing.T) {
+// TestExamplesCreateNamedWorkersWithTheContract runs the job of every example, Lifeline's and upstream Sedna's,
+// and checks its workers' names and the contract they get.
+func TestExamplesCreateNamedWorkersWithTheContract(t *testing.T) {
 	cluster.SkipIfShort(t)
-	for _, file := range flFixtures {
+	fixtures.ForEachSet(t, func(t *testing.T, set fixtures.Set) {
+		files, err := set.FilesOf(fl.Kind, fixtures.DefaultVars)
+		if err != nil || len(files) == 0 {
+			t.Fatalf("%s files with a %s: %v, %v", set.Name, fl.Kind, files, err)
+		}
+		testExamplesCreateNamedWorkers(t, set, files)
+	})
+}
+
+func testExamplesCreateNamedWorkers(t *testing.T, set fixtures.Set, files []string) {
+	for _, file := range files {
 		t.Run(file, func(t *testing.T) {
-			job := startJob(t, file, nil)
+			job := startJobFrom(t, set, file, nil)
 			pods := workerPods(t, job)
 			agg := pods[fl.AggregatorName(job.Name)]
 			if agg == nil {
@@ -303,7 +331,7 @@ func controllerutilContains(list []string, s string) bool {
 // replacement may appear while it exists, and exactly one after, with the same identity.
 func TestDeletedWorkerComesBackOnceAndOnlyAfterTheOldPodIsGone(t *testing.T) {
 	cluster.SkipIfShort(t)
-	job := startJob(t, "federatedlearningjob_v1alpha1.yaml", nil)
+	job := startJob(t, "federated-learning.yaml", nil)
 	name := fl.TrainerName(job.Name, 0)
 	old := workerPods(t, job)[name]
 	old.Finalizers = append(old.Finalizers, "test.lifeline/hold")
@@ -360,7 +388,7 @@ func assertCreatedOnce(t testing.TB, job *v1alpha1.FederatedLearningJob, name st
 
 func TestFailedWorkerIsRetriedWithGrowingBackoffUntilTheBudgetIsSpent(t *testing.T) {
 	cluster.SkipIfShort(t)
-	job := startJob(t, "federatedlearningjob_v1alpha1.yaml", func(j *v1alpha1.FederatedLearningJob) {
+	job := startJob(t, "federated-learning.yaml", func(j *v1alpha1.FederatedLearningJob) {
 		j.Spec.RunPolicy = &v1alpha1.RunPolicy{BackoffSeconds: ptr.To[int32](1), MaxBackoffSeconds: ptr.To[int32](8),
 			BackoffLimitPerWorker: ptr.To[int32](2), BackoffLimit: ptr.To[int32](10)}
 	})
@@ -407,7 +435,7 @@ func TestFailedWorkerIsRetriedWithGrowingBackoffUntilTheBudgetIsSpent(t *testing
 
 func TestDisruptedWorkerIsReplacedWithoutCharge(t *testing.T) {
 	cluster.SkipIfShort(t)
-	job := startJob(t, "federatedlearningjob_v1alpha1.yaml", func(j *v1alpha1.FederatedLearningJob) {
+	job := startJob(t, "federated-learning.yaml", func(j *v1alpha1.FederatedLearningJob) {
 		j.Spec.RunPolicy = &v1alpha1.RunPolicy{BackoffSeconds: ptr.To[int32](120)}
 	})
 	name := fl.TrainerName(job.Name, 0)
@@ -427,7 +455,7 @@ func TestDisruptedWorkerIsReplacedWithoutCharge(t *testing.T) {
 
 func TestAggregatorSuccessCompletesTheJobForGood(t *testing.T) {
 	cluster.SkipIfShort(t)
-	job := startJob(t, "federatedlearningjob_v1alpha2.yaml", nil)
+	job := startJob(t, "federated-learning-transmitter.yaml", nil)
 	pods := workerPods(t, job)
 	agg := pods[fl.AggregatorName(job.Name)]
 	endPod(t, agg, corev1.PodSucceeded, 0)
@@ -459,7 +487,7 @@ func TestAggregatorSuccessCompletesTheJobForGood(t *testing.T) {
 
 func TestActiveDeadlineFailsTheJob(t *testing.T) {
 	cluster.SkipIfShort(t)
-	job := startJob(t, "federatedlearningjob_v1alpha1.yaml", func(j *v1alpha1.FederatedLearningJob) {
+	job := startJob(t, "federated-learning.yaml", func(j *v1alpha1.FederatedLearningJob) {
 		j.Spec.RunPolicy = &v1alpha1.RunPolicy{ActiveDeadlineSeconds: ptr.To[int64](3)}
 	})
 	got := waitCondition(t, job, v1alpha1.FLConditionFailed, fl.ReasonDeadlineExceeded)
@@ -473,7 +501,7 @@ func TestActiveDeadlineFailsTheJob(t *testing.T) {
 
 func TestTTLDeletesTheFinishedJob(t *testing.T) {
 	cluster.SkipIfShort(t)
-	job := startJob(t, "federatedlearningjob_v1alpha1.yaml", func(j *v1alpha1.FederatedLearningJob) {
+	job := startJob(t, "federated-learning.yaml", func(j *v1alpha1.FederatedLearningJob) {
 		j.Spec.RunPolicy = &v1alpha1.RunPolicy{TTLSecondsAfterFinished: ptr.To[int32](2)}
 	})
 	endPod(t, workerPods(t, job)[fl.AggregatorName(job.Name)], corev1.PodSucceeded, 0)
@@ -486,10 +514,10 @@ func TestTTLDeletesTheFinishedJob(t *testing.T) {
 
 func TestJobsSideBySideNeverTouchEachOther(t *testing.T) {
 	cluster.SkipIfShort(t)
-	a := startJob(t, "federatedlearningjob_v1alpha1.yaml", func(j *v1alpha1.FederatedLearningJob) {
+	a := startJob(t, "federated-learning.yaml", func(j *v1alpha1.FederatedLearningJob) {
 		j.Spec.RunPolicy = &v1alpha1.RunPolicy{ActiveDeadlineSeconds: ptr.To[int64](3)}
 	})
-	b := loadJob(t, "federatedlearningjob_v1alpha1.yaml", a.Namespace)
+	b := loadJob(t, "federated-learning.yaml", a.Namespace)
 	b.Name = "neighbour"
 	if err := env.Client.Create(context.Background(), b); err != nil {
 		t.Fatal(err)
@@ -518,7 +546,7 @@ func TestJobsSideBySideNeverTouchEachOther(t *testing.T) {
 
 func TestControllerRestartMidJobCreatesNothingTwice(t *testing.T) {
 	cluster.SkipIfShort(t)
-	job := startJob(t, "federatedlearningjob_v1alpha1.yaml", nil)
+	job := startJob(t, "federated-learning.yaml", nil)
 	before := workerPods(t, job)
 	env.WithControllerStopped(t, func() {})
 	time.Sleep(2 * time.Second)
@@ -538,12 +566,12 @@ func TestControllerRestartMidJobCreatesNothingTwice(t *testing.T) {
 
 func TestRecreatingTheSameNameRightAfterDeletionWorks(t *testing.T) {
 	cluster.SkipIfShort(t)
-	job := startJob(t, "federatedlearningjob_v1alpha1.yaml", nil)
+	job := startJob(t, "federated-learning.yaml", nil)
 	old := workerPods(t, job)
 	if err := env.Client.Delete(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
-	again := loadJob(t, "federatedlearningjob_v1alpha1.yaml", job.Namespace)
+	again := loadJob(t, "federated-learning.yaml", job.Namespace)
 	eventually(t, within, "re-creating the job", func(ctx context.Context) (bool, error) {
 		err := env.Client.Create(ctx, again)
 		return err == nil, err
@@ -564,7 +592,7 @@ func TestRecreatingTheSameNameRightAfterDeletionWorks(t *testing.T) {
 func TestMissingCredentialIsReported(t *testing.T) {
 	cluster.SkipIfShort(t)
 	ns := env.NewNamespace(t, "fl")
-	job := loadJob(t, "federatedlearningjob_yolo_v1alpha1.yaml", ns)
+	job := loadJob(t, "federated-learning-transmitter.yaml", ns)
 	secret := job.Spec.Transmitter.S3.CredentialName
 	if err := env.Client.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: secret}}); err != nil {
 		t.Fatal(err)

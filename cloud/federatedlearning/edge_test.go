@@ -27,10 +27,10 @@ func runEdgeAware(t *testing.T) *controllertest.EdgeAware {
 	})
 }
 
-// startJobOn creates a fixture job in ns whose first trainer is pinned to node, and returns that trainer's pod.
+// startJobOn creates the example job in ns whose first trainer is pinned to node, and returns that trainer's pod.
 func startJobOn(t *testing.T, ns, node string) (*v1alpha1.FederatedLearningJob, *corev1.Pod) {
 	t.Helper()
-	job := loadJob(t, "federatedlearningjob_v1alpha1.yaml", ns)
+	job := loadJob(t, "federated-learning.yaml", ns)
 	job.Spec.TrainingWorkers[0].Template.Spec.NodeName = node
 	if err := env.Client.Create(context.Background(), job); err != nil {
 		t.Fatal(err)

@@ -47,7 +47,7 @@ func eventCount(t testing.TB, ns, reason string) int {
 func TestSednaPodsOfARunningJobAreAdoptedAndCarriedToCompletion(t *testing.T) {
 	cluster.SkipIfShort(t)
 	ctx := context.Background()
-	job := loadJob(t, "federatedlearningjob_v1alpha1.yaml", env.NewNamespace(t, "fl-gm"))
+	job := loadJob(t, "federated-learning.yaml", env.NewNamespace(t, "fl-gm"))
 	var gm *controllertest.SednaFLChildren
 	env.WithControllerStopped(t, func() {
 		if err := env.Client.Create(ctx, job); err != nil {
@@ -155,7 +155,7 @@ func TestJobCreatedBeforeItsInputsStartsWhenTheyAppear(t *testing.T) {
 	ctx := context.Background()
 	ns := env.NewNamespace(t, "fl-inputs")
 	job := &v1alpha1.FederatedLearningJob{}
-	if err := fixtures.LoadObject("federatedlearningjob_v1alpha1.yaml", fixtures.DefaultVars, job); err != nil {
+	if err := fixtures.LoadObject("federated-learning.yaml", fixtures.DefaultVars, job); err != nil {
 		t.Fatal(err)
 	}
 	job.Namespace = ns
@@ -168,7 +168,7 @@ func TestJobCreatedBeforeItsInputsStartsWhenTheyAppear(t *testing.T) {
 		return c != nil && c.Reason == fl.ReasonInputsNotFound, nil
 	})
 	time.Sleep(time.Second)                              // let the job's own passes settle: only the inputs can wake it now
-	loadJob(t, "federatedlearningjob_v1alpha1.yaml", ns) // creates the Model and the Datasets
+	loadJob(t, "federated-learning.yaml", ns) // creates the Model and the Datasets
 	start := time.Now()
 	waitRunning(t, job, 3)
 	if d := time.Since(start); d > 10*time.Second {

@@ -24,7 +24,7 @@ const recreations = 100
 // ReplicaSet, in the same run on the same control plane.
 func BenchmarkChildRecreation(b *testing.B) {
 	cluster.SkipIfShort(b)
-	ji := createService(b, "helmet_detection_inference.yaml")
+	ji := createService(b, "joint-inference.yaml")
 	waitReady(b, ji)
 	deployments := env.Kube.AppsV1().Deployments(ji.Namespace)
 	edge := jointinference.DeploymentName(ji.Name, "edge")

@@ -29,13 +29,6 @@ const (
 	reconcileBound = 10 * time.Second // generous bound for one reconcile on a loaded 2-core machine
 )
 
-var jiFixtures = []string{
-	"jointinferenceservice_v1alpha1.yaml",
-	"helmet_detection_inference.yaml",
-	"answer_generation_inference.yaml",
-	"jointinference_hpa.yaml",
-}
-
 func newNamespace(t testing.TB) string { return env.NewNamespace(t, "ji") }
 
 func createModel(t testing.TB, ns, name, url string) *v1alpha1.Model {
@@ -47,22 +40,43 @@ func createModel(t testing.TB, ns, name, url string) *v1alpha1.Model {
 	return m
 }
 
-// loadJI reads a shared fixture into namespace ns.
+// loadJI reads the service of one of Lifeline's examples into namespace ns.
 func loadJI(t testing.TB, file, ns string) *v1alpha1.JointInferenceService {
 	t.Helper()
+	set, err := fixtures.Examples()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loadJIFrom(t, set, file, ns)
+}
+
+// loadJIFrom reads the service of an example file of set into namespace ns.
+func loadJIFrom(t testing.TB, set fixtures.Set, file, ns string) *v1alpha1.JointInferenceService {
+	t.Helper()
 	ji := &v1alpha1.JointInferenceService{}
-	if err := fixtures.LoadObject(file, fixtures.DefaultVars, ji); err != nil {
+	if err := set.LoadObject(file, fixtures.DefaultVars, ji); err != nil {
 		t.Fatal(err)
 	}
 	ji.Namespace = ns
 	return ji
 }
 
-// createService creates the JI of a fixture with its Models, in a new namespace.
+// createService creates the service of one of Lifeline's examples with its Models, in a new namespace.
 func createService(t testing.TB, file string) *v1alpha1.JointInferenceService {
 	t.Helper()
+	set, err := fixtures.Examples()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return createServiceFrom(t, set, file)
+}
+
+// createServiceFrom creates the service of an example file of set with its Models, in a new namespace. The
+// Models are the test's, so their URLs are known whatever the example says.
+func createServiceFrom(t testing.TB, set fixtures.Set, file string) *v1alpha1.JointInferenceService {
+	t.Helper()
 	ns := newNamespace(t)
-	ji := loadJI(t, file, ns)
+	ji := loadJIFrom(t, set, file, ns)
 	createModel(t, ns, ji.Spec.EdgeWorker.Model.Name, "/models/little.pb")
 	createModel(t, ns, ji.Spec.CloudWorker.Model.Name, "/models/big.pb")
 	if err := env.Client.Create(context.Background(), ji); err != nil {
@@ -113,11 +127,23 @@ func containerEnv(c corev1.Container) map[string]string {
 	return m
 }
 
-func TestFixturesReachTheirChildren(t *testing.T) {
+// TestExamplesReachTheirChildren creates the service of every example, Lifeline's and upstream Sedna's, and
+// checks the children and the contract its workers get.
+func TestExamplesReachTheirChildren(t *testing.T) {
 	cluster.SkipIfShort(t)
-	for _, file := range jiFixtures {
+	fixtures.ForEachSet(t, func(t *testing.T, set fixtures.Set) {
+		files, err := set.FilesOf(jointinference.Kind, fixtures.DefaultVars)
+		if err != nil || len(files) == 0 {
+			t.Fatalf("%s files with a %s: %v, %v", set.Name, jointinference.Kind, files, err)
+		}
+		testExamplesReachTheirChildren(t, set, files)
+	})
+}
+
+func testExamplesReachTheirChildren(t *testing.T, set fixtures.Set, files []string) {
+	for _, file := range files {
 		t.Run(file, func(t *testing.T) {
-			ji := createService(t, file)
+			ji := createServiceFrom(t, set, file)
 			got := waitReady(t, ji)
 			if got.Status.EdgeReady != "1/1" || got.Status.CloudReady != "1/1" || got.Status.StartTime == nil {
 				t.Errorf("status edge=%q cloud=%q start=%v", got.Status.EdgeReady, got.Status.CloudReady, got.Status.StartTime)
@@ -188,7 +214,7 @@ func assertUnboundedTolerations(t *testing.T, pod *corev1.Pod) {
 // TestDeletedChildrenComeBack deletes each kind of child and expects it back, new, from the current spec.
 func TestDeletedChildrenComeBack(t *testing.T) {
 	cluster.SkipIfShort(t)
-	ji := createService(t, "jointinference_hpa.yaml")
+	ji := createService(t, "joint-inference-hpa.yaml")
 	waitReady(t, ji)
 	children := []client.Object{
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: jointinference.DeploymentName(ji.Name, "edge")}},
@@ -222,7 +248,7 @@ func TestDeletedChildrenComeBack(t *testing.T) {
 // TestTemplateEditRollsTheWorker edits the edge template and expects a new ReplicaSet whose pod has the edit.
 func TestTemplateEditRollsTheWorker(t *testing.T) {
 	cluster.SkipIfShort(t)
-	ji := createService(t, "helmet_detection_inference.yaml")
+	ji := createService(t, "joint-inference.yaml")
 	ji = waitReady(t, ji)
 	ji.Spec.EdgeWorker.Template.Spec.Containers[0].Env = append(ji.Spec.EdgeWorker.Template.Spec.Containers[0].Env,
 		corev1.EnvVar{Name: "threshold", Value: "0.7"})
@@ -261,7 +287,7 @@ func assertRolledOut(t *testing.T, ji *v1alpha1.JointInferenceService, workerTyp
 
 func TestEditWhileControllerIsDownIsAppliedOnStart(t *testing.T) {
 	cluster.SkipIfShort(t)
-	ji := createService(t, "jointinferenceservice_v1alpha1.yaml")
+	ji := createService(t, "joint-inference.yaml")
 	ji = waitReady(t, ji)
 	env.WithControllerStopped(t, func() {
 		ji.Spec.CloudWorker.Template.Spec.Containers[0].Env = append(ji.Spec.CloudWorker.Template.Spec.Containers[0].Env,
@@ -275,7 +301,7 @@ func TestEditWhileControllerIsDownIsAppliedOnStart(t *testing.T) {
 
 func TestModelEditRollsItsWorkers(t *testing.T) {
 	cluster.SkipIfShort(t)
-	ji := createService(t, "helmet_detection_inference.yaml")
+	ji := createService(t, "joint-inference.yaml")
 	waitReady(t, ji)
 	m := &v1alpha1.Model{}
 	if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: ji.Namespace, Name: ji.Spec.EdgeWorker.Model.Name}, m); err != nil {
@@ -291,7 +317,7 @@ func TestModelEditRollsItsWorkers(t *testing.T) {
 func TestMissingModelIsReportedThenResolved(t *testing.T) {
 	cluster.SkipIfShort(t)
 	ns := newNamespace(t)
-	ji := loadJI(t, "helmet_detection_inference.yaml", ns)
+	ji := loadJI(t, "joint-inference.yaml", ns)
 	createModel(t, ns, ji.Spec.CloudWorker.Model.Name, "/models/big.pb")
 	if err := env.Client.Create(context.Background(), ji); err != nil {
 		t.Fatal(err)
@@ -314,7 +340,7 @@ func TestDeletionCascades(t *testing.T) {
 	cluster.SkipIfShort(t)
 	for _, policy := range []metav1.DeletionPropagation{metav1.DeletePropagationBackground, metav1.DeletePropagationForeground} {
 		t.Run(string(policy), func(t *testing.T) {
-			ji := createService(t, "jointinference_hpa.yaml")
+			ji := createService(t, "joint-inference-hpa.yaml")
 			waitReady(t, ji)
 			if err := env.Client.Delete(context.Background(), ji, client.PropagationPolicy(policy)); err != nil {
 				t.Fatal(err)
@@ -341,13 +367,13 @@ func TestDeletionCascades(t *testing.T) {
 
 func TestRecreatingTheSameNameRightAfterDeletionWorks(t *testing.T) {
 	cluster.SkipIfShort(t)
-	ji := createService(t, "helmet_detection_inference.yaml")
+	ji := createService(t, "joint-inference.yaml")
 	waitReady(t, ji)
 	oldUID := ji.UID
 	if err := env.Client.Delete(context.Background(), ji); err != nil {
 		t.Fatal(err)
 	}
-	again := loadJI(t, "helmet_detection_inference.yaml", ji.Namespace)
+	again := loadJI(t, "joint-inference.yaml", ji.Namespace)
 	eventually(t, reconcileBound, "re-creating "+ji.Name, func(ctx context.Context) (bool, error) {
 		err := env.Client.Create(ctx, again)
 		return err == nil, err
@@ -366,7 +392,7 @@ func TestRecreatingTheSameNameRightAfterDeletionWorks(t *testing.T) {
 func TestNameConflictIsReportedAndTheForeignObjectLeftAlone(t *testing.T) {
 	cluster.SkipIfShort(t)
 	ns := newNamespace(t)
-	ji := loadJI(t, "helmet_detection_inference.yaml", ns)
+	ji := loadJI(t, "joint-inference.yaml", ns)
 	foreign := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: jointinference.ServiceName(ji.Name)},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "someone-else"},
@@ -414,7 +440,7 @@ func TestNameConflictIsReportedAndTheForeignObjectLeftAlone(t *testing.T) {
 func TestSednaChildrenAreAdoptedWithoutRestart(t *testing.T) {
 	cluster.SkipIfShort(t)
 	ns := newNamespace(t)
-	ji := loadJI(t, "helmet_detection_inference.yaml", ns)
+	ji := loadJI(t, "joint-inference.yaml", ns)
 	createModel(t, ns, ji.Spec.EdgeWorker.Model.Name, "/models/little.pb")
 	createModel(t, ns, ji.Spec.CloudWorker.Model.Name, "/models/big.pb")
 	var podUIDs []types.UID
@@ -492,7 +518,7 @@ func containsUID(uids []types.UID, uid types.UID) bool {
 func TestMissingCredentialIsReportedThenResolved(t *testing.T) {
 	cluster.SkipIfShort(t)
 	ns := newNamespace(t)
-	ji := loadJI(t, "helmet_detection_inference.yaml", ns)
+	ji := loadJI(t, "joint-inference.yaml", ns)
 	createModel(t, ns, ji.Spec.CloudWorker.Model.Name, "/models/big.pb")
 	m := &v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ji.Spec.EdgeWorker.Model.Name},
 		Spec: v1alpha1.ModelSpec{URL: "s3://models/little.pb", Format: "pb", CredentialName: "s3-cred"}}

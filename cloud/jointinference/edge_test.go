@@ -30,10 +30,10 @@ func runEdgeAware(t testing.TB) *controllertest.EdgeAware {
 	})
 }
 
-// createServiceOn creates a service of the helmet fixture whose edge worker is pinned to node.
+// createServiceOn creates the helmet example's service with its edge worker pinned to node.
 func createServiceOn(t testing.TB, ns, node string) *v1alpha1.JointInferenceService {
 	t.Helper()
-	ji := loadJI(t, "helmet_detection_inference.yaml", ns)
+	ji := loadJI(t, "joint-inference.yaml", ns)
 	ji.Spec.EdgeWorker.Template.Spec.NodeName = node
 	createModel(t, ns, ji.Spec.EdgeWorker.Model.Name, "/models/little.pb")
 	createModel(t, ns, ji.Spec.CloudWorker.Model.Name, "/models/big.pb")

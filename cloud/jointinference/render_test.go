@@ -15,7 +15,7 @@ import (
 	"github.com/lifeline-edge/lifeline/test/fixtures"
 )
 
-// fixtureJI loads a shared Sedna example as a typed service.
+// fixtureJI loads the service of one of Lifeline's examples.
 func fixtureJI(t *testing.T, file string) *v1alpha1.JointInferenceService {
 	t.Helper()
 	ji := &v1alpha1.JointInferenceService{}
@@ -48,7 +48,7 @@ func envOf(c corev1.Container) map[string]string {
 }
 
 func TestRenderEdgeDeployment(t *testing.T) {
-	in := testInputs(t, "helmet_detection_inference.yaml")
+	in := testInputs(t, "joint-inference.yaml")
 	d, err := renderEdgeDeployment(in)
 	if err != nil {
 		t.Fatal(err)
@@ -75,14 +75,14 @@ func TestRenderEdgeDeployment(t *testing.T) {
 	env := envOf(d.Spec.Template.Spec.Containers[0])
 	wantEnv := map[string]string{
 		"input_shape":              "416,736",
-		"video_url":                "rtsp://localhost/video",
+		"video_url":                "rtsp://camera-gate-1.local/stream1",
 		contract.EnvNamespace:      "default",
 		contract.EnvServiceName:    "helmet-detection-inference-example",
 		contract.EnvWorkerName:     name,
 		contract.EnvBigModelIP:     "helmet-detection-inference-example-cloud.default",
 		contract.EnvBigModelPort:   "5000",
 		contract.EnvHEMName:        "IBT",
-		contract.EnvHEMParameters:  `[{"key":"threshold_img","value":"0.9"},{"key":"threshold_box","value":"0.9"}]`,
+		contract.EnvHEMParameters:  `[{"key":"threshold_img","value":"0.8"},{"key":"threshold_box","value":"0.6"}]`,
 		contract.EnvLCServer:       contract.DefaultLCServer,
 		contract.EnvModelURL:       "/home/data/models/little.pb",
 		contract.EnvDataPathPrefix: "/home/data",
@@ -124,7 +124,7 @@ func TestRenderEdgeDeployment(t *testing.T) {
 }
 
 func TestRenderIsDeterministic(t *testing.T) {
-	in := testInputs(t, "jointinferenceservice_v1alpha1.yaml")
+	in := testInputs(t, "joint-inference.yaml")
 	a, err := render(in)
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +233,7 @@ func TestRenderFollowsTheSpec(t *testing.T) {
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			in := testInputs(t, "jointinferenceservice_v1alpha1.yaml")
+			in := testInputs(t, "joint-inference.yaml")
 			tc.edit(&in)
 			c, err := render(in)
 			if err != nil {
@@ -250,7 +250,7 @@ func TestRenderFollowsTheSpec(t *testing.T) {
 func TestRenderedWorkersHoldNoCredentialValue(t *testing.T) {
 	for _, workerType := range []string{workerEdge, workerCloud} {
 		t.Run(workerType, func(t *testing.T) {
-			in := testInputs(t, "helmet_detection_inference.yaml")
+			in := testInputs(t, "joint-inference.yaml")
 			m := in.cloudModel
 			if workerType == workerEdge {
 				m = in.edgeModel

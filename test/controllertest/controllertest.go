@@ -25,7 +25,7 @@ import (
 	"github.com/lifeline-edge/lifeline/test/fakekubelet"
 )
 
-// FixtureNodes are the nodes the shared fixtures name (after placeholder substitution).
+// FixtureNodes are the nodes the examples name with fixtures.DefaultVars, and those upstream Sedna's name.
 var FixtureNodes = []string{"edge-node", "cloud-node", "edge1i70kbjod", "worker-01", "edge1", "edge2", "cloud", "sedna-control-plane"}
 
 // Env is what a test package gets.

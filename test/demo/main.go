@@ -16,7 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
@@ -59,7 +58,7 @@ func run(ctx context.Context, exitAfter bool) error {
 	d := &demo{ctx: ctx, s: s}
 	d.kubectl("get", "nodes", "-L", "node-role.kubernetes.io/edge")
 
-	step("1. Apply Sedna's own examples, unchanged: a JointInferenceService and a FederatedLearningJob")
+	step("1. Apply two of Lifeline's examples, in Sedna's format: a JointInferenceService and a FederatedLearningJob")
 	ji, err := d.applyJI()
 	if err != nil {
 		return err
@@ -268,47 +267,60 @@ func (d *demo) showEdgeWorker(ji *v1alpha1.JointInferenceService) {
 }
 
 func (d *demo) applyJI() (*v1alpha1.JointInferenceService, error) {
-	for _, m := range []string{"helmet-detection-inference-little-model", "helmet-detection-inference-big-model"} {
-		if err := d.create(&v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: m},
-			Spec: v1alpha1.ModelSpec{URL: "/tmp/lifeline-demo/models/" + m + ".pb", Format: "pb"}}); err != nil {
-			return nil, err
+	var ji *v1alpha1.JointInferenceService
+	err := d.applyExample("joint-inference.yaml", func(o client.Object) {
+		if j, ok := o.(*v1alpha1.JointInferenceService); ok {
+			ji = j
 		}
+	})
+	if err == nil && ji == nil {
+		err = fmt.Errorf("deploy/examples/joint-inference.yaml holds no JointInferenceService")
 	}
-	ji := &v1alpha1.JointInferenceService{}
-	if err := d.loadFixture("helmet_detection_inference.yaml", ji); err != nil {
-		return nil, err
-	}
-	return ji, d.create(ji)
+	return ji, err
 }
 
 func (d *demo) applyFL() (*v1alpha1.FederatedLearningJob, error) {
-	if err := d.create(&v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "surface-defect-detection-model"},
-		Spec: v1alpha1.ModelSpec{URL: "/tmp/lifeline-demo/models/sdd.pb", Format: "pb"}}); err != nil {
-		return nil, err
-	}
-	for i, node := range []string{"edge1", "edge2"} {
-		name := fmt.Sprintf("edge%d-surface-defect-detection-dataset", i+1)
-		if err := d.create(&v1alpha1.Dataset{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-			Spec: v1alpha1.DatasetSpec{URL: "/tmp/lifeline-demo/data/" + name + "/train.txt", Format: "txt", NodeName: node}}); err != nil {
-			return nil, err
+	var job *v1alpha1.FederatedLearningJob
+	err := d.applyExample("federated-learning.yaml", func(o client.Object) {
+		j, ok := o.(*v1alpha1.FederatedLearningJob)
+		if !ok {
+			return
 		}
+		job = j
+		// Enough rounds to watch the job train while the story goes on.
+		agg := &j.Spec.AggregationWorker.Template.Spec.Containers[0]
+		rounds := "its default"
+		for _, e := range agg.Env {
+			if e.Name == "exit_round" {
+				rounds = e.Value
+			}
+		}
+		agg.Env = []corev1.EnvVar{{Name: "exit_round", Value: "60"}}
+		say("  (the demo raises the job's exit_round from %s to 60 so it is still training during the next steps)", rounds)
+	})
+	if err == nil && job == nil {
+		err = fmt.Errorf("deploy/examples/federated-learning.yaml holds no FederatedLearningJob")
 	}
-	job := &v1alpha1.FederatedLearningJob{}
-	if err := d.loadFixture("federatedlearningjob_v1alpha1.yaml", job); err != nil {
-		return nil, err
-	}
-	// Enough rounds to watch the job train while the story goes on.
-	job.Spec.AggregationWorker.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "exit_round", Value: "60"}}
-	say("(the demo raises the job's exit_round from 3 to 60 so it is still training during the next steps)")
-	return job, d.create(job)
+	return job, err
 }
 
-func (d *demo) loadFixture(file string, into client.Object) error {
-	if err := fixtures.LoadObject(file, sim.FixtureVars, into); err != nil {
+// applyExample creates every object of one of Lifeline's examples in the default namespace, as
+// `envsubst < deploy/examples/<file> | kubectl apply -f -` would; edit sees each object before it is created.
+func (d *demo) applyExample(file string, edit func(client.Object)) error {
+	objs, err := fixtures.Objects(file, sim.FixtureVars)
+	if err != nil {
 		return err
 	}
-	say("  applying %s (%s)", file, into.GetName())
-	into.SetNamespace("default")
+	say("  applying deploy/examples/%s:", file)
+	for _, obj := range objs {
+		obj.SetNamespace("default")
+		edit(obj)
+		kind := obj.GetObjectKind().GroupVersionKind().Kind // the client's decoding of the answer clears it
+		if err := d.create(obj); err != nil {
+			return err
+		}
+		say("    %s %s", kind, obj.GetName())
+	}
 	return nil
 }
 

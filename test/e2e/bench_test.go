@@ -217,8 +217,7 @@ func failNeverTrainerCutOff(b testing.TB) (time.Duration, bool) {
 // ends, and returns it once trainer 0 (on edge1) runs, with that trainer's name.
 func neverTrainerJob(b testing.TB, name string) (*v1alpha1.FederatedLearningJob, string) {
 	b.Helper()
-	job := apply(b, "federatedlearningjob_v1alpha1.yaml", []string{"surface-defect-detection-model"},
-		map[string]string{"edge1-surface-defect-detection-dataset": "edge1", "edge2-surface-defect-detection-dataset": "edge2"},
+	job := apply(b, "federated-learning.yaml",
 		func(o client.Object) {
 			j := o.(*v1alpha1.FederatedLearningJob)
 			j.SetName(name)

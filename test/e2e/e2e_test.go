@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -63,43 +62,43 @@ func skipShort(t *testing.T) {
 	}
 }
 
-// apply creates a shared fixture with its placeholders set to the simulation's nodes, and what it references.
-func apply(t testing.TB, file string, models []string, datasets map[string]string, edits ...func(client.Object)) client.Object {
+// apply creates every object of one of Lifeline's examples in the default namespace, its placeholders set to the
+// simulation's nodes, as `envsubst < deploy/examples/<file> | kubectl apply -f -` would: the Models and Datasets
+// (left as they are when an earlier test made them), then the service or job, edited, which it returns.
+func apply(t testing.TB, file string, edits ...func(client.Object)) client.Object {
 	t.Helper()
 	ctx := context.Background()
-	for _, m := range models {
-		if err := s.Client.Create(ctx, &v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: m},
-			Spec: v1alpha1.ModelSpec{URL: "/tmp/lifeline-models/" + m + ".pb", Format: "pb"}}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-	for name, node := range datasets {
-		if err := s.Client.Create(ctx, &v1alpha1.Dataset{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-			Spec: v1alpha1.DatasetSpec{URL: "/tmp/lifeline-data/" + name + "/train.txt", Format: "txt", NodeName: node}}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-	var obj client.Object = &v1alpha1.FederatedLearningJob{}
-	if strings.Contains(file, "inference") {
-		obj = &v1alpha1.JointInferenceService{}
-	}
-	if err := fixtures.LoadObject(file, sim.FixtureVars, obj); err != nil {
+	objs, err := fixtures.Objects(file, sim.FixtureVars)
+	if err != nil {
 		t.Fatal(err)
 	}
-	obj.SetNamespace("default")
+	var main client.Object
+	for _, obj := range objs {
+		obj.SetNamespace("default")
+		switch obj.(type) {
+		case *v1alpha1.JointInferenceService, *v1alpha1.FederatedLearningJob:
+			main = obj
+			continue
+		}
+		if err := s.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("creating %s %s of %s: %v", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), file, err)
+		}
+	}
+	if main == nil {
+		t.Fatalf("example %s holds no service or job", file)
+	}
 	for _, edit := range edits {
-		edit(obj)
+		edit(main)
 	}
-	if err := s.Client.Create(ctx, obj); err != nil {
+	if err := s.Client.Create(ctx, main); err != nil {
 		t.Fatal(err)
 	}
-	return obj
+	return main
 }
 
 func TestJointInferenceServesHardExamplesInTheCloud(t *testing.T) {
 	skipShort(t)
-	ji := apply(t, "helmet_detection_inference.yaml",
-		[]string{"helmet-detection-inference-little-model", "helmet-detection-inference-big-model"}, nil).(*v1alpha1.JointInferenceService)
+	ji := apply(t, "joint-inference.yaml").(*v1alpha1.JointInferenceService)
 	eventually(t, within, "the service Ready", func(ctx context.Context) (bool, error) {
 		got := &v1alpha1.JointInferenceService{}
 		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(ji), got); err != nil {
@@ -212,8 +211,7 @@ func TestDeletingTheServiceStopsEveryWorkerProcess(t *testing.T) {
 
 func TestFederatedLearningRunsToComplete(t *testing.T) {
 	skipShort(t)
-	job := apply(t, "federatedlearningjob_v1alpha1.yaml", []string{"surface-defect-detection-model"},
-		map[string]string{"edge1-surface-defect-detection-dataset": "edge1", "edge2-surface-defect-detection-dataset": "edge2"}).(*v1alpha1.FederatedLearningJob)
+	job := apply(t, "federated-learning.yaml").(*v1alpha1.FederatedLearningJob)
 	eventually(t, 2*within, "the job Complete", func(ctx context.Context) (bool, error) {
 		got := &v1alpha1.FederatedLearningJob{}
 		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(job), got); err != nil {
@@ -230,7 +228,7 @@ func TestFederatedLearningRunsToComplete(t *testing.T) {
 			return false, err
 		}
 		p := got.Status.Progress
-		return p != nil && p.Round == 3 && len(p.Metrics) > 0, nil // the fixture's exit_round
+		return p != nil && p.Round == 3 && len(p.Metrics) > 0, nil // the example's exit_round
 	})
 	if err := s.Client.Delete(context.Background(), job); err != nil {
 		t.Fatal(err)
@@ -240,8 +238,7 @@ func TestFederatedLearningRunsToComplete(t *testing.T) {
 func TestDeletedTrainerComesBackWithItsWorkerName(t *testing.T) {
 	skipShort(t)
 	// Many rounds, so the job is still training when its trainer is deleted.
-	job := apply(t, "federatedlearningjob_v1alpha1.yaml", []string{"surface-defect-detection-model"},
-		map[string]string{"edge1-surface-defect-detection-dataset": "edge1", "edge2-surface-defect-detection-dataset": "edge2"},
+	job := apply(t, "federated-learning.yaml",
 		func(o client.Object) {
 			o.(*v1alpha1.FederatedLearningJob).Spec.AggregationWorker.Template.Spec.Containers[0].Env =
 				[]corev1.EnvVar{{Name: "exit_round", Value: "100000"}}

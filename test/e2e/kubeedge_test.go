@@ -214,8 +214,7 @@ func TestOneDeathOnACutOffNodeGetsOneCommand(t *testing.T) {
 func TestExitZeroOnACutOffNodeTheNodeRestartsAJIWorkerAndAnFLTrainerCompletes(t *testing.T) {
 	skipShort(t)
 	ji, pod := readyService(t)
-	job := apply(t, "federatedlearningjob_v1alpha1.yaml", []string{"surface-defect-detection-model"},
-		map[string]string{"edge1-surface-defect-detection-dataset": "edge1", "edge2-surface-defect-detection-dataset": "edge2"},
+	job := apply(t, "federated-learning.yaml",
 		func(o client.Object) {
 			o.SetName("surface-defect-detection-exit-zero")
 			o.(*v1alpha1.FederatedLearningJob).Spec.AggregationWorker.Template.Spec.Containers[0].Env =

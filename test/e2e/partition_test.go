@@ -23,13 +23,12 @@ import (
 	"github.com/lifeline-edge/lifeline/test/sim"
 )
 
-const edgeNode = "edge3" // where the fixture puts the JI edge worker
+const edgeNode = "edge3" // where the example puts the JI edge worker
 
 // readyService applies the helmet JI and waits until it is Ready and its little model runs.
 func readyService(t testing.TB) (*v1alpha1.JointInferenceService, *corev1.Pod) {
 	t.Helper()
-	ji := apply(t, "helmet_detection_inference.yaml",
-		[]string{"helmet-detection-inference-little-model", "helmet-detection-inference-big-model"}, nil).(*v1alpha1.JointInferenceService)
+	ji := apply(t, "joint-inference.yaml").(*v1alpha1.JointInferenceService)
 	t.Cleanup(func() {
 		_ = s.Client.Delete(context.Background(), ji)
 		eventually(t, within, "the service's workers gone", func(context.Context) (bool, error) {
@@ -354,8 +353,7 @@ func mqttClient(t *testing.T, user, password string) (mqtt.Client, error) {
 // by its node (restartPolicy OnFailure), its status in the agent's word; the job waits for it and completes.
 func TestFederatedLearningCompletesWithATrainerCutOff(t *testing.T) {
 	skipShort(t)
-	job := apply(t, "federatedlearningjob_v1alpha1.yaml", []string{"surface-defect-detection-model"},
-		map[string]string{"edge1-surface-defect-detection-dataset": "edge1", "edge2-surface-defect-detection-dataset": "edge2"},
+	job := apply(t, "federated-learning.yaml",
 		func(o client.Object) {
 			o.SetName("surface-defect-detection-cut-off")
 			o.(*v1alpha1.FederatedLearningJob).Spec.AggregationWorker.Template.Spec.Containers[0].Env =

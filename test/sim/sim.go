@@ -78,11 +78,12 @@ type edgeNode struct {
 	agent                 *cluster.Process
 }
 
-// FixtureVars place the shared Sedna examples on the simulation's nodes: the JI edge worker on edge3, the cloud
-// worker on the cloud node.
-var FixtureVars = map[string]string{"EDGE_NODE": "edge3", "CLOUD_NODE": "cloud", "API_KEY": "demo"}
+// FixtureVars place the examples (deploy/examples) on the simulation's nodes: a JI edge worker on edge3, FL
+// trainers on edge1 and edge2, the cloud workers on the cloud node.
+var FixtureVars = map[string]string{"EDGE_NODE": "edge3", "EDGE_NODE_1": "edge1", "EDGE_NODE_2": "edge2",
+	"CLOUD_NODE": "cloud", "API_KEY": "demo"}
 
-// SampleImages maps the images of the shared Sedna fixtures to the sample worker's roles.
+// SampleImages maps the images of the examples, Lifeline's and upstream Sedna's, to the sample worker's roles.
 var SampleImages = map[string]string{
 	"kubeedge/sedna-example-joint-inference-helmet-detection-big":                    "ji-big",
 	"kubeedge/sedna-example-joint-inference-helmet-detection-little":                 "ji-little",

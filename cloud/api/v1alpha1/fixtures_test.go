@@ -63,77 +63,93 @@ func apply(t *testing.T, obj *unstructured.Unstructured) (*unstructured.Unstruct
 		metav1.PatchOptions{FieldManager: "fixture-test", Force: &force})
 }
 
-func loadFixtures(t *testing.T) map[string][]*unstructured.Unstructured {
+// loadSet reads every file of an example set, and checks that the set shows every kind Lifeline serves.
+func loadSet(t *testing.T, set fixtures.Set) map[string][]*unstructured.Unstructured {
 	t.Helper()
-	files, err := fixtures.SednaFiles()
+	files, err := set.Files()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) < 9 {
-		t.Fatalf("found %d Sedna fixtures, want the 9 shared ones", len(files))
-	}
 	all := map[string][]*unstructured.Unstructured{}
+	kinds := map[string]bool{}
 	for _, f := range files {
-		objs, err := fixtures.Load(f, fixtures.DefaultVars)
+		objs, err := set.Load(f, fixtures.DefaultVars)
 		if err != nil {
 			t.Fatal(err)
 		}
-		all[filepath.Base(f)] = objs
+		for _, o := range objs {
+			kinds[o.GetKind()] = true
+		}
+		all[f] = objs
+	}
+	for kind := range resources {
+		if !kinds[kind] {
+			t.Errorf("no %s among the %d %s files in %s", kind, len(files), set.Name, set.Dir)
+		}
 	}
 	return all
 }
 
-// TestSednaFixturesApplyUnchanged applies every shared Sedna example as it is and reads it back: every field sent
-// must come back with the same value. Each file gets its own namespace, since two examples share a name.
-func TestSednaFixturesApplyUnchanged(t *testing.T) {
+// TestExamplesApplyUnchanged applies every example, Lifeline's and upstream Sedna's, as it is and reads it back:
+// every field sent must come back with the same value. Each file gets its own namespace, since examples share
+// names.
+func TestExamplesApplyUnchanged(t *testing.T) {
 	cluster.SkipIfShort(t)
-	for file, objs := range loadFixtures(t) {
-		t.Run(file, func(t *testing.T) {
-			ns := newNamespace(t, "fixture")
-			for _, obj := range objs {
-				obj.SetNamespace(ns)
-				got, err := apply(t, obj)
-				if err != nil {
-					t.Fatalf("applying %s %s: %v", obj.GetKind(), obj.GetName(), err)
+	fixtures.ForEachSet(t, func(t *testing.T, set fixtures.Set) {
+		for file, objs := range loadSet(t, set) {
+			t.Run(file, func(t *testing.T) {
+				ns := newNamespace(t, "fixture")
+				for _, obj := range objs {
+					obj.SetNamespace(ns)
+					got, err := apply(t, obj)
+					if err != nil {
+						t.Fatalf("applying %s %s: %v", obj.GetKind(), obj.GetName(), err)
+					}
+					if lost := lostFields(obj.Object, got.Object, ""); len(lost) > 0 {
+						t.Errorf("%s %s lost or changed fields on the server:\n  %s", obj.GetKind(), obj.GetName(),
+							strings.Join(lost, "\n  "))
+					}
 				}
-				if lost := lostFields(obj.Object, got.Object, ""); len(lost) > 0 {
-					t.Errorf("%s %s lost or changed fields on the server:\n  %s", obj.GetKind(), obj.GetName(),
-						strings.Join(lost, "\n  "))
-				}
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 // TestTemplateMetadataIsPreserved guards against the pruning of Sedna's own CRDs, which drop the labels and
 // annotations of worker templates.
 func TestTemplateMetadataIsPreserved(t *testing.T) {
 	cluster.SkipIfShort(t)
-	ns := newNamespace(t, "template-meta")
-	for _, obj := range []*unstructured.Unstructured{validJI(t), validFL(t)} {
-		obj.SetNamespace(ns)
-		for _, path := range templatePaths(obj) {
-			meta := map[string]any{
-				"labels":      map[string]any{"team": "vision"},
-				"annotations": map[string]any{"example.com/owner": "alice"},
+	fixtures.ForEachSet(t, func(t *testing.T, set fixtures.Set) {
+		ns := newNamespace(t, "template-meta")
+		for _, obj := range []*unstructured.Unstructured{validJI(t, set), validFL(t, set)} {
+			obj.SetNamespace(ns)
+			for _, path := range templatePaths(obj) {
+				meta := map[string]any{
+					"labels":      map[string]any{"team": "vision"},
+					"annotations": map[string]any{"example.com/owner": "alice"},
+				}
+				setField(t, obj, meta, append(path, "metadata")...)
 			}
-			setField(t, obj, meta, append(path, "metadata")...)
+			got, err := apply(t, obj)
+			if err != nil {
+				t.Fatalf("applying %s: %v", obj.GetKind(), err)
+			}
+			if lost := lostFields(obj.Object, got.Object, ""); len(lost) > 0 {
+				t.Errorf("%s lost template metadata:\n  %s", obj.GetKind(), strings.Join(lost, "\n  "))
+			}
 		}
-		got, err := apply(t, obj)
-		if err != nil {
-			t.Fatalf("applying %s: %v", obj.GetKind(), err)
-		}
-		if lost := lostFields(obj.Object, got.Object, ""); len(lost) > 0 {
-			t.Errorf("%s lost template metadata:\n  %s", obj.GetKind(), strings.Join(lost, "\n  "))
-		}
-	}
+	})
 }
 
 // TestPrinterColumns runs the built kubectl, as a user would.
 func TestPrinterColumns(t *testing.T) {
 	cluster.SkipIfShort(t)
+	examples, err := fixtures.Examples()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ns := newNamespace(t, "columns")
-	for _, obj := range []*unstructured.Unstructured{validJI(t), validFL(t)} {
+	for _, obj := range []*unstructured.Unstructured{validJI(t, examples), validFL(t, examples)} {
 		obj.SetNamespace(ns)
 		if _, err := apply(t, obj); err != nil {
 			t.Fatal(err)

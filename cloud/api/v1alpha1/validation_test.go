@@ -3,7 +3,6 @@ package v1alpha1_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,28 +16,31 @@ import (
 
 var objectSeq atomic.Int32
 
-// fixtureObject loads the single object of a shared fixture under a fresh name.
-func fixtureObject(t *testing.T, file string) *unstructured.Unstructured {
+// exampleObject loads the object of kind from a file of set under a fresh name.
+func exampleObject(t *testing.T, set fixtures.Set, file, kind string) *unstructured.Unstructured {
 	t.Helper()
-	dir, err := fixtures.SednaDir()
+	objs, err := set.Load(file, fixtures.DefaultVars)
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := fixtures.Load(filepath.Join(dir, file), fixtures.DefaultVars)
-	if err != nil || len(objs) != 1 {
-		t.Fatalf("loading %s: %d objects, %v", file, len(objs), err)
+	for _, obj := range objs {
+		if obj.GetKind() == kind {
+			obj.SetName(fmt.Sprintf("%s-%d", obj.GetName(), objectSeq.Add(1)))
+			return obj
+		}
 	}
-	obj := objs[0]
-	obj.SetName(fmt.Sprintf("%s-%d", obj.GetName(), objectSeq.Add(1)))
-	return obj
+	t.Fatalf("%s example %s holds no %s", set.Name, file, kind)
+	return nil
 }
 
-func validJI(t *testing.T) *unstructured.Unstructured {
-	return fixtureObject(t, "jointinferenceservice_v1alpha1.yaml")
+// validJI is the set's plainest JointInferenceService, as users write it.
+func validJI(t *testing.T, set fixtures.Set) *unstructured.Unstructured {
+	return exampleObject(t, set, set.Service, "JointInferenceService")
 }
 
-func validFL(t *testing.T) *unstructured.Unstructured {
-	return fixtureObject(t, "federatedlearningjob_v1alpha1.yaml")
+// validFL is the set's plainest FederatedLearningJob, as users write it.
+func validFL(t *testing.T, set fixtures.Set) *unstructured.Unstructured {
+	return exampleObject(t, set, set.Job, "FederatedLearningJob")
 }
 
 // templatePaths lists the paths of every pod template in a JI or FL.
@@ -118,15 +120,14 @@ func hpa(min, max int64) map[string]any {
 // the field.
 func TestAdmissionRules(t *testing.T) {
 	cluster.SkipIfShort(t)
-	ns := newNamespace(t, "admission")
 	cases := []struct {
 		name    string
-		base    func(*testing.T) *unstructured.Unstructured
+		base    func(*testing.T, fixtures.Set) *unstructured.Unstructured
 		mutate  func(*testing.T, *unstructured.Unstructured)
 		wantErr string // empty: accepted
 	}{
-		{"JI as Sedna ships it", validJI, func(*testing.T, *unstructured.Unstructured) {}, ""},
-		{"FL as Sedna ships it", validFL, func(*testing.T, *unstructured.Unstructured) {}, ""},
+		{"JI as the example has it", validJI, func(*testing.T, *unstructured.Unstructured) {}, ""},
+		{"FL as the example has it", validFL, func(*testing.T, *unstructured.Unstructured) {}, ""},
 		{"FL with no training workers", validFL, func(t *testing.T, o *unstructured.Unstructured) {
 			setField(t, o, []any{}, "spec", "trainingWorkers")
 		}, "spec.trainingWorkers: Invalid value: 0: spec.trainingWorkers in body should have at least 1 items"},
@@ -188,20 +189,22 @@ func TestAdmissionRules(t *testing.T) {
 			setField(t, o, map[string]any{"action": "Reboot"}, "spec", "edgeWorker", "offlinePolicy")
 		}, `spec.edgeWorker.offlinePolicy.action: Unsupported value: "Reboot": supported values: "Restart", "None"`},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			obj := tc.base(t)
-			obj.SetNamespace(ns)
-			tc.mutate(t, obj)
-			assertAdmission(t, create(t, obj), tc.wantErr)
-		})
-	}
+	fixtures.ForEachSet(t, func(t *testing.T, set fixtures.Set) {
+		ns := newNamespace(t, "admission")
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				obj := tc.base(t, set)
+				obj.SetNamespace(ns)
+				tc.mutate(t, obj)
+				assertAdmission(t, create(t, obj), tc.wantErr)
+			})
+		}
+	})
 }
 
 // TestFederatedLearningJobSpecIsImmutable edits a created FL job: its workers cannot change, its run policy can.
 func TestFederatedLearningJobSpecIsImmutable(t *testing.T) {
 	cluster.SkipIfShort(t)
-	ns := newNamespace(t, "immutable")
 	immutable := func(field string) string {
 		return field + " is immutable: delete and re-create the FederatedLearningJob to change it"
 	}
@@ -247,48 +250,53 @@ func TestFederatedLearningJobSpecIsImmutable(t *testing.T) {
 			o.SetLabels(map[string]string{"team": "vision"})
 		}, ""},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			obj := validFL(t)
-			obj.SetNamespace(ns)
-			if err := create(t, obj); err != nil {
-				t.Fatalf("creating: %v", err)
-			}
-			current, err := resourceFor(t, obj).Get(context.Background(), obj.GetName(), metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			tc.edit(t, current)
-			_, err = resourceFor(t, current).Update(context.Background(), current, metav1.UpdateOptions{})
-			assertAdmission(t, err, tc.wantErr)
-		})
-	}
+	fixtures.ForEachSet(t, func(t *testing.T, set fixtures.Set) {
+		ns := newNamespace(t, "immutable")
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				obj := validFL(t, set)
+				obj.SetNamespace(ns)
+				if err := create(t, obj); err != nil {
+					t.Fatalf("creating: %v", err)
+				}
+				current, err := resourceFor(t, obj).Get(context.Background(), obj.GetName(), metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tc.edit(t, current)
+				_, err = resourceFor(t, current).Update(context.Background(), current, metav1.UpdateOptions{})
+				assertAdmission(t, err, tc.wantErr)
+			})
+		}
+	})
 }
 
 // TestJointInferenceServiceTemplateIsEditable: a JI is a long-running service, edited in place like a Deployment.
 func TestJointInferenceServiceTemplateIsEditable(t *testing.T) {
 	cluster.SkipIfShort(t)
-	ns := newNamespace(t, "ji-edit")
-	obj := validJI(t)
-	obj.SetNamespace(ns)
-	if err := create(t, obj); err != nil {
-		t.Fatal(err)
-	}
-	current, err := resourceFor(t, obj).Get(context.Background(), obj.GetName(), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	setField(t, current, "little:v2", "spec", "edgeWorker", "template", "spec", "containers", "0", "image")
-	setField(t, current, "big-model-v2", "spec", "cloudWorker", "model", "name")
-	updated, err := resourceFor(t, current).Update(context.Background(), current, metav1.UpdateOptions{})
-	if err != nil {
-		t.Fatalf("editing the JI: %v", err)
-	}
-	image, _, _ := unstructured.NestedSlice(updated.Object, "spec", "edgeWorker", "template", "spec", "containers")
-	if got := image[0].(map[string]any)["image"]; got != "little:v2" {
-		t.Errorf("edge image after edit = %v, want little:v2", got)
-	}
-	if updated.GetGeneration() != 2 {
-		t.Errorf("generation after one spec edit = %d, want 2", updated.GetGeneration())
-	}
+	fixtures.ForEachSet(t, func(t *testing.T, set fixtures.Set) {
+		ns := newNamespace(t, "ji-edit")
+		obj := validJI(t, set)
+		obj.SetNamespace(ns)
+		if err := create(t, obj); err != nil {
+			t.Fatal(err)
+		}
+		current, err := resourceFor(t, obj).Get(context.Background(), obj.GetName(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		setField(t, current, "little:v2", "spec", "edgeWorker", "template", "spec", "containers", "0", "image")
+		setField(t, current, "big-model-v2", "spec", "cloudWorker", "model", "name")
+		updated, err := resourceFor(t, current).Update(context.Background(), current, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatalf("editing the JI: %v", err)
+		}
+		image, _, _ := unstructured.NestedSlice(updated.Object, "spec", "edgeWorker", "template", "spec", "containers")
+		if got := image[0].(map[string]any)["image"]; got != "little:v2" {
+			t.Errorf("edge image after edit = %v, want little:v2", got)
+		}
+		if updated.GetGeneration() != 2 {
+			t.Errorf("generation after one spec edit = %d, want 2", updated.GetGeneration())
+		}
+	})
 }
