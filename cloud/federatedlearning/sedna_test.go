@@ -167,7 +167,7 @@ func TestJobCreatedBeforeItsInputsStartsWhenTheyAppear(t *testing.T) {
 		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.FLConditionTraining)
 		return c != nil && c.Reason == fl.ReasonInputsNotFound, nil
 	})
-	time.Sleep(time.Second)                              // let the job's own passes settle: only the inputs can wake it now
+	time.Sleep(time.Second)                   // let the job's own passes settle: only the inputs can wake it now
 	loadJob(t, "federated-learning.yaml", ns) // creates the Model and the Datasets
 	start := time.Now()
 	waitRunning(t, job, 3)
