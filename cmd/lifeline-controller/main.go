@@ -19,6 +19,12 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/manager"
 )
 
+// version and revision are stamped at build time (make images: -ldflags -X main.version=... -X main.revision=...).
+var (
+	version  = "dev"
+	revision = ""
+)
+
 func main() {
 	var opts manager.Options
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", false, "elect one active replica through a Lease")
@@ -45,8 +51,14 @@ func main() {
 	flag.StringVar(&opts.Cluster, "cluster", "default", "this cluster's name in the MQTT topic tree")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(versionLine("lifeline-controller"))
+		return
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	ctrl.Log.Info("starting lifeline-controller", "version", version, "revision", revision)
 	if err := mqttCredentials(&opts, *tlsCert, *tlsKey, *caFile, *passwordFile); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
 		os.Exit(1)
@@ -101,4 +113,12 @@ func run(opts manager.Options) error {
 		return fmt.Errorf("adding ready check: %w", err)
 	}
 	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// versionLine is what --version prints: the command, its version and, when stamped, its commit.
+func versionLine(command string) string {
+	if revision == "" {
+		return command + " " + version
+	}
+	return command + " " + version + " (revision " + revision + ")"
 }
