@@ -187,8 +187,12 @@ func writeBlob(tw *tar.Writer, hdr *tar.Header, b blob) error {
 	if err := tw.WriteHeader(hdr); err != nil {
 		return fmt.Errorf("writing blob %s: %w", b.digest, err)
 	}
-	if n, err := io.Copy(tw, rc); err != nil || n != b.size {
-		return fmt.Errorf("writing blob %s (%d of %d bytes): %v", b.digest, n, b.size, err)
+	n, err := io.Copy(tw, rc)
+	if err != nil {
+		return fmt.Errorf("writing blob %s: %w", b.digest, err)
+	}
+	if n != b.size {
+		return fmt.Errorf("writing blob %s: %d bytes, its descriptor says %d", b.digest, n, b.size)
 	}
 	return nil
 }
