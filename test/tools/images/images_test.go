@@ -525,3 +525,41 @@ func unpack(file, dir string) error {
 		}
 	}
 }
+
+func TestParsePlatformsAndEpoch(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []v1.Platform
+	}{
+		{"linux/amd64,linux/arm64", testPlatforms},
+		{" linux/arm64 ", []v1.Platform{{OS: "linux", Architecture: "arm64"}}},
+		{"linux", nil},
+		{"linux/amd64,", nil},
+	} {
+		got, err := parsePlatforms(tc.in)
+		if (err != nil) != (tc.want == nil) || len(got) != len(tc.want) {
+			t.Errorf("parsePlatforms(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+			continue
+		}
+		for i := range got {
+			if got[i].OS != tc.want[i].OS || got[i].Architecture != tc.want[i].Architecture {
+				t.Errorf("parsePlatforms(%q)[%d] = %v, want %v", tc.in, i, got[i], tc.want[i])
+			}
+		}
+	}
+	for _, tc := range []struct {
+		in   string
+		want time.Time
+		ok   bool
+	}{
+		{"", time.Unix(0, 0), true},
+		{"1700000000", time.Unix(1700000000, 0), true},
+		{"-1", time.Time{}, false},
+		{"yesterday", time.Time{}, false},
+	} {
+		got, err := parseEpoch(tc.in)
+		if (err == nil) != tc.ok || !got.Equal(tc.want) {
+			t.Errorf("parseEpoch(%q) = %s, %v; want %s (ok %t)", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
