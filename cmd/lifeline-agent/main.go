@@ -35,8 +35,11 @@ import (
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
-// version is set at build time.
-var version = "dev"
+// version and revision are stamped at build time (make images: -ldflags -X main.version=... -X main.revision=...).
+var (
+	version  = "dev"
+	revision = ""
+)
 
 func main() {
 	var (
@@ -76,7 +79,12 @@ func main() {
 		queue      = flag.Int("report-queue", 256, "reports accepted but not yet journaled; beyond it reports are refused with 503")
 	)
 	verbosity := flag.Int("v", 0, "log verbosity: 2 logs actions, 4 details")
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(versionLine("lifeline-agent"))
+		return
+	}
 	explicit := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
 	// The standard library's JSON logger: the agent stays small, without the controller's logging stack.
@@ -230,7 +238,7 @@ func main() {
 			}
 		}()
 	}
-	log.Info("started", "broker", *broker, "reportAddress", *reportAddr, "criSocket", *socket)
+	log.Info("started", "version", version, "revision", revision, "broker", *broker, "reportAddress", *reportAddr, "criSocket", *socket)
 	if err := reports.ListenAndServe(ctx, *reportAddr); err != nil {
 		log.Error(err, "report API")
 		os.Exit(1)
@@ -303,4 +311,12 @@ func bootID() string {
 		return "unknown"
 	}
 	return strings.TrimSpace(string(data))
+}
+
+// versionLine is what --version prints: the command, its version and, when stamped, its commit.
+func versionLine(command string) string {
+	if revision == "" {
+		return command + " " + version
+	}
+	return command + " " + version + " (revision " + revision + ")"
 }

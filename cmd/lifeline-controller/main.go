@@ -25,6 +25,12 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/manager"
 )
 
+// version and revision are stamped at build time (make images: -ldflags -X main.version=... -X main.revision=...).
+var (
+	version  = "dev"
+	revision = ""
+)
+
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "release" {
 		if err := release(os.Args[2:]); err != nil {
@@ -62,8 +68,14 @@ func main() {
 	flag.StringVar(&opts.Cluster, "cluster", "default", "this cluster's name in the MQTT topic tree")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(versionLine("lifeline-controller"))
+		return
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	ctrl.Log.Info("starting lifeline-controller", "version", version, "revision", revision)
 	if err := mqttCredentials(&opts, *tlsCert, *tlsKey, *caFile, *passwordFile, *clientCAFile); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
 		os.Exit(1)
@@ -168,4 +180,12 @@ func release(args []string) error {
 	n, err := federatedlearning.ReleaseFinalizers(ctx, c)
 	fmt.Printf("released %d pods from %s\n", n, federatedlearning.WorkerFinalizer)
 	return err
+}
+
+// versionLine is what --version prints: the command, its version and, when stamped, its commit.
+func versionLine(command string) string {
+	if revision == "" {
+		return command + " " + version
+	}
+	return command + " " + version + " (revision " + revision + ")"
 }

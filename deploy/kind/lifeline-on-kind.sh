@@ -172,7 +172,7 @@ echo "==> KubeEdge's CA, which issued the edge node its certificate"
 shell "{ echo '-----BEGIN CERTIFICATE-----'; kubectl --kubeconfig $kubeconfig -n kubeedge get secret casecret -o jsonpath='{.data.cadata}' | fold -w 64; echo; echo '-----END CERTIFICATE-----'; } | grep -v '^\$' > $work/kubeedge-ca.crt"
 
 echo "==> Lifeline's images, in the cloud and on the edge node"
-run make -C "$root" images
+run make -C "$root" images IMAGE_TAG="$tag"
 run kind load image-archive "$root/dist/images/lifeline-controller.tar" --name "$cluster"
 run docker cp "$root/dist/images/lifeline-agent.tar" "$edge:/tmp/lifeline-agent.tar"
 run docker exec "$edge" ctr --namespace k8s.io images import /tmp/lifeline-agent.tar

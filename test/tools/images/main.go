@@ -1,0 +1,121 @@
+// Command lifeline-images writes Lifeline's container images without a container engine: from binaries already
+// cross-compiled, one multi-platform OCI image archive per command, which docker load, kind load image-archive
+// and ctr images import accept. make images runs it.
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+)
+
+// The images' names by default, which the manifests in deploy/ use.
+const (
+	defaultRepository = "lifeline"
+	defaultTag        = "dev"
+)
+
+func main() {
+	opts := buildOptions{}
+	flag.StringVar(&opts.BinDir, "bin-dir", "dist/bin", "directory of the binaries: <bin-dir>/<os>_<arch>/<command>")
+	out := flag.String("out", "dist/images", "directory the archives are written to: <out>/<command>.tar")
+	flag.StringVar(&opts.Repository, "repository", defaultRepository, "repository the images are named in: <repository>/<command>:<tag>")
+	flag.StringVar(&opts.Tag, "tag", defaultTag, "the images' tag")
+	flag.StringVar(&opts.Version, "version", "dev", "the version stamped into the binaries (org.opencontainers.image.version)")
+	flag.StringVar(&opts.Revision, "revision", "", "the commit the binaries are built from (org.opencontainers.image.revision)")
+	flag.StringVar(&opts.Source, "source", "", "the project's repository URL (org.opencontainers.image.source)")
+	platforms := flag.String("platforms", "linux/amd64,linux/arm64", "comma-separated platforms, the first one the default")
+	epoch := flag.String("source-date-epoch", os.Getenv("SOURCE_DATE_EPOCH"),
+		"seconds since 1970 dated on everything the images hold (default: $SOURCE_DATE_EPOCH, else 0)")
+	flag.Parse()
+
+	if err := run(opts, *out, *platforms, *epoch, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "lifeline-images:", err)
+		os.Exit(1)
+	}
+}
+
+// run writes every image's archive into out, and a line for each to progress.
+func run(opts buildOptions, out, platforms, epoch string, progress io.Writer) error {
+	var err error
+	if opts.Platforms, err = parsePlatforms(platforms); err != nil {
+		return err
+	}
+	if opts.Created, err = parseEpoch(epoch); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", out, err)
+	}
+	for _, spec := range lifelineImages {
+		file := filepath.Join(out, spec.Name+".tar")
+		if err := writeImage(spec, opts, file); err != nil {
+			return fmt.Errorf("writing %s: %w", file, err)
+		}
+		fmt.Fprintf(progress, "%s: %s (%s)\n", file, opts.reference(spec), platforms)
+	}
+	return nil
+}
+
+// writeImage builds spec's image and writes its archive to file, through a temporary file so a failed build
+// leaves no truncated archive behind.
+func writeImage(spec imageSpec, opts buildOptions, file string) error {
+	idx, err := buildIndex(spec, opts)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(file), "."+spec.Name+"-*.tar")
+	if err != nil {
+		return fmt.Errorf("creating the archive: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	w := bufio.NewWriterSize(tmp, 1<<20)
+	if err := writeArchive(w, idx, opts.reference(spec), opts.Created); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing the archive: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing the archive: %w", err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return fmt.Errorf("writing the archive: %w", err)
+	}
+	return os.Rename(tmp.Name(), file)
+}
+
+// parsePlatforms reads os/arch[/variant] platforms separated by commas.
+func parsePlatforms(s string) ([]v1.Platform, error) {
+	var ps []v1.Platform
+	for _, f := range strings.Split(s, ",") {
+		p, err := v1.ParsePlatform(strings.TrimSpace(f))
+		if err != nil || p.OS == "" || p.Architecture == "" {
+			return nil, fmt.Errorf("platform %q must be <os>/<arch>", f)
+		}
+		ps = append(ps, *p)
+	}
+	return ps, nil
+}
+
+// parseEpoch reads SOURCE_DATE_EPOCH: empty is 1970, the reproducible default.
+func parseEpoch(s string) (time.Time, error) {
+	if s == "" {
+		return time.Unix(0, 0).UTC(), nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH %q must be a count of seconds", s)
+	}
+	return time.Unix(n, 0).UTC(), nil
+}
