@@ -96,6 +96,26 @@ func apply(t testing.TB, file string, edits ...func(client.Object)) client.Objec
 	return main
 }
 
+// deleteAndWait deletes a service or job in the foreground and waits until it is gone, and so its pods: the next
+// test's workers must not meet this one's, which share the cloud node's host ports.
+func deleteAndWait(t testing.TB, obj client.Object) {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("deleting %s: %v", obj.GetName(), err)
+		}
+		return
+	}
+	key := client.ObjectKeyFromObject(obj)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if err := s.Client.Get(ctx, key, obj); apierrors.IsNotFound(err) {
+			return
+		}
+	}
+	t.Errorf("%s still there a minute after its deletion", obj.GetName())
+}
+
 func TestJointInferenceServesHardExamplesInTheCloud(t *testing.T) {
 	skipShort(t)
 	ji := apply(t, "joint-inference.yaml").(*v1alpha1.JointInferenceService)
