@@ -216,7 +216,8 @@ func (t *Tracker) Ingest(topic string, payload []byte, now time.Time) {
 type checked struct {
 	verified bool // a worker state of a pod the cache binds to the node, same UID
 	report   *lifelinev1.Report
-	kind     string // the report's workload kind
+	kind     string // the report's workload kind and name, from its worker's pod
+	owner    string
 }
 
 // check holds a message against its topic and the API server's pods, without the table; it returns a drop
@@ -253,16 +254,15 @@ func (t *Tracker) check(tp lifelinev1.Topic, msg proto.Message) (checked, string
 		if len(m.Body) > lifelinev1.MaxReportBodyBytes || json.Unmarshal(m.Body, c.report) != nil {
 			return c, DropDecode
 		}
-		kind, known := ownerKinds[strings.ToLower(c.report.OwnerKind)]
-		if !known || c.report.Name != m.Worker || c.report.Namespace != m.Namespace || c.report.OwnerName == "" {
+		if c.report.Name != m.Worker || c.report.Namespace != m.Namespace {
 			return c, DropForged
 		}
-		c.kind = kind
 		var pods []PodInfo
 		if t.Pods != nil {
 			pods = t.Pods.Workers(m.Namespace, m.Worker)
 		}
-		if reason := reportStanding(tp.Node, kind, c.report.OwnerName, pods); reason != "" {
+		var reason string
+		if c.kind, c.owner, reason = reportOwner(tp.Node, c.report, pods); reason != "" {
 			return c, reason
 		}
 	}
@@ -306,18 +306,29 @@ func resultStanding(node string, m *lifelinev1.CommandResult, info PodInfo, know
 	return ""
 }
 
-// reportStanding judges a node's report by the pods of its worker (by WORKER_NAME): one must be bound to the
-// node and work for the workload the report names.
-func reportStanding(node, kind, owner string, pods []PodInfo) string {
+// reportOwner finds the workload a node's report is for by the pods of its worker (by WORKER_NAME): those
+// bound to the node and working for a Sedna workload. The report's own ownerName and ownerKind are no guide —
+// Sedna's library sends ownerName "sedna" from a JI worker and ownerKind "default" from a trainer — so they only
+// choose among several such pods' workloads; when they choose none of several, the report is dropped.
+func reportOwner(node string, r *lifelinev1.Report, pods []PodInfo) (kind, owner, reason string) {
 	if len(pods) == 0 {
-		return DropUnknownPod
+		return "", "", DropUnknownPod
 	}
+	found := 0
 	for _, p := range pods {
-		if p.Node == node && p.OwnerKind == kind && p.OwnerName == owner {
-			return ""
+		if p.Node != node || p.OwnerKind == "" || p.OwnerName == "" || (found > 0 && p.OwnerKind == kind && p.OwnerName == owner) {
+			continue
 		}
+		if ownerKinds[strings.ToLower(r.OwnerKind)] == p.OwnerKind && r.OwnerName == p.OwnerName {
+			return p.OwnerKind, p.OwnerName, ""
+		}
+		kind, owner = p.OwnerKind, p.OwnerName
+		found++
 	}
-	return DropForged
+	if found != 1 {
+		return "", "", DropForged
+	}
+	return kind, owner, ""
 }
 
 // pod is Pods.Pod, or "not known" without Pods.

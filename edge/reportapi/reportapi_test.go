@@ -19,8 +19,10 @@ import (
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
-const validBody = `{"name":"sdd-trainworker-0","namespace":"default","ownerName":"sdd","ownerKind":"federatedlearningjob",
-"kind":"train","status":"running","results":[{"round":3,"loss":0.25}]}`
+// validBody is what Sedna's trainer sends.
+const validBody = `{"name":"sdd-trainworker-0","namespace":"default","ownerName":"sdd","ownerKind":"default",
+"kind":"train","status":"running","results":[{"format":"pb","url":"/home/data/model/model.pb","metrics":{"loss":0.25}}],
+"ownerInfo":{"currentRound":3,"sampleCount":120,"startTime":"2026-12-01 10:00:00","updateTime":"2026-12-01 10:00:09"}}`
 
 func post(t *testing.T, url, name, body string) (int, map[string]any) {
 	t.Helper()
