@@ -65,6 +65,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if childErr != nil {
 		return ctrl.Result{}, errors.Join(childErr, actErr)
 	}
+	actErr = errors.Join(actErr, r.syncModelStatus(ctx, job)) // modelstatus.go
 	if progress := liveness.TrainingProgress(r.Edge.Reports(Kind, job.Namespace, job.Name)); progress != nil {
 		progress.Metrics = v1alpha1.BoundMetrics(progress.Metrics)
 		p.status.Progress = progress
