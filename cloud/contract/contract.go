@@ -141,7 +141,13 @@ func hasToleration(ts []corev1.Toleration, key string) bool {
 // report endpoint; cluster DNS stays usable for the cloud Service unless the user chose a DNS policy.
 func UseHostNetwork(spec *corev1.PodSpec) {
 	spec.HostNetwork = true
-	if spec.DNSPolicy == "" {
+	HostNetworkDNS(spec)
+}
+
+// HostNetworkDNS keeps cluster DNS usable (for the cloud Service) in a pod on the host network whose template
+// chose no DNS policy: on the host network, ClusterFirst would fall back to the node's resolver.
+func HostNetworkDNS(spec *corev1.PodSpec) {
+	if spec.HostNetwork && spec.DNSPolicy == "" {
 		spec.DNSPolicy = corev1.DNSClusterFirstWithHostNet
 	}
 }

@@ -200,7 +200,7 @@ func (r *Reconciler) readInputs(ctx context.Context, job *v1alpha1.FederatedLear
 		return in, msg
 	}
 	credentials := []string{in.model.Spec.CredentialName}
-	if pm := job.Spec.PretrainedModel; pm != nil {
+	if pm := job.Spec.PretrainedModel; pm != nil && pm.Name != "" { // {name: ""} is none, as with Sedna
 		in.pretrainedModel = &v1alpha1.Model{}
 		if msg := get(pm.Name, in.pretrainedModel); msg != "" {
 			return in, msg
