@@ -54,6 +54,12 @@ type Options struct {
 	MQTTLimits broker.Limits
 	// Cluster is this cluster's name in the MQTT topic tree.
 	Cluster string
+	// Namespaces, when not empty, are the only namespaces whose workloads Lifeline reconciles: its cache holds
+	// nothing of the others (pods, Models, Secrets included), so a Sedna installation can keep the rest.
+	Namespaces []string
+	// Selector, when not nil or empty, selects the JointInferenceServices and FederatedLearningJobs Lifeline
+	// reconciles by their labels; the others are not cached, so never touched.
+	Selector labels.Selector
 	// Restartable lets one process build the manager more than once (controller names are otherwise unique
 	// per process), for tests that stop and start the controller.
 	Restartable bool
@@ -93,9 +99,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress:  opts.HealthAddr,
 		Controller:              config.Controller{SkipNameValidation: ptr.To(opts.Restartable)},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.NewSelector().Add(*workerPods)},
-		}},
+		Cache:                   cacheOptions(opts, labels.NewSelector().Add(*workerPods)),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
@@ -123,6 +127,23 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("setting up the FederatedLearningJob controller: %w", err)
 	}
 	return mgr, nil
+}
+
+// cacheOptions scopes the cache: worker pods only, in opts.Namespaces (all when empty), and of the workloads
+// those opts.Selector selects. What the cache does not hold, no controller ever reads or acts on.
+func cacheOptions(opts Options, workerPods labels.Selector) cache.Options {
+	c := cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: workerPods}}}
+	if len(opts.Namespaces) > 0 {
+		c.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range opts.Namespaces {
+			c.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	if opts.Selector != nil && !opts.Selector.Empty() {
+		c.ByObject[&v1alpha1.JointInferenceService{}] = cache.ByObject{Label: opts.Selector}
+		c.ByObject[&v1alpha1.FederatedLearningJob{}] = cache.ByObject{Label: opts.Selector}
+	}
+	return c
 }
 
 // addEdge adds the liveness tracker and the broker session (embedded broker, or an external broker's client) to

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -43,11 +44,17 @@ func main() {
 	passwordFile := flag.String("mqtt-password-file", "", "file holding the password on the external broker")
 	caFile := flag.String("mqtt-ca-file", "", "PEM certificates that sign the external broker's (default: the system's)")
 	flag.StringVar(&opts.Cluster, "cluster", "default", "this cluster's name in the MQTT topic tree")
+	namespaces := flag.String("namespaces", "", "comma-separated namespaces whose workloads Lifeline reconciles; empty: all")
+	selector := flag.String("selector", "", "label selector of the JointInferenceServices and FederatedLearningJobs Lifeline reconciles; empty: all")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	if err := mqttCredentials(&opts, *tlsCert, *tlsKey, *caFile, *passwordFile); err != nil {
+		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
+		os.Exit(1)
+	}
+	if err := scope(&opts, *namespaces, *selector); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
 		os.Exit(1)
 	}
@@ -82,6 +89,21 @@ func mqttCredentials(opts *manager.Options, certFile, keyFile, caFile, passwordF
 		}
 		opts.MQTTPassword = strings.TrimSpace(string(data))
 	}
+	return nil
+}
+
+// scope parses --namespaces and --selector.
+func scope(opts *manager.Options, namespaces, selector string) error {
+	for _, ns := range strings.Split(namespaces, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			opts.Namespaces = append(opts.Namespaces, ns)
+		}
+	}
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		return fmt.Errorf("parsing --selector %q: %w", selector, err)
+	}
+	opts.Selector = sel
 	return nil
 }
 
