@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -70,9 +71,15 @@ func main() {
 		metrics    = flag.String("metrics-address", "127.0.0.1:9101", "address of /metrics; empty disables it")
 		maxReports = flag.Int("max-journaled-reports", 10000, "reports kept while the broker is unreachable; older ones are dropped and counted")
 		queue      = flag.Int("report-queue", 256, "reports accepted but not yet journaled; beyond it reports are refused with 503")
+		forwardTo  = flag.String("forward-unowned-reports-to", "",
+			"base URL of Sedna's local controller (e.g. http://127.0.0.1:9100): reports of workers not the node's are posted there instead of refused")
 	)
 	verbosity := flag.Int("v", 0, "log verbosity: 2 logs actions, 4 details")
 	flag.Parse()
+	if u, err := url.Parse(*forwardTo); *forwardTo != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		fmt.Fprintf(os.Stderr, "lifeline-agent: --forward-unowned-reports-to %q is not an http(s) URL\n", *forwardTo)
+		os.Exit(2)
+	}
 	// The standard library's JSON logger: the agent stays small, without the controller's logging stack.
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-*verbosity)})).
 		WithValues("node", *node)
@@ -181,6 +188,9 @@ func main() {
 	reg := prometheus.NewRegistry()
 	reports := reportapi.New(*cluster, *node, pub, workers, pub.BirthSeq, *queue, reg, log.WithName("reports"))
 	reports.Counter = j
+	if *forwardTo != "" {
+		reports.ForwardUnowned(*forwardTo, *queue)
+	}
 	events := make(chan struct{}, 1)
 	observer := &agent.Observer{Cluster: *cluster, Node: *node, Source: runtime, Publisher: pub, Seq: j, Store: j, Changed: events,
 		Interval: *poll, Log: log.WithName("observer"), IsWorker: func(p cri.Pod) bool { return workers.Has(p.UID) }, Completes: workers.Completes,
