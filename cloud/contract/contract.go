@@ -61,6 +61,9 @@ func Labels(kind, name string, uid types.UID, workerType string) map[string]stri
 const (
 	RoleLabel               = marks.RoleLabel
 	OfflinePolicyAnnotation = marks.OfflinePolicyAnnotation
+	DatasetAnnotation       = marks.DatasetAnnotation
+	DatasetIndexAnnotation  = marks.DatasetIndexAnnotation
+	DatasetFormatAnnotation = marks.DatasetFormatAnnotation
 )
 
 // LabelPrefix is "<kind>.sedna.io/" with the kind lower-cased.

@@ -26,6 +26,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/broker"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/datasetstatus"
 	"github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
@@ -126,6 +127,9 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err := fl.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the FederatedLearningJob controller: %w", err)
 	}
+	if err := (&datasetstatus.Reconciler{Client: mgr.GetClient(), Edge: edge}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the Dataset status controller: %w", err)
+	}
 	return mgr, nil
 }
 
@@ -164,6 +168,7 @@ func addEdge(mgr ctrl.Manager, opts Options) (*liveness.Edge, error) {
 		return nil, fmt.Errorf("indexing worker pods by WORKER_NAME: %w", err)
 	}
 	tracker.Pods = liveness.CachePods{Reader: mgr.GetClient()}
+	tracker.Datasets = liveness.CacheDatasets{Reader: mgr.GetClient()}
 	s := &sessionRunnable{open: func() (session, error) {
 		if opts.MQTTBrokerURL != "" {
 			return broker.Connect(broker.ExternalConfig{URL: opts.MQTTBrokerURL, Username: opts.MQTTUsername,

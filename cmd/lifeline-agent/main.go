@@ -71,6 +71,8 @@ func main() {
 		metrics    = flag.String("metrics-address", "127.0.0.1:9101", "address of /metrics; empty disables it")
 		maxReports = flag.Int("max-journaled-reports", 10000, "reports kept while the broker is unreachable; older ones are dropped and counted")
 		queue      = flag.Int("report-queue", 256, "reports accepted but not yet journaled; beyond it reports are refused with 503")
+		hostRoot   = flag.String("host-root", "", "where the node's root is mounted in the agent's container, to read Datasets' index files; empty: the node's paths as they are")
+		dsInterval = flag.Duration("dataset-count-interval", reportapi.DatasetInterval, "how often the trainers' Dataset index files are counted (Sedna's LC: 60 s)")
 		forwardTo  = flag.String("forward-unowned-reports-to", "",
 			"base URL of Sedna's local controller (e.g. http://127.0.0.1:9100): reports of workers not the node's are posted there instead of refused")
 	)
@@ -199,6 +201,9 @@ func main() {
 	published := make(chan struct{})
 	go func() { pub.Run(ctx); close(published) }()
 	go reports.Run(ctx)
+	datasets := &reportapi.DatasetCounter{Cluster: *cluster, Node: *node, Sink: pub, Workers: workers.Workers, BirthSeq: pub.BirthSeq,
+		Counter: j, HostRoot: *hostRoot, Log: log.WithName("datasets")}
+	go datasets.Run(ctx, *dsInterval)
 	go workers.Run(ctx, time.Second)
 	go observer.Run(ctx)
 	go followContainerEvents(ctx, runtime, events, log.WithName("events"))
