@@ -33,6 +33,7 @@ var maxPayload = map[lifelinev1.Kind]int{
 	lifelinev1.KindWorkerState: 4 << 10, // 34 containers with names of the longest legal length
 	lifelinev1.KindReport:      maxReportBody + 1<<10,
 	lifelinev1.KindResult:      maxReportBody + 1<<10, // an error message, which the agent passes on as it got it
+	lifelinev1.KindDataset:     1 << 10,               // a namespace, a Dataset name, numbers
 }
 
 // maxReportBody is the largest body the agent's report API takes.

@@ -61,6 +61,9 @@ func Labels(kind, name string, uid types.UID, workerType string) map[string]stri
 const (
 	RoleLabel               = marks.RoleLabel
 	OfflinePolicyAnnotation = marks.OfflinePolicyAnnotation
+	DatasetAnnotation       = marks.DatasetAnnotation
+	DatasetIndexAnnotation  = marks.DatasetIndexAnnotation
+	DatasetFormatAnnotation = marks.DatasetFormatAnnotation
 )
 
 // LabelPrefix is "<kind>.sedna.io/" with the kind lower-cased.
@@ -141,7 +144,13 @@ func hasToleration(ts []corev1.Toleration, key string) bool {
 // report endpoint; cluster DNS stays usable for the cloud Service unless the user chose a DNS policy.
 func UseHostNetwork(spec *corev1.PodSpec) {
 	spec.HostNetwork = true
-	if spec.DNSPolicy == "" {
+	HostNetworkDNS(spec)
+}
+
+// HostNetworkDNS keeps cluster DNS usable (for the cloud Service) in a pod on the host network whose template
+// chose no DNS policy: on the host network, ClusterFirst would fall back to the node's resolver.
+func HostNetworkDNS(spec *corev1.PodSpec) {
+	if spec.HostNetwork && spec.DNSPolicy == "" {
 		spec.DNSPolicy = corev1.DNSClusterFirstWithHostNet
 	}
 }

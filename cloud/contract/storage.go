@@ -35,7 +35,8 @@ const (
 type Storage struct {
 	// EnvName receives the path inside the container.
 	EnvName string
-	// URL is a node path (no scheme), or s3://, http:// or https://.
+	// URL is a node path (no scheme), s3://, http:// or https:// (downloaded), or any other URL, which the
+	// worker is handed as it is.
 	URL string
 	// IsDir marks a node path as a directory, mounted as it is; a file's parent directory is mounted instead.
 	IsDir bool
@@ -45,8 +46,8 @@ type Storage struct {
 }
 
 // MountStorage makes every item reachable from spec's containers — node paths as hostPath volumes under
-// /home/data, remote URLs downloaded by an init container into /downloads — and returns the variables that point
-// the worker at them.
+// /home/data, s3:// and http(s):// URLs downloaded by an init container into /downloads, other URLs left to the
+// worker — and returns the variables that point the worker at them.
 func MountStorage(spec *corev1.PodSpec, items []Storage) (map[string]string, error) {
 	env := map[string]string{}
 	var downloadArgs []string
@@ -79,8 +80,9 @@ func MountStorage(spec *corev1.PodSpec, items []Storage) (map[string]string, err
 				initEnv = append(initEnv, creds...)
 			}
 		default:
-			return nil, fmt.Errorf("%s URL %q: scheme %q is not supported (use a node path, s3://, http:// or https://)",
-				item.EnvName, item.URL, u.Scheme)
+			// Another scheme (hdfs://, obs://, ...) is the worker's to read, as with Sedna: handed over as it is,
+			// with no mount, no download and no credential (those are for s3:// only).
+			env[item.EnvName] = item.URL
 		}
 	}
 	if len(downloadArgs) > 0 {

@@ -85,9 +85,14 @@ func TestMountStorage(t *testing.T) {
 		wantArgs:   []string{"https://example.com/m/model.onnx", "/downloads/example.com/m"},
 		wantInit:   []corev1.EnvVar{},
 	}, {
-		name:    "unsupported scheme",
-		items:   []Storage{{EnvName: EnvModelURL, URL: "ftp://host/m"}},
-		wantErr: `MODEL_URL URL "ftp://host/m": scheme "ftp" is not supported`,
+		name: "other schemes pass through, with no mount, download or credential",
+		items: []Storage{{EnvName: EnvModelURL, URL: "hdfs://namenode:8020/m/model.pb", Credential: credential(nil)},
+			{EnvName: EnvTrainDatasetURL, URL: "obs://bucket/d/train.txt"}},
+		wantEnv: map[string]string{EnvModelURL: "hdfs://namenode:8020/m/model.pb", EnvTrainDatasetURL: "obs://bucket/d/train.txt"},
+	}, {
+		name:    "not a URL",
+		items:   []Storage{{EnvName: EnvModelURL, URL: "s3://b/%zz"}},
+		wantErr: `parsing MODEL_URL URL "s3://b/%zz"`,
 	}, {
 		name:    "credential without endpoint",
 		items:   []Storage{{EnvName: EnvModelURL, URL: "s3://b/m", Credential: credential(nil)}},

@@ -18,12 +18,6 @@ import (
 // ReasonAdopted is the Event reason of a worker pod Sedna's GM made that Lifeline takes over.
 const ReasonAdopted = "Adopted"
 
-// Worker types Sedna's GM writes in the worker-type label of the pods it made; Lifeline's trainers carried
-// "training" in earlier releases, which is accepted too.
-const (
-	sednaWorkerTypeTrain = "train"
-)
-
 // sednaCandidates are the pods of a job that Sedna's GM made: controlled by the job (same UID) but without
 // Lifeline's role label, which every pod Lifeline renders carries.
 func sednaCandidates(job *v1alpha1.FederatedLearningJob, pods []corev1.Pod) []*corev1.Pod {
@@ -73,7 +67,7 @@ func matchSednaPods(job *v1alpha1.FederatedLearningJob, free map[string]bool, po
 			if name := AggregatorName(job.Name); free[name] && out[name] == nil {
 				out[name] = p
 			}
-		case sednaWorkerTypeTrain, workerTypeTraining:
+		case workerTypeTraining: // Sedna's GM and Lifeline write the same worker types
 			if i := trainerIndex(job, p, func(i int) bool { n := TrainerName(job.Name, i); return free[n] && out[n] == nil }); i >= 0 {
 				out[TrainerName(job.Name, i)] = p
 			}

@@ -17,7 +17,7 @@ const AggregationPort = 7363
 // Worker types as Sedna writes them in names and labels.
 const (
 	workerTypeAggregation = "aggregation"
-	workerTypeTraining    = "training"
+	workerTypeTraining    = "train"
 )
 
 // Length limits of the names Lifeline derives from a job's name.

@@ -69,6 +69,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if childErr != nil {
 		return ctrl.Result{}, errors.Join(childErr, actErr)
 	}
+	actErr = errors.Join(actErr, r.syncModelStatus(ctx, job)) // modelstatus.go
 	if progress := liveness.TrainingProgress(r.Edge.Reports(Kind, job.Namespace, job.Name)); progress != nil {
 		progress.Metrics = v1alpha1.BoundMetrics(progress.Metrics)
 		p.status.Progress = progress
@@ -237,7 +238,7 @@ func (r *Reconciler) readInputs(ctx context.Context, job *v1alpha1.FederatedLear
 		return in, msg
 	}
 	credentials := []string{in.model.Spec.CredentialName}
-	if pm := job.Spec.PretrainedModel; pm != nil {
+	if pm := job.Spec.PretrainedModel; pm != nil && pm.Name != "" { // {name: ""} is none, as with Sedna
 		in.pretrainedModel = &v1alpha1.Model{}
 		if msg := get(pm.Name, in.pretrainedModel); msg != "" {
 			return in, msg

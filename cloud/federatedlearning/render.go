@@ -2,7 +2,10 @@ package federatedlearning
 
 import (
 	"fmt"
+	"net/url"
+	"path"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -112,7 +115,20 @@ func renderTrainerPod(in inputs, i int) (*corev1.Pod, error) {
 		action = rp.TrainerOfflinePolicy.Action
 	}
 	pod.Annotations[contract.OfflinePolicyAnnotation] = string(action)
+	markDataset(pod, ds)
 	return pod, nil
+}
+
+// markDataset tells the trainer's node agent where the Dataset's index file is, so it counts the samples as
+// Sedna's local controller does: only for a node path, and the formats LC counts (txt, csv).
+func markDataset(pod *corev1.Pod, ds *v1alpha1.Dataset) {
+	format := strings.ToLower(ds.Spec.Format)
+	if u, err := url.Parse(ds.Spec.URL); err != nil || u.Scheme != "" || (format != "txt" && format != "csv") {
+		return
+	}
+	pod.Annotations[contract.DatasetAnnotation] = ds.Name
+	pod.Annotations[contract.DatasetIndexAnnotation] = path.Clean(ds.Spec.URL)
+	pod.Annotations[contract.DatasetFormatAnnotation] = format
 }
 
 func (in inputs) credential(name string) *metav1.PartialObjectMetadata {

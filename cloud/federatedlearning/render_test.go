@@ -3,6 +3,7 @@ package federatedlearning
 import (
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -153,6 +154,41 @@ func TestRenderedPodsHoldNoCredentialValue(t *testing.T) {
 				if want := 2; refs != want && (tc.secret != "data-cred" || id.role == v1alpha1.WorkerRoleTrainer) {
 					t.Errorf("%s: %d key references where they are used, want %d", id.name, refs, want)
 				}
+			}
+		})
+	}
+}
+
+func TestTrainerTellsItsAgentWhereTheDatasetIndexIs(t *testing.T) {
+	for _, c := range []struct {
+		name, url, format string
+		want              map[string]string // nil: no marks
+	}{
+		{"txt on the node", "/d/./train.txt", "TXT", map[string]string{contract.DatasetAnnotation: "d0",
+			contract.DatasetIndexAnnotation: "/d/train.txt", contract.DatasetFormatAnnotation: "txt"}},
+		{"csv on the node", "/d/train.csv", "csv", map[string]string{contract.DatasetAnnotation: "d0",
+			contract.DatasetIndexAnnotation: "/d/train.csv", contract.DatasetFormatAnnotation: "csv"}},
+		{"on s3: not the node's to count", "s3://b/train.txt", "txt", nil},
+		{"a format Sedna does not count", "/d/images", "jpg", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := renderInputs(corev1.PodSpec{Containers: []corev1.Container{{Name: "train"}}})
+			in.datasets[0].Spec.URL, in.datasets[0].Spec.Format = c.url, c.format
+			pod, err := renderTrainerPod(in, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, k := range []string{contract.DatasetAnnotation, contract.DatasetIndexAnnotation, contract.DatasetFormatAnnotation} {
+				if v, ok := pod.Annotations[k]; ok {
+					got[k] = v
+				}
+			}
+			if c.want == nil {
+				c.want = map[string]string{}
+			}
+			if diff := cmp.Diff(c.want, got); diff != "" {
+				t.Errorf("dataset marks (-want +got):\n%s", diff)
 			}
 		})
 	}

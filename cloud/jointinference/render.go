@@ -92,7 +92,8 @@ func renderCloudDeployment(in inputs) (*appsv1.Deployment, error) {
 }
 
 // renderEdgeDeployment renders the small-model worker: pinned to its edge node, tolerant of the node's
-// disconnection, on the host network so it reaches the node's report endpoint, and never surging on its device.
+// disconnection, and never surging on its device. Whether it runs on the host network is the template's choice,
+// as with Sedna (see contract.HostNetworkDNS).
 func renderEdgeDeployment(in inputs) (*appsv1.Deployment, error) {
 	w := in.ji.Spec.EdgeWorker
 	params, err := json.Marshal(hemParameters(w.HardExampleMining.Parameters))
@@ -111,7 +112,7 @@ func renderEdgeDeployment(in inputs) (*appsv1.Deployment, error) {
 		return nil, err
 	}
 	spec := &d.Spec.Template.Spec
-	contract.UseHostNetwork(spec)
+	contract.HostNetworkDNS(spec)
 	contract.TolerateDisconnection(spec)
 	d.Spec.Strategy = edgeStrategy(w.Strategy)
 	d.Spec.Template.Annotations = merge(d.Spec.Template.Annotations,

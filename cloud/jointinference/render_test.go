@@ -93,8 +93,8 @@ func TestRenderEdgeDeployment(t *testing.T) {
 		}
 	}
 	spec := d.Spec.Template.Spec
-	if !spec.HostNetwork || spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
-		t.Errorf("hostNetwork=%v dnsPolicy=%q, want host network with cluster DNS", spec.HostNetwork, spec.DNSPolicy)
+	if spec.HostNetwork || spec.DNSPolicy != "" {
+		t.Errorf("hostNetwork=%v dnsPolicy=%q, want the template's: the pod network, no DNS policy", spec.HostNetwork, spec.DNSPolicy)
 	}
 	if spec.NodeName != "edge-node" {
 		t.Errorf("nodeName = %q, want the template's", spec.NodeName)
@@ -280,6 +280,35 @@ func TestRenderedWorkersHoldNoCredentialValue(t *testing.T) {
 				if wantRefs := map[bool]int{true: 2, false: 0}[d.Name == DeploymentName(in.ji.Name, workerType)]; refs != wantRefs {
 					t.Errorf("%s: %d key references, want %d", d.Name, refs, wantRefs)
 				}
+			}
+		})
+	}
+}
+
+// The edge worker runs on the host network only when its template says so, as with Sedna; a template on the host
+// network without a DNS policy gets cluster DNS, so BIG_MODEL_IP still resolves.
+func TestEdgeWorkerHostNetworkIsTheTemplates(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		hostNetwork bool
+		dnsPolicy   corev1.DNSPolicy
+		wantDNS     corev1.DNSPolicy
+	}{
+		{"pod network", false, "", ""},
+		{"host network", true, "", corev1.DNSClusterFirstWithHostNet},
+		{"host network with the user's DNS policy", true, corev1.DNSDefault, corev1.DNSDefault},
+		{"pod network with the user's DNS policy", false, corev1.DNSNone, corev1.DNSNone},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := testInputs(t, "joint-inference.yaml")
+			in.ji.Spec.EdgeWorker.Template.Spec.HostNetwork = c.hostNetwork
+			in.ji.Spec.EdgeWorker.Template.Spec.DNSPolicy = c.dnsPolicy
+			d, err := renderEdgeDeployment(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if spec := d.Spec.Template.Spec; spec.HostNetwork != c.hostNetwork || spec.DNSPolicy != c.wantDNS {
+				t.Errorf("hostNetwork=%v dnsPolicy=%q, want %v and %q", spec.HostNetwork, spec.DNSPolicy, c.hostNetwork, c.wantDNS)
 			}
 		})
 	}

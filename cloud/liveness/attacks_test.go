@@ -117,30 +117,44 @@ func TestForgedResultForAnotherNodesPodDropped(t *testing.T) {
 	}
 }
 
-// [P-AUTH-3] A node's report is taken only if a pod of its worker is bound to the node and works for the
-// workload the report names.
-func TestForgedReportForAnotherNodesWorkerDropped(t *testing.T) {
+// [P-AUTH-3] A node's report is taken only if a pod of its worker is bound to the node; the workload it counts
+// for is that pod's, whatever ownerName and ownerKind the body says (Sedna's library sends "sedna" from a JI
+// worker), and a body that names none of several such workloads is dropped.
+func TestReportCountsForItsWorkersPod(t *testing.T) {
 	b := newBench(t)
 	now := time.Unix(1000, 0)
 	b.pods[podRef{"default", "svc-edge-1"}] = PodInfo{Node: "edge1", UID: "e1", Worker: "svc-edge", OwnerKind: "JointInferenceService", OwnerName: "svc"}
 	b.cutOff("edge1", now)
 	b.cutOff("edge2", now)
-	body := func(owner, kind string) string {
-		return fmt.Sprintf(`{"name":"svc-edge","namespace":"default","ownerName":%q,"ownerKind":%q,"ownerInfo":{"inferenceNumber":1000000}}`, owner, kind)
+	body := func(worker, owner, kind string, n int) string {
+		return fmt.Sprintf(`{"name":%q,"namespace":"default","ownerName":%q,"ownerKind":%q,"kind":"inference","results":[],"ownerInfo":{"inferenceNumber":%d}}`,
+			worker, owner, kind, n)
 	}
-	b.report("edge2", 1, "default", "svc-edge", body("svc", "jointinferenceservice"), now)
-	b.report("edge1", 1, "default", "svc-edge", body("other", "jointinferenceservice"), now)
-	b.report("edge1", 2, "default", "svc-edge", body("svc", "federatedlearningjob"), now)
-	b.report("edge1", 3, "default", "nobody", strings.Replace(body("svc", "jointinferenceservice"), "svc-edge", "nobody", 1), now)
-	if b.dropped(DropForged) != 3 || b.dropped(DropUnknownPod) != 1 {
-		t.Errorf("%v forged and %v of unknown pods, want 3 and 1", b.dropped(DropForged), b.dropped(DropUnknownPod))
+	b.report("edge2", 1, "default", "svc-edge", body("svc-edge", "svc", "jointinferenceservice", 1), now)
+	b.report("edge1", 1, "default", "nobody", body("nobody", "svc", "jointinferenceservice", 2), now)
+	if b.dropped(DropForged) != 1 || b.dropped(DropUnknownPod) != 1 {
+		t.Errorf("%v forged and %v of unknown pods, want 1 and 1", b.dropped(DropForged), b.dropped(DropUnknownPod))
 	}
 	if m := ServiceMetrics(b.tr.Reports("JointInferenceService", "default", "svc")); m != nil {
-		t.Errorf("metrics from forged reports: %v", m)
+		t.Errorf("metrics from another node's or an unknown worker's report: %v", m)
 	}
-	b.report("edge1", 4, "default", "svc-edge", body("svc", "jointinferenceservice"), now)
-	if m := ServiceMetrics(b.tr.Reports("JointInferenceService", "default", "svc")); len(m) != 1 || m[0].Value != "1000000" {
-		t.Errorf("metrics %v, want the own node's report", m)
+	b.report("edge1", 2, "default", "svc-edge", body("svc-edge", "sedna", "jointinferenceservice", 3), now)
+	if m := ServiceMetrics(b.tr.Reports("JointInferenceService", "default", "svc")); len(m) != 1 || m[0].Value != "3" {
+		t.Errorf("metrics %v, want the report Sedna's library sends (ownerName sedna) counted for svc", m)
+	}
+	if got := b.tr.Reports("JointInferenceService", "default", "sedna"); got != nil {
+		t.Errorf("reports kept under the body's ownerName: %v", got)
+	}
+
+	// Two workloads' pods of one WORKER_NAME on the node: the body must name one.
+	b.pods[podRef{"default", "other-edge-1"}] = PodInfo{Node: "edge1", UID: "o1", Worker: "svc-edge", OwnerKind: "JointInferenceService", OwnerName: "other"}
+	b.report("edge1", 3, "default", "svc-edge", body("svc-edge", "sedna", "jointinferenceservice", 4), now)
+	if b.dropped(DropForged) != 2 {
+		t.Errorf("%v forged, want the ambiguous report dropped too", b.dropped(DropForged))
+	}
+	b.report("edge1", 4, "default", "svc-edge", body("svc-edge", "other", "jointinferenceservice", 5), now)
+	if m := ServiceMetrics(b.tr.Reports("JointInferenceService", "default", "other")); len(m) != 1 || m[0].Value != "5" {
+		t.Errorf("metrics of other %v, want the report that names it", m)
 	}
 }
 
@@ -273,15 +287,19 @@ func TestReportMetricsAreBounded(t *testing.T) {
 		}
 	}
 	var results []string
-	for r := range 100 {
-		results = append(results, fmt.Sprintf(`{"round":%d,%s}`, r, strings.Join(round, ",")))
+	for range 30 {
+		results = append(results, `{"format":"`+strings.Repeat("f", 300)+`","url":"/m","metrics":{`+strings.Join(round, ",")+`,"zlist":[`+
+			strings.Repeat("0.5,", 100)+`0.5]}}`)
 	}
-	b.report("edge1", 2, "default", "t0", `{"name":"t0","namespace":"default","ownerName":"job","ownerKind":"federatedlearningjob","results":[`+strings.Join(results, ",")+`]}`, now)
+	b.report("edge1", 2, "default", "t0", `{"name":"t0","namespace":"default","ownerName":"job","ownerKind":"default","ownerInfo":{"currentRound":99},"results":[`+
+		strings.Join(results, ",")+`]}`, now)
 	reps := b.tr.Reports("FederatedLearningJob", "default", "job")
 	p := TrainingProgress(reps)
-	if p == nil || p.Round != 99 || len(p.Metrics) != maxMetrics-1 || len(reps[0].Results) != maxResults {
-		t.Errorf("progress %+v from %d results kept, want round 99, %d metrics (round is the key kept besides), %d results",
-			p, len(reps[0].Results), maxMetrics-1, maxResults)
+	if p == nil || p.Round != 99 || len(p.Metrics) != maxMetrics || len(reps[0].Results) != maxResults {
+		t.Errorf("progress %+v from %d results kept, want round 99, %d metrics, %d results", p, len(reps[0].Results), maxMetrics, maxResults)
+	}
+	if res := reps[0].Results[0]; len(res.Format) != maxMetricValueLen || len(res.Metrics) != maxMetrics {
+		t.Errorf("a result kept with a format of %d bytes and %d metrics", len(res.Format), len(res.Metrics))
 	}
 	before := b.dropped(DropDecode)
 	b.report("edge1", 3, "default", "t0", `{"name":"t0","namespace":"default","ownerName":"job","ownerKind":"federatedlearningjob","status":"`+

@@ -139,3 +139,12 @@ func (e *Edge) Reports(kind, namespace, name string) []Report {
 	}
 	return e.Tracker.Reports(kind, namespace, name)
 }
+
+// DatasetSamples returns the latest count of a Dataset's samples by the agent of its node; false without a
+// tracker or a count.
+func (e *Edge) DatasetSamples(namespace, name string) (DatasetCount, bool) {
+	if e == nil || e.Tracker == nil {
+		return DatasetCount{}, false
+	}
+	return e.Tracker.DatasetSamples(namespace, name)
+}

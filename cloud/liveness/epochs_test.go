@@ -47,13 +47,13 @@ func TestWipedStateDirIsANewEpoch(t *testing.T) {
 			b.birth("edge1", 40, "s1", now)
 			b.heartbeat("edge1", 40, 500, true, now)
 			b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u", Seq: 900, Phase: lifelinev1.Phase_PHASE_RUNNING}, now)
-			b.report("edge1", 700, "default", "t0", `{"name":"t0","namespace":"default","ownerName":"job","ownerKind":"federatedlearningjob","results":[{"round":1}]}`, now)
+			b.report("edge1", 700, "default", "t0", `{"name":"t0","namespace":"default","ownerName":"job","ownerKind":"default","kind":"train","status":"running","ownerInfo":{"currentRound":1}}`, now)
 
 			b.tr.Ingest(lifelinev1.NodeTopic("c", "edge1", lifelinev1.KindBirth).String(),
 				marshal(&lifelinev1.NodeBirth{Node: "edge1", BirthSeq: 1, StateId: c.stateID, BootId: c.bootID}), now)
 			b.heartbeat("edge1", 1, 1, false, now)
 			b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u", Seq: 1, Phase: lifelinev1.Phase_PHASE_FAILED}, now)
-			b.report("edge1", 1, "default", "t0", `{"name":"t0","namespace":"default","ownerName":"job","ownerKind":"federatedlearningjob","results":[{"round":2}]}`, now)
+			b.report("edge1", 1, "default", "t0", `{"name":"t0","namespace":"default","ownerName":"job","ownerKind":"default","kind":"train","status":"running","ownerInfo":{"currentRound":2}}`, now)
 			if got := b.dropped(DropReplayed); got != 0 {
 				t.Errorf("%v messages of the new epoch dropped as replayed", got)
 			}

@@ -121,7 +121,7 @@ func FuzzIngest(f *testing.F) {
 		{"lifeline/v1/c/nodes/n0/workers/report/x", marshal(&lifelinev1.WorkerState{Namespace: "report", Name: "x", Uid: "u1", Seq: 4, Episode: 4, Phase: lifelinev1.Phase_PHASE_FAILED})},
 		{"lifeline/v1/c/nodes/n0/results", marshal(&lifelinev1.CommandResult{CommandId: "local/report/x/u/1", Namespace: "report", Pod: "x", PodUid: "u1", Local: true})},
 		{"lifeline/v1/c/nodes/n0/reports", marshal(&lifelinev1.WorkerReport{Namespace: "default", Worker: "p0", Seq: 3,
-			Body: []byte(`{"name":"p0","namespace":"default","ownerName":"job","ownerKind":"federatedlearningjob","results":[{"round":1,"loss":0.5}]}`)})},
+			Body: []byte(`{"name":"p0","namespace":"default","ownerName":"job","ownerKind":"default","ownerInfo":{"currentRound":1},"results":[{"format":"pb","url":"/m","metrics":{"loss":0.5}}]}`)})},
 		{"lifeline/v1/c/nodes/n0/commands", nil},
 		{"lifeline/v1/c/nodes/report/workers/report/report", []byte{0xff}},
 	} {
@@ -172,8 +172,8 @@ func FuzzIngestSequence(f *testing.F) {
 					Namespace: ref.namespace, Pod: ref.name, PodUid: fmt.Sprint("u", a%2), Local: b%2 == 0}), now)
 			case 5:
 				info := pods[ref]
-				body := fmt.Sprintf(`{"name":%q,"namespace":%q,"ownerName":%q,"ownerKind":%q,"ownerInfo":{"n%d":%d,"t":"%s"},"results":[{"round":%d,"m%d":1}]}`,
-					info.Worker, ref.namespace, []string{"job", "svc", "report"}[a%3], []string{"federatedlearningjob", "jointinferenceservice"}[b%2], a, b, string(rune(a)), b, a)
+				body := fmt.Sprintf(`{"name":%q,"namespace":%q,"ownerName":%q,"ownerKind":%q,"ownerInfo":{"n%d":%d,"t":"%s","currentRound":%d},"results":[{"metrics":{"m%d":1}}]}`,
+					info.Worker, ref.namespace, []string{"job", "svc", "report"}[a%3], []string{"default", "jointinferenceservice"}[b%2], a, b, string(rune(a)), b, a)
 				tr.Ingest(nodeTopic(lifelinev1.KindReport), marshal(&lifelinev1.WorkerReport{Namespace: ref.namespace, Worker: info.Worker, Seq: seq, Body: []byte(body)}), now)
 			case 6:
 				tr.TakeActions(ref.namespace, ref.name)

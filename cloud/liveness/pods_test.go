@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/lifeline-edge/lifeline/cloud/contract"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 // workerPod is a worker pod as the controllers render it: Sedna's labels and the contract's variables.
@@ -60,7 +61,8 @@ func TestCachePodsReadsTheIndex(t *testing.T) {
 		t.Errorf("a pod the cache does not have was found")
 	}
 	workers := pods.Workers("default", "svc-edge")
-	if len(workers) != 2 || reportStanding("edge2", "JointInferenceService", "svc", workers) != "" {
+	if kind, owner, reason := reportOwner("edge2", &lifelinev1.Report{OwnerName: "sedna"}, workers); len(workers) != 2 || reason != "" ||
+		kind != "JointInferenceService" || owner != "svc" {
 		t.Errorf("Workers(svc-edge) = %+v, want both replicas, one on edge2", workers)
 	}
 	if got := pods.Workers("other", "svc-edge"); len(got) != 0 {

@@ -1,7 +1,9 @@
 package liveness
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 	"unicode/utf8"
@@ -18,12 +20,14 @@ type Report struct {
 	Worker    string
 	Status    string
 	OwnerInfo map[string]any
-	Results   []map[string]any
-	At        time.Time
-	node      string // the node it came from
+	// Results are the models the worker saved (a trainer's), bounded: at most maxResults, metrics as a status
+	// may show them (lists as JSON text).
+	Results []lifelinev1.ReportResult
+	At      time.Time
+	node    string // the node it came from
 }
 
-// ownerKinds maps the report's ownerKind to the workload's Kind.
+// ownerKinds maps the kind of a worker pod's Sedna name label to the workload's Kind.
 var ownerKinds = map[string]string{"jointinferenceservice": "JointInferenceService", "federatedlearningjob": "FederatedLearningJob"}
 
 // What one report may make the controller keep and write into a workload's status.
@@ -31,10 +35,10 @@ const (
 	// maxMetrics bounds the keys of a report's ownerInfo, of each of its results, and of a status's metrics.
 	maxMetrics = 32
 	// maxMetricKeyLen and maxMetricValueLen bound a metric's key and a text value (longer keys are left out,
-	// longer values cut).
+	// longer values cut); a result's format and URL are cut to maxMetricValueLen too.
 	maxMetricKeyLen   = 64
 	maxMetricValueLen = 256
-	// maxResults bounds the results (rounds) kept of a report: its latest ones.
+	// maxResults bounds the results (model files) kept of a report: its first ones.
 	maxResults = 16
 )
 
@@ -47,7 +51,7 @@ func (t *Tracker) applyReport(node string, m *lifelinev1.WorkerReport, c checked
 	case m.Seq <= n.reportSeq:
 		return DropReplayed
 	}
-	key := workloadRef{c.kind, m.Namespace, c.report.OwnerName}
+	key := workloadRef{c.kind, m.Namespace, c.owner}
 	old, had := t.reports[key][m.Worker]
 	moved := !had || old.node != node
 	if moved && n.reports >= maxReportsPerNode {
@@ -63,11 +67,12 @@ func (t *Tracker) applyReport(node string, m *lifelinev1.WorkerReport, c checked
 	if t.reports[key] == nil {
 		t.reports[key] = map[string]Report{}
 	}
-	results := c.report.Results[max(0, len(c.report.Results)-maxResults):]
-	r := Report{Worker: m.Worker, Status: truncate(c.report.Status, maxMetricValueLen), OwnerInfo: boundMetrics(c.report.OwnerInfo, ""),
-		Results: make([]map[string]any, 0, len(results)), At: now, node: node}
+	results := c.report.Results[:min(len(c.report.Results), maxResults)]
+	r := Report{Worker: m.Worker, Status: truncate(c.report.Status, maxMetricValueLen), OwnerInfo: boundMetrics(c.report.OwnerInfo, false),
+		Results: make([]lifelinev1.ReportResult, 0, len(results)), At: now, node: node}
 	for _, res := range results {
-		r.Results = append(r.Results, boundMetrics(res, "round"))
+		r.Results = append(r.Results, lifelinev1.ReportResult{Format: truncate(res.Format, maxMetricValueLen),
+			URL: truncate(res.URL, maxMetricValueLen), Metrics: boundMetrics(res.Metrics, true)})
 	}
 	t.reports[key][m.Worker] = r
 	changed.workloads = []workloadRef{key}
@@ -75,30 +80,35 @@ func (t *Tracker) applyReport(node string, m *lifelinev1.WorkerReport, c checked
 }
 
 // boundMetrics keeps of a report's metrics what a status may show: numbers, texts (cut to maxMetricValueLen)
-// and booleans, under keys of at most maxMetricKeyLen bytes, the first maxMetrics keys in order, the key named
-// first (a result's round) before all others; nested values are no metrics.
-func boundMetrics(in map[string]any, first string) map[string]any {
+// and booleans, under keys of at most maxMetricKeyLen bytes, the first maxMetrics keys in order. Nested values
+// (lists, objects) are no metrics, unless encode: then they are kept as their JSON text, cut, as Sedna's GM
+// shows a model's list-valued metrics.
+func boundMetrics(in map[string]any, encode bool) map[string]any {
 	keys := make([]string, 0, len(in))
 	for k, v := range in {
+		if k == "" || len(k) > maxMetricKeyLen {
+			continue
+		}
 		switch v.(type) {
 		case float64, string, bool:
-			if k != "" && len(k) <= maxMetricKeyLen {
+			keys = append(keys, k)
+		case []any, map[string]any:
+			if encode {
 				keys = append(keys, k)
 			}
 		}
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		if fi, fj := keys[i] == first, keys[j] == first; fi != fj {
-			return fi
-		}
-		return keys[i] < keys[j]
-	})
+	sort.Strings(keys)
 	out := make(map[string]any, min(len(keys), maxMetrics))
 	for _, k := range keys[:min(len(keys), maxMetrics)] {
-		if s, isText := in[k].(string); isText {
-			out[k] = truncate(s, maxMetricValueLen)
-		} else {
-			out[k] = in[k]
+		switch v := in[k].(type) {
+		case string:
+			out[k] = truncate(v, maxMetricValueLen)
+		case []any, map[string]any:
+			text, _ := json.Marshal(v) // decoded from JSON: encodes again
+			out[k] = truncate(string(text), maxMetricValueLen)
+		default:
+			out[k] = v
 		}
 	}
 	return out
@@ -157,28 +167,27 @@ func ServiceMetrics(reports []Report) []v1alpha1.Metric {
 	return out[:min(len(out), maxMetrics)]
 }
 
-// TrainingProgress turns the trainers' latest reports into the job's progress: the highest round reported in
-// their results, that round's metrics (averaged over the trainers that reported it), and when the latest report
-// came; nil when no trainer reported a round.
+// TrainingProgress turns the trainers' latest reports into the job's progress: the highest round a trainer
+// reported (Sedna's ownerInfo.currentRound), that round's numeric metrics — the models' metrics and the
+// sampleCount — averaged over the trainers that reported it, and when the latest report came; nil when no
+// trainer reported a round.
 func TrainingProgress(reports []Report) *v1alpha1.TrainingProgress {
 	var p *v1alpha1.TrainingProgress
 	var latest time.Time
-	rounds := map[int32][]map[string]any{}
+	rounds := map[int32][]Report{}
 	for _, r := range reports {
-		for _, res := range r.Results {
-			round, ok := res["round"].(float64)
-			if !ok {
-				continue
-			}
-			rounds[int32(round)] = append(rounds[int32(round)], res)
-			if p == nil {
-				p = &v1alpha1.TrainingProgress{}
-			}
-			p.Round = max(p.Round, int32(round))
-		}
 		if r.At.After(latest) {
 			latest = r.At
 		}
+		round, ok := r.OwnerInfo["currentRound"].(float64)
+		if !ok || round < 1 || round > math.MaxInt32 {
+			continue
+		}
+		rounds[int32(round)] = append(rounds[int32(round)], r)
+		if p == nil {
+			p = &v1alpha1.TrainingProgress{}
+		}
+		p.Round = max(p.Round, int32(round))
 	}
 	if p == nil {
 		return nil
@@ -186,11 +195,21 @@ func TrainingProgress(reports []Report) *v1alpha1.TrainingProgress {
 	at := metav1.NewTime(latest.Truncate(time.Second))
 	p.LastReportTime = &at
 	sums, counts := map[string]float64{}, map[string]int{}
-	for _, res := range rounds[p.Round] {
-		for k, v := range res {
-			if f, ok := v.(float64); ok && k != "round" {
-				sums[k] += f
-				counts[k]++
+	add := func(k string, v any) {
+		if f, ok := v.(float64); ok {
+			sums[k] += f
+			counts[k]++
+		}
+	}
+	for _, r := range rounds[p.Round] {
+		add("sampleCount", r.OwnerInfo["sampleCount"])
+		seen := map[string]bool{} // a metric of several model files counts once per trainer: its first
+		for _, res := range r.Results {
+			for k, v := range res.Metrics {
+				if !seen[k] {
+					seen[k] = true
+					add(k, v)
+				}
 			}
 		}
 	}

@@ -21,16 +21,17 @@ import (
 
 // Drop reasons, the values of the dropped-messages metric's reason label.
 const (
-	DropTopic      = "topic"       // the topic does not parse or is not this cluster's
-	DropDecode     = "decode"      // the payload does not decode as the topic's message, or is too large to be one
-	DropForged     = "forged"      // the payload names another node or worker than its topic, or a pod of another node [P-AUTH-3]
-	DropReplayed   = "replayed"    // an old seq or an old birth [P-WS-2] [P-DEATH-2]
-	DropUnknown    = "no-birth"    // a node's message before any birth of it was seen
-	DropUnknownPod = "unknown-pod" // a result or report on a pod the API server does not have, or a state of one that stayed unknown
-	DropOverflow   = "overflow"    // a bound of the table for the node is reached
-	DropDenied     = "acl"         // refused by the embedded broker's ACL
-	DropAuth       = "auth"        // a connection refused for its credentials or will
-	dropReasons    = "topic decode forged replayed no-birth unknown-pod overflow acl auth"
+	DropTopic          = "topic"           // the topic does not parse or is not this cluster's
+	DropDecode         = "decode"          // the payload does not decode as the topic's message, or is too large to be one
+	DropForged         = "forged"          // the payload names another node or worker than its topic, or a pod of another node [P-AUTH-3]
+	DropReplayed       = "replayed"        // an old seq or an old birth [P-WS-2] [P-DEATH-2]
+	DropUnknown        = "no-birth"        // a node's message before any birth of it was seen
+	DropUnknownPod     = "unknown-pod"     // a result or report on a pod the API server does not have, or a state of one that stayed unknown
+	DropUnknownDataset = "unknown-dataset" // a count of a Dataset the API server does not have
+	DropOverflow       = "overflow"        // a bound of the table for the node is reached
+	DropDenied         = "acl"             // refused by the embedded broker's ACL
+	DropAuth           = "auth"            // a connection refused for its credentials or will
+	dropReasons        = "topic decode forged replayed no-birth unknown-pod unknown-dataset overflow acl auth"
 )
 
 // heartbeatInterval is the agents' default; a node is silent after three of them without a heartbeat.
@@ -65,11 +66,13 @@ type nodeRecord struct {
 	lastHeartbeat time.Time
 	heartbeatSeq  uint64
 	reportSeq     uint64
+	datasetSeq    uint64
 	apiReachable  bool
 	workers       map[podRef]*workerRecord
 	pending       int // workers whose state is kept while the cache does not know their pod
 	results       int // results waiting in Tracker.actions
 	reports       int // workers whose report is kept
+	datasets      int // Datasets whose count is kept
 	commands      tokenBucket
 }
 
@@ -108,7 +111,10 @@ type Tracker struct {
 	// forged, results and reports are accepted only of pods bound to the reporting node, and states of pods it
 	// does not know are kept only for a while [P-AUTH-3]. Without it no pod is known.
 	Pods Pods
-	Log  logr.Logger
+	// Datasets, when set, is the API server's word on Datasets: a node's count is accepted only of a Dataset
+	// whose spec.nodeName is the node [P-DS-2]. Without it no count is accepted.
+	Datasets DatasetNodes
+	Log      logr.Logger
 
 	received  *prometheus.CounterVec
 	dropped   *prometheus.CounterVec
@@ -124,6 +130,7 @@ type Tracker struct {
 	sent        map[string]sentCommand            // command id -> what and when
 	deferred    map[podRef]time.Time              // workers whose command a rate limit held back, and until when
 	reports     map[workloadRef]map[string]Report // workload -> worker -> latest report
+	datasets    map[podRef]DatasetCount           // Dataset (namespace, name) -> latest count
 	loggedDrop  map[string]bool
 }
 
@@ -140,7 +147,7 @@ func NewTracker(cluster string, reg prometheus.Registerer, log logr.Logger) (*Tr
 			Help: "Changes of the liveness table whose delivery to a controller panicked (and was recovered)."}),
 		nodes: map[string]*nodeRecord{}, online: map[string]bool{}, pending: map[workerKey]bool{},
 		actions: map[podRef][]pendingResult{}, sent: map[string]sentCommand{}, deferred: map[podRef]time.Time{},
-		reports: map[workloadRef]map[string]Report{}, loggedDrop: map[string]bool{}}
+		reports: map[workloadRef]map[string]Report{}, datasets: map[podRef]DatasetCount{}, loggedDrop: map[string]bool{}}
 	for _, c := range []prometheus.Collector{t.received, t.dropped, t.throttled, t.panics} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering liveness metrics: %w", err)
@@ -183,6 +190,8 @@ func (t *Tracker) Ingest(topic string, payload []byte, now time.Time) {
 		msg = &lifelinev1.CommandResult{}
 	case lifelinev1.KindReport:
 		msg = &lifelinev1.WorkerReport{}
+	case lifelinev1.KindDataset:
+		msg = &lifelinev1.DatasetSamples{}
 	default: // commands: the controller's own, back through its subscription to every node topic
 		return
 	}
@@ -216,7 +225,8 @@ func (t *Tracker) Ingest(topic string, payload []byte, now time.Time) {
 type checked struct {
 	verified bool // a worker state of a pod the cache binds to the node, same UID
 	report   *lifelinev1.Report
-	kind     string // the report's workload kind
+	kind     string // the report's workload kind and name, from its worker's pod
+	owner    string
 }
 
 // check holds a message against its topic and the API server's pods, without the table; it returns a drop
@@ -253,16 +263,19 @@ func (t *Tracker) check(tp lifelinev1.Topic, msg proto.Message) (checked, string
 		if len(m.Body) > lifelinev1.MaxReportBodyBytes || json.Unmarshal(m.Body, c.report) != nil {
 			return c, DropDecode
 		}
-		kind, known := ownerKinds[strings.ToLower(c.report.OwnerKind)]
-		if !known || c.report.Name != m.Worker || c.report.Namespace != m.Namespace || c.report.OwnerName == "" {
+		if c.report.Name != m.Worker || c.report.Namespace != m.Namespace {
 			return c, DropForged
 		}
-		c.kind = kind
 		var pods []PodInfo
 		if t.Pods != nil {
 			pods = t.Pods.Workers(m.Namespace, m.Worker)
 		}
-		if reason := reportStanding(tp.Node, kind, c.report.OwnerName, pods); reason != "" {
+		var reason string
+		if c.kind, c.owner, reason = reportOwner(tp.Node, c.report, pods); reason != "" {
+			return c, reason
+		}
+	case *lifelinev1.DatasetSamples:
+		if reason := t.datasetStanding(tp.Node, m); reason != "" {
 			return c, reason
 		}
 	}
@@ -306,18 +319,29 @@ func resultStanding(node string, m *lifelinev1.CommandResult, info PodInfo, know
 	return ""
 }
 
-// reportStanding judges a node's report by the pods of its worker (by WORKER_NAME): one must be bound to the
-// node and work for the workload the report names.
-func reportStanding(node, kind, owner string, pods []PodInfo) string {
+// reportOwner finds the workload a node's report is for by the pods of its worker (by WORKER_NAME): those
+// bound to the node and working for a Sedna workload. The report's own ownerName and ownerKind are no guide —
+// Sedna's library sends ownerName "sedna" from a JI worker and ownerKind "default" from a trainer — so they only
+// choose among several such pods' workloads; when they choose none of several, the report is dropped.
+func reportOwner(node string, r *lifelinev1.Report, pods []PodInfo) (kind, owner, reason string) {
 	if len(pods) == 0 {
-		return DropUnknownPod
+		return "", "", DropUnknownPod
 	}
+	found := 0
 	for _, p := range pods {
-		if p.Node == node && p.OwnerKind == kind && p.OwnerName == owner {
-			return ""
+		if p.Node != node || p.OwnerKind == "" || p.OwnerName == "" || (found > 0 && p.OwnerKind == kind && p.OwnerName == owner) {
+			continue
 		}
+		if ownerKinds[strings.ToLower(r.OwnerKind)] == p.OwnerKind && r.OwnerName == p.OwnerName {
+			return p.OwnerKind, p.OwnerName, ""
+		}
+		kind, owner = p.OwnerKind, p.OwnerName
+		found++
 	}
-	return DropForged
+	if found != 1 {
+		return "", "", DropForged
+	}
+	return kind, owner, ""
 }
 
 // pod is Pods.Pod, or "not known" without Pods.
@@ -352,7 +376,7 @@ func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, c checked, now t
 		case birthRedelivered:
 			return ""
 		case birthNewEpoch: // a wiped state directory or a reboot: the node's sequences start anew [P-BIRTH-3]
-			n.reportSeq = 0
+			n.reportSeq, n.datasetSeq = 0, 0
 			for _, w := range n.workers {
 				w.seq = 0
 			}
@@ -390,6 +414,8 @@ func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, c checked, now t
 		return t.applyResult(tp.Node, m, now, changed)
 	case *lifelinev1.WorkerReport:
 		return t.applyReport(tp.Node, m, c, now, changed)
+	case *lifelinev1.DatasetSamples:
+		return t.applyDataset(tp.Node, m, now, changed)
 	}
 	return ""
 }
@@ -617,6 +643,7 @@ func (t *Tracker) prune(now time.Time) {
 			t.actions[ref] = kept
 		}
 	}
+	t.pruneDatasets(now)
 	for owner, workers := range t.reports {
 		for name, r := range workers {
 			if now.Sub(r.At) > forgetAfter {

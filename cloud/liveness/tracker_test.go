@@ -2,6 +2,7 @@ package liveness
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -188,21 +189,27 @@ func TestReportsBecomeMetricsAndProgress(t *testing.T) {
 		payload, _ := proto.Marshal(&lifelinev1.WorkerReport{Namespace: "default", Worker: worker, Seq: seq, Body: []byte(body)})
 		tr.Ingest("lifeline/v1/c/nodes/edge1/reports", payload, now)
 	}
-	const fl = `{"name":"%s","namespace":"default","ownerName":"job","ownerKind":"federatedlearningjob","status":"running","results":[{"round":%d,"loss":%g}]}`
+	// As Sedna's trainer sends them: ownerName from JOB_NAME, the library's default ownerKind, the round in
+	// ownerInfo, the saved model's metrics in results.
+	const fl = `{"name":"%s","namespace":"default","ownerName":"job","ownerKind":"default","kind":"train","status":"running",` +
+		`"ownerInfo":{"currentRound":%d,"sampleCount":30,"startTime":"2026-12-01 10:00:00","updateTime":"2026-12-01 10:00:09"},` +
+		`"results":[{"format":"pb","url":"/home/data/model/model.pb","metrics":{"loss":%g}}]}`
 	report(1, "t0", fmt.Sprintf(fl, "t0", 1, 0.5))
 	report(2, "t0", fmt.Sprintf(fl, "t0", 2, 0.3))
 	report(3, "t1", fmt.Sprintf(fl, "t1", 2, 0.1))
 	report(2, "t1", fmt.Sprintf(fl, "t1", 9, 0.0))         // replayed: an old seq
 	report(4, "t1", fmt.Sprintf(fl, "t2", 9, 0.0))         // body names another worker
-	report(5, "t1", `{"name":"t1","namespace":"default"}`) // no owner
+	report(5, "t3", `{"name":"t3","namespace":"default"}`) // no pod of this worker
 	p := TrainingProgress(tr.Reports("FederatedLearningJob", "default", "job"))
-	if p == nil || p.Round != 2 || len(p.Metrics) != 1 || p.Metrics[0].Key != "loss" || p.Metrics[0].Value != "0.2" {
-		t.Errorf("progress %+v, want round 2 with loss 0.2 (the mean of the round's reports)", p)
+	if want := []v1alpha1.Metric{{Key: "loss", Value: "0.2"}, {Key: "sampleCount", Value: "30"}}; p == nil || p.Round != 2 || !reflect.DeepEqual(p.Metrics, want) {
+		t.Errorf("progress %+v, want round 2 with loss 0.2 (the mean of the round's reports) and sampleCount 30", p)
 	}
-	if got := testutil.ToFloat64(tr.dropped.WithLabelValues(DropReplayed)) + testutil.ToFloat64(tr.dropped.WithLabelValues(DropForged)); got != 3 {
+	if got := testutil.ToFloat64(tr.dropped.WithLabelValues(DropReplayed)) + testutil.ToFloat64(tr.dropped.WithLabelValues(DropForged)) +
+		testutil.ToFloat64(tr.dropped.WithLabelValues(DropUnknownPod)); got != 3 {
 		t.Errorf("%v reports dropped, want 3", got)
 	}
-	report(6, "svc-edge", `{"name":"svc-edge","namespace":"default","ownerName":"svc","ownerKind":"jointinferenceservice","ownerInfo":{"inferenceNumber":40,"hardExampleNumber":12,"uploadCloudRatio":0.3}}`)
+	report(6, "svc-edge", `{"name":"svc-edge","namespace":"default","ownerName":"sedna","ownerKind":"jointinferenceservice","kind":"inference","results":[],`+
+		`"ownerInfo":{"inferenceNumber":40,"hardExampleNumber":12,"uploadCloudRatio":0.3}}`)
 	m := ServiceMetrics(tr.Reports("JointInferenceService", "default", "svc"))
 	want := []v1alpha1.Metric{{Key: "hardExampleNumber", Value: "12"}, {Key: "inferenceNumber", Value: "40"}, {Key: "uploadCloudRatio", Value: "0.3"}}
 	if fmt.Sprint(m) != fmt.Sprint(want) {

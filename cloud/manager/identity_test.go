@@ -6,8 +6,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,32 +18,8 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/broker"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
-	"github.com/lifeline-edge/lifeline/test/cluster"
 	"github.com/lifeline-edge/lifeline/test/pkitest"
 )
-
-var (
-	cp   *cluster.ControlPlane
-	kube client.Client
-)
-
-func TestMain(m *testing.M) {
-	root, err := cluster.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	opts := cluster.Options{WithoutScheduler: true, WithoutControllerManager: true, CRDDirs: []string{filepath.Join(root, "deploy", "crds")}}
-	os.Exit(cluster.RunTests(m, opts, func(c *cluster.ControlPlane) error {
-		cp = c
-		scheme, err := manager.Scheme()
-		if err != nil {
-			return err
-		}
-		kube, err = client.New(c.Config, client.Options{Scheme: scheme})
-		return err
-	}))
-}
 
 // controller runs Lifeline's manager with its embedded broker on TLS, admitting nodes by certificates of ca.
 type controller struct {

@@ -29,6 +29,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/broker"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/datasetstatus"
 	"github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
@@ -63,6 +64,12 @@ type Options struct {
 	MQTTLimits broker.Limits
 	// Cluster is this cluster's name in the MQTT topic tree.
 	Cluster string
+	// Namespaces, when not empty, are the only namespaces whose workloads Lifeline reconciles: its cache holds
+	// nothing of the others (pods, Models, Secrets included), so a Sedna installation can keep the rest.
+	Namespaces []string
+	// Selector, when not nil or empty, selects the JointInferenceServices and FederatedLearningJobs Lifeline
+	// reconciles by their labels; the others are not cached, so never touched.
+	Selector labels.Selector
 	// Restartable lets one process build the manager more than once (controller names are otherwise unique
 	// per process), for tests that stop and start the controller.
 	Restartable bool
@@ -102,9 +109,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress:  opts.HealthAddr,
 		Controller:              config.Controller{SkipNameValidation: ptr.To(opts.Restartable)},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.NewSelector().Add(*workerPods)},
-		}},
+		Cache:                   cacheOptions(opts, labels.NewSelector().Add(*workerPods)),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
@@ -133,7 +138,27 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err := fl.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the FederatedLearningJob controller: %w", err)
 	}
+	if err := (&datasetstatus.Reconciler{Client: mgr.GetClient(), Edge: edge}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the Dataset status controller: %w", err)
+	}
 	return mgr, nil
+}
+
+// cacheOptions scopes the cache: worker pods only, in opts.Namespaces (all when empty), and of the workloads
+// those opts.Selector selects. What the cache does not hold, no controller ever reads or acts on.
+func cacheOptions(opts Options, workerPods labels.Selector) cache.Options {
+	c := cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: workerPods}}}
+	if len(opts.Namespaces) > 0 {
+		c.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range opts.Namespaces {
+			c.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	if opts.Selector != nil && !opts.Selector.Empty() {
+		c.ByObject[&v1alpha1.JointInferenceService{}] = cache.ByObject{Label: opts.Selector}
+		c.ByObject[&v1alpha1.FederatedLearningJob{}] = cache.ByObject{Label: opts.Selector}
+	}
+	return c
 }
 
 // addEdge adds the liveness tracker and the broker session (embedded broker, or an external broker's client) to
@@ -154,6 +179,7 @@ func addEdge(mgr ctrl.Manager, opts Options) (*liveness.Edge, error) {
 		return nil, fmt.Errorf("indexing worker pods by WORKER_NAME: %w", err)
 	}
 	tracker.Pods = liveness.CachePods{Reader: mgr.GetClient()}
+	tracker.Datasets = liveness.CacheDatasets{Reader: mgr.GetClient()}
 	s := &sessionRunnable{open: func(ctx context.Context) (session, error) {
 		if opts.MQTTBrokerURL != "" {
 			return broker.Connect(broker.ExternalConfig{URL: opts.MQTTBrokerURL, Username: opts.MQTTUsername,

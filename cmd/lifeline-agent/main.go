@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -77,6 +78,10 @@ func main() {
 		metrics    = flag.String("metrics-address", "127.0.0.1:9101", "address of /metrics; empty disables it")
 		maxReports = flag.Int("max-journaled-reports", 10000, "reports kept while the broker is unreachable; older ones are dropped and counted")
 		queue      = flag.Int("report-queue", 256, "reports accepted but not yet journaled; beyond it reports are refused with 503")
+		hostRoot   = flag.String("host-root", "", "where the node's root is mounted in the agent's container, to read Datasets' index files; empty: the node's paths as they are")
+		dsInterval = flag.Duration("dataset-count-interval", reportapi.DatasetInterval, "how often the trainers' Dataset index files are counted (Sedna's LC: 60 s)")
+		forwardTo  = flag.String("forward-unowned-reports-to", "",
+			"base URL of Sedna's local controller (e.g. http://127.0.0.1:9100): reports of workers not the node's are posted there instead of refused")
 	)
 	verbosity := flag.Int("v", 0, "log verbosity: 2 logs actions, 4 details")
 	showVersion := flag.Bool("version", false, "print the version and exit")
@@ -87,6 +92,10 @@ func main() {
 	}
 	explicit := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	if u, err := url.Parse(*forwardTo); *forwardTo != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		fmt.Fprintf(os.Stderr, "lifeline-agent: --forward-unowned-reports-to %q is not an http(s) URL\n", *forwardTo)
+		os.Exit(2)
+	}
 	// The standard library's JSON logger: the agent stays small, without the controller's logging stack.
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-*verbosity)})).
 		WithValues("node", *node)
@@ -216,6 +225,9 @@ func main() {
 	reg := prometheus.NewRegistry()
 	reports := reportapi.New(*cluster, *node, pub, workers, pub.BirthSeq, *queue, reg, log.WithName("reports"))
 	reports.Counter = j
+	if *forwardTo != "" {
+		reports.ForwardUnowned(*forwardTo, *queue)
+	}
 	events := make(chan struct{}, 1)
 	observer := &agent.Observer{Cluster: *cluster, Node: *node, Source: runtime, Publisher: pub, Seq: j, Store: j, Changed: events,
 		Interval: *poll, Log: log.WithName("observer"), IsWorker: func(p cri.Pod) bool { return workers.Has(p.UID) }, Completes: workers.Completes,
@@ -224,6 +236,9 @@ func main() {
 	published := make(chan struct{})
 	go func() { pub.Run(ctx); close(published) }()
 	go reports.Run(ctx)
+	datasets := &reportapi.DatasetCounter{Cluster: *cluster, Node: *node, Sink: pub, Workers: workers.Workers, BirthSeq: pub.BirthSeq,
+		Counter: j, HostRoot: *hostRoot, Log: log.WithName("datasets")}
+	go datasets.Run(ctx, *dsInterval)
 	go workers.Run(ctx, time.Second)
 	go observer.Run(ctx)
 	go followContainerEvents(ctx, runtime, events, log.WithName("events"))

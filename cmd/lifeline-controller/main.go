@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -66,6 +67,8 @@ func main() {
 	passwordFile := flag.String("mqtt-password-file", "", "file holding the password on the external broker")
 	caFile := flag.String("mqtt-ca-file", "", "PEM certificates that sign the external broker's (default: the system's)")
 	flag.StringVar(&opts.Cluster, "cluster", "default", "this cluster's name in the MQTT topic tree")
+	namespaces := flag.String("namespaces", "", "comma-separated namespaces whose workloads Lifeline reconciles; empty: all")
+	selector := flag.String("selector", "", "label selector of the JointInferenceServices and FederatedLearningJobs Lifeline reconciles; empty: all")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	showVersion := flag.Bool("version", false, "print the version and exit")
@@ -77,6 +80,10 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	ctrl.Log.Info("starting lifeline-controller", "version", version, "revision", revision)
 	if err := mqttCredentials(&opts, *tlsCert, *tlsKey, *caFile, *passwordFile, *clientCAFile); err != nil {
+		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
+		os.Exit(1)
+	}
+	if err := scope(&opts, *namespaces, *selector); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
 		os.Exit(1)
 	}
@@ -123,6 +130,21 @@ func mqttCredentials(opts *manager.Options, certFile, keyFile, caFile, passwordF
 		}
 		opts.MQTTPassword = strings.TrimSpace(string(data))
 	}
+	return nil
+}
+
+// scope parses --namespaces and --selector.
+func scope(opts *manager.Options, namespaces, selector string) error {
+	for _, ns := range strings.Split(namespaces, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			opts.Namespaces = append(opts.Namespaces, ns)
+		}
+	}
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		return fmt.Errorf("parsing --selector %q: %w", selector, err)
+	}
+	opts.Selector = sel
 	return nil
 }
 

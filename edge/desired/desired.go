@@ -47,6 +47,11 @@ type Worker struct {
 	// Manifest is the worker's pod as a static-pod manifest (metadata and spec, no node, no status), so the
 	// agent can rebuild a worker whose pod the node lost while cut off.
 	Manifest string `json:"manifest,omitempty"`
+	// Dataset, DatasetIndex and DatasetFormat are a trainer's Dataset: its name, its index file on the node and
+	// the file's format, from the pod's marks; empty for other workers.
+	Dataset       string `json:"dataset,omitempty"`
+	DatasetIndex  string `json:"datasetIndex,omitempty"`
+	DatasetFormat string `json:"datasetFormat,omitempty"`
 }
 
 // Watcher follows the node's worker pods.
@@ -263,7 +268,9 @@ func toWorker(p *Pod) Worker {
 		restart = RestartAlways
 	}
 	return Worker{Namespace: m.Namespace, Name: m.Name, UID: m.UID, Role: m.Labels[marks.RoleLabel],
-		OfflinePolicy: m.Annotations[marks.OfflinePolicyAnnotation], RestartPolicy: restart, WorkerName: workerName(p), Manifest: staticManifest(p.Raw)}
+		OfflinePolicy: m.Annotations[marks.OfflinePolicyAnnotation], RestartPolicy: restart, WorkerName: workerName(p), Manifest: staticManifest(p.Raw),
+		Dataset: m.Annotations[marks.DatasetAnnotation], DatasetIndex: m.Annotations[marks.DatasetIndexAnnotation],
+		DatasetFormat: m.Annotations[marks.DatasetFormatAnnotation]}
 }
 
 // workerName is the WORKER_NAME of the pod's first container that sets it as a plain value, or "".

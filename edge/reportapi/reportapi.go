@@ -1,16 +1,21 @@
 // Package reportapi serves the Sedna worker report API on the node (`POST /sedna/workers/<name>/info`), so
 // unmodified Sedna worker images report through Lifeline. It answers at once and never blocks a worker: valid
 // reports go into a bounded queue that a single goroutine hands to the publisher; when the queue is full the
-// report is dropped and counted.
+// report is dropped and counted. Reports of workers that are not the node's — those of a Sedna installation's
+// own workers, say — are refused, or, with a forward address, handed on to Sedna's local controller the same way:
+// through a bounded queue, one at a time, each post bounded by ForwardTimeout.
 package reportapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -34,6 +39,9 @@ type Workers interface {
 	HasWorker(namespace, name string) bool
 }
 
+// ForwardTimeout bounds one forwarded report's post to Sedna's local controller.
+const ForwardTimeout = 3 * time.Second
+
 // Server is the report endpoint of one node.
 type Server struct {
 	// Counter, when set, numbers reports with a sequence that survives agent restarts (the journal's), so the
@@ -50,7 +58,19 @@ type Server struct {
 	log           logr.Logger
 	seq           uint64 // touched by the consumer goroutine only
 
-	received *prometheus.CounterVec
+	// forwardTo is the base URL of Sedna's local controller, or "": reports of other workers are refused.
+	forwardTo string
+	forwards  chan forward
+	client    *http.Client
+
+	received  *prometheus.CounterVec
+	forwarded *prometheus.CounterVec
+}
+
+// forward is a report to hand on, as it was posted.
+type forward struct {
+	name string
+	body []byte
 }
 
 // New returns a server with a queue of capacity reports; register its metrics with reg (nil: not registered).
@@ -61,13 +81,26 @@ func New(cluster, node string, sink Sink, workers Workers, birthSeq func() uint6
 		queue: make(chan *lifelinev1.WorkerReport, capacity),
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lifeline_agent_reports_total",
-			Help: "Worker reports received by the node's report endpoint, by outcome (queued, dropped, rejected_*: too_large, malformed, name_mismatch, not_a_worker).",
+			Help: "Worker reports received by the node's report endpoint, by outcome (queued, dropped, forwarding, forward_dropped, rejected_*: too_large, malformed, name_mismatch, not_a_worker).",
 		}, []string{"outcome"}),
+		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lifeline_agent_reports_forwarded_total",
+			Help: "Reports of workers not the node's handed on to Sedna's local controller, by outcome (sent, failed: unreachable, timed out or refused).",
+		}, []string{"outcome"}),
+		client: &http.Client{Timeout: ForwardTimeout},
 	}
 	if reg != nil {
-		reg.MustRegister(s.received)
+		reg.MustRegister(s.received, s.forwarded)
 	}
 	return s
+}
+
+// ForwardUnowned makes the server hand reports of workers that are not the node's on to Sedna's local
+// controller at baseURL (e.g. http://127.0.0.1:9100), through a queue of capacity reports, instead of refusing
+// them. Call it before serving.
+func (s *Server) ForwardUnowned(baseURL string, capacity int) {
+	s.forwardTo = strings.TrimRight(baseURL, "/")
+	s.forwards = make(chan forward, capacity)
 }
 
 // Handler is the HTTP handler of the report API.
@@ -98,7 +131,18 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.workers.HasWorker(rep.Namespace, rep.Name) {
-		s.reject(w, "not_a_worker", http.StatusForbidden, fmt.Sprintf("%s/%s is not a worker of this node", rep.Namespace, rep.Name))
+		if s.forwardTo == "" {
+			s.reject(w, "not_a_worker", http.StatusForbidden, fmt.Sprintf("%s/%s is not a worker of this node", rep.Namespace, rep.Name))
+			return
+		}
+		select {
+		case s.forwards <- forward{name: name, body: body}:
+			s.received.WithLabelValues("forwarding").Inc()
+			writeReply(w, http.StatusOK, "OK")
+		default:
+			s.received.WithLabelValues("forward_dropped").Inc()
+			writeReply(w, http.StatusServiceUnavailable, "forward queue full; report dropped")
+		}
 		return
 	}
 	msg := &lifelinev1.WorkerReport{Namespace: rep.Namespace, Worker: rep.Name, Body: body,
@@ -125,8 +169,12 @@ func writeReply(w http.ResponseWriter, code int, message string) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"status": code, "message": message})
 }
 
-// Run hands queued reports to the sink, in arrival order, until ctx ends.
+// Run hands queued reports to the sink, and reports to forward to Sedna's local controller, each in arrival
+// order, until ctx ends.
 func (s *Server) Run(ctx context.Context) {
+	if s.forwardTo != "" {
+		go s.runForwards(ctx)
+	}
 	topic := lifelinev1.NodeTopic(s.cluster, s.node, lifelinev1.KindReport).String()
 	for {
 		select {
@@ -147,6 +195,44 @@ func (s *Server) Run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// runForwards posts each forwarded report, as it was posted here, to the same path on Sedna's local controller.
+// A report that does not get there within ForwardTimeout, or is refused, is counted and dropped: the worker was
+// answered long ago, and a controller that is down must not make the queue hold reports for ever.
+func (s *Server) runForwards(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case f := <-s.forwards:
+			if err := s.post(ctx, f); err != nil {
+				s.forwarded.WithLabelValues("failed").Inc()
+				s.log.V(2).Info("forwarding a report to Sedna's local controller", "worker", f.name, "error", err.Error())
+				continue
+			}
+			s.forwarded.WithLabelValues("sent").Inc()
+		}
+	}
+}
+
+func (s *Server) post(ctx context.Context, f forward) error {
+	target := s.forwardTo + "/sedna/workers/" + url.PathEscape(f.name) + "/info"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(f.body))
+	if err != nil {
+		return fmt.Errorf("building the request to %s: %w", target, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("posting to %s: %w", target, err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("posting to %s: %s", target, resp.Status)
+	}
+	return nil
 }
 
 func (s *Server) nextSeq() (uint64, error) {

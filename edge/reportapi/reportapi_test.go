@@ -3,6 +3,7 @@ package reportapi
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -19,8 +20,10 @@ import (
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
-const validBody = `{"name":"sdd-trainworker-0","namespace":"default","ownerName":"sdd","ownerKind":"federatedlearningjob",
-"kind":"train","status":"running","results":[{"round":3,"loss":0.25}]}`
+// validBody is what Sedna's trainer sends.
+const validBody = `{"name":"sdd-trainworker-0","namespace":"default","ownerName":"sdd","ownerKind":"default",
+"kind":"train","status":"running","results":[{"format":"pb","url":"/home/data/model/model.pb","metrics":{"loss":0.25}}],
+"ownerInfo":{"currentRound":3,"sampleCount":120,"startTime":"2026-12-01 10:00:00","updateTime":"2026-12-01 10:00:09"}}`
 
 func post(t *testing.T, url, name, body string) (int, map[string]any) {
 	t.Helper()
@@ -177,3 +180,105 @@ type sinkFunc func(journal.Entry) error
 func (f sinkFunc) Enqueue(e journal.Entry) error { return f(e) }
 
 func waitABit() { <-time.After(10 * time.Millisecond) }
+
+// lcStandIn is an HTTP server in the place of Sedna's local controller: it records what it is posted, answers
+// as LC does, and can be made to hang.
+type lcStandIn struct {
+	mu       sync.Mutex
+	received []string      // "<path> <body>"
+	hang     chan struct{} // while set, requests wait for it to close
+}
+
+func (lc *lcStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	lc.mu.Lock()
+	hang := lc.hang
+	lc.mu.Unlock()
+	if hang != nil {
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	body, _ := io.ReadAll(r.Body)
+	lc.mu.Lock()
+	lc.received = append(lc.received, r.URL.Path+" "+string(body))
+	lc.mu.Unlock()
+	writeReply(w, http.StatusOK, "OK")
+}
+
+func (lc *lcStandIn) got() []string {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	return append([]string(nil), lc.received...)
+}
+
+// Reports of workers that are not the node's (a Sedna installation's incremental learning worker, a name the
+// agent never heard of) reach Sedna's local controller as they were posted, on the same path; the node's own
+// workers' reports do not; every forward is counted, and one that cannot get through is dropped after a bound.
+func TestUnownedReportsAreForwardedToSednasLC(t *testing.T) {
+	lc := &lcStandIn{}
+	lcSrv := httptest.NewServer(lc)
+	defer lcSrv.Close()
+	var journaled sync.WaitGroup
+	journaled.Add(1)
+	s := New("c", "edge-1", sinkFunc(func(journal.Entry) error { journaled.Done(); return nil }),
+		workerSet{"default/sdd-trainworker-0": true}, func() uint64 { return 1 }, 4, nil, logr.Discard())
+	s.ForwardUnowned(lcSrv.URL+"/", 4)
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx)
+
+	il := `{"name":"il-train-1","namespace":"sedna","ownerName":"helmet-il","ownerKind":"incrementallearningjob","kind":"train","status":"running","results":[]}`
+	stranger := `{"name":"who","namespace":"default","ownerName":"sedna","ownerKind":"default","kind":"eval"}`
+	for _, r := range []struct{ name, body string }{{"il-train-1", il}, {"sdd-trainworker-0", validBody}, {"who", stranger}} {
+		if code, reply := post(t, srv.URL, r.name, r.body); code != 200 || reply["message"] != "OK" {
+			t.Errorf("%s: reply %d %v, want Sedna's OK", r.name, code, reply)
+		}
+	}
+	journaled.Wait()
+	want := []string{"/sedna/workers/il-train-1/info " + il, "/sedna/workers/who/info " + stranger}
+	for i := 0; i < 500 && (len(lc.got()) < len(want) || testutil.ToFloat64(s.forwarded.WithLabelValues("sent")) < 2); i++ {
+		waitABit() // the count follows LC's answer
+	}
+	if got := lc.got(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("LC received\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if n := testutil.ToFloat64(s.forwarded.WithLabelValues("sent")); n != 2 {
+		t.Errorf("%v forwarded reports counted sent, want 2", n)
+	}
+	if n := testutil.ToFloat64(s.received.WithLabelValues("forwarding")); n != 2 {
+		t.Errorf("%v reports counted forwarding, want 2", n)
+	}
+
+	// An LC that hangs: the worker is answered at once all the same, each post gives up after ForwardTimeout, and
+	// what does not fit the queue meanwhile is refused and counted.
+	hang := make(chan struct{})
+	defer close(hang)
+	lc.mu.Lock()
+	lc.hang = hang
+	lc.mu.Unlock()
+	start := time.Now()
+	codes := map[int]int{}
+	for range 8 {
+		code, _ := post(t, srv.URL, "who", stranger)
+		codes[code]++
+	}
+	if elapsed := time.Since(start); elapsed > time.Second {
+		t.Errorf("8 reports took %v to answer with LC hanging", elapsed)
+	}
+	// One post in flight, 4 queued, the rest refused.
+	if codes[200] < 4 || codes[200] > 5 || codes[200]+codes[503] != 8 ||
+		testutil.ToFloat64(s.received.WithLabelValues("forward_dropped")) != float64(codes[503]) {
+		t.Errorf("replies %v with LC hanging, want the queue's 4 (or 5) accepted and the rest refused", codes)
+	}
+	deadline := time.Now().Add(ForwardTimeout + 2*time.Second)
+	for testutil.ToFloat64(s.forwarded.WithLabelValues("failed")) < 1 && time.Now().Before(deadline) {
+		waitABit()
+	}
+	if n := testutil.ToFloat64(s.forwarded.WithLabelValues("failed")); n < 1 {
+		t.Errorf("no forward counted failed within %v of LC hanging", ForwardTimeout+2*time.Second)
+	}
+}

@@ -250,6 +250,18 @@ func TestFederatedLearningRunsToComplete(t *testing.T) {
 		p := got.Status.Progress
 		return p != nil && p.Round == 3 && len(p.Metrics) > 0, nil // the example's exit_round
 	})
+	eventually(t, within, "the trainers' saved model's metrics in the output Model's status", func(ctx context.Context) (bool, error) {
+		model := &v1alpha1.Model{}
+		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: job.Spec.AggregationWorker.Model.Name}, model); err != nil {
+			return false, err
+		}
+		for _, m := range model.Status.Metrics {
+			if m.Key == "loss" && model.Status.UpdateTime != nil {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("model status %+v", model.Status)
+	})
 	if err := s.Client.Delete(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}

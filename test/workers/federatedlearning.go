@@ -7,6 +7,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -20,6 +21,9 @@ type roundState struct {
 	Rounds  int      `json:"rounds"`
 	Done    bool     `json:"done"`
 	Clients []string `json:"clients"`
+	// TotalSample is the samples of the clients of the last aggregated round, what Sedna's aggregator sends
+	// back as total_sample.
+	TotalSample int `json:"totalSample"`
 }
 
 // runAggregator waits for PARTICIPANTS_COUNT distinct clients (by WORKER_NAME) to send an update for a round,
@@ -39,6 +43,7 @@ func runAggregator(env contractEnv) error {
 	}
 	var mu sync.Mutex
 	state := roundState{Round: 1, Rounds: rounds}
+	samples := 0 // of the current round's clients
 	seen := map[string]bool{}
 	finished := make(chan struct{})
 	mux := http.NewServeMux()
@@ -49,8 +54,9 @@ func runAggregator(env contractEnv) error {
 	})
 	mux.HandleFunc("POST /update", func(w http.ResponseWriter, r *http.Request) {
 		var u struct {
-			Worker string `json:"worker"`
-			Round  int    `json:"round"`
+			Worker  string `json:"worker"`
+			Round   int    `json:"round"`
+			Samples int    `json:"samples"`
 		}
 		if err := json.NewDecoder(r.Body).Decode(&u); err != nil || u.Worker == "" {
 			http.Error(w, "bad update", http.StatusBadRequest)
@@ -61,8 +67,10 @@ func runAggregator(env contractEnv) error {
 		if u.Round == state.Round && !state.Done && !seen[u.Worker] {
 			seen[u.Worker] = true
 			state.Clients = append(state.Clients, u.Worker)
+			samples += u.Samples
 			if len(seen) >= participants {
 				log.Printf("round %d aggregated from %v", state.Round, state.Clients)
+				state.TotalSample, samples = samples, 0
 				if state.Round >= rounds {
 					state.Done = true
 					close(finished)
@@ -88,8 +96,9 @@ func runAggregator(env contractEnv) error {
 	return nil
 }
 
-// runTrainer sends one update per round, retrying until the aggregator answers, reports each round to
-// LC_SERVER, and exits 0 when the aggregator says the training is done.
+// runTrainer sends one update per round, retrying until the aggregator answers, reports each aggregated round
+// to LC_SERVER as Sedna's FederatedLearning.train does, and exits 0 when the aggregator says the training is
+// done.
 func runTrainer(env contractEnv) error {
 	host, err := env.require("AGG_IP")
 	if err != nil {
@@ -103,8 +112,10 @@ func runTrainer(env contractEnv) error {
 	if err != nil {
 		return err
 	}
+	samples := countLines(env.get("TRAIN_DATASET_URL"))
 	base := "http://" + net.JoinHostPort(host, port)
-	reported := 0
+	sent, reported := 0, 0
+	start := time.Now()
 	for {
 		var state roundState
 		resp, err := httpClient.Get(base + "/round")
@@ -116,27 +127,59 @@ func runTrainer(env contractEnv) error {
 			time.Sleep(300 * time.Millisecond) // the aggregator is not up yet, or gone
 			continue
 		}
+		// A round is reported once the aggregator has moved past it (or is done), as Sedna's trainer reports
+		// after it received the round's aggregated weights.
+		done := state.Round - 1
 		if state.Done {
-			_ = report(env.get("LC_SERVER"), trainReport(env, name, state.Round, "completed"))
+			done = state.Round
+		}
+		if done > reported && sent >= done {
+			reported = done
+			status := "running"
+			if state.Done {
+				status = "completed"
+			}
+			_ = report(env.get("LC_SERVER"), trainReport(env, name, done, state.TotalSample, start, status))
+			start = time.Now()
+		}
+		if state.Done {
 			log.Printf("training done after round %d", state.Round)
 			return nil
 		}
-		body, _ := json.Marshal(map[string]any{"worker": name, "round": state.Round})
+		body, _ := json.Marshal(map[string]any{"worker": name, "round": state.Round, "samples": samples})
 		if resp, err := httpClient.Post(base+"/update", "application/json", bytes.NewReader(body)); err == nil {
 			resp.Body.Close()
-		}
-		if state.Round > reported {
-			reported = state.Round
-			_ = report(env.get("LC_SERVER"), trainReport(env, name, state.Round, "running"))
+			sent = state.Round
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
 }
 
-func trainReport(env contractEnv, name string, round int, status string) lifelinev1.Report {
+// trainReport is what Sedna's trainer reports after a round: its round in ownerInfo, the model it saved in
+// results (the estimator's model_info), no round there.
+func trainReport(env contractEnv, name string, round, sampleCount int, start time.Time, status string) lifelinev1.Report {
+	model := env.or("MODEL_URL", "/home/data/model")
 	return lifelinev1.Report{
-		Name: name, Namespace: env.get("NAMESPACE"), OwnerName: env.get("JOB_NAME"),
-		OwnerKind: "federatedlearningjob", Kind: "train", Status: status,
-		Results: []map[string]any{{"round": round, "loss": 1.0 / float64(round+1)}},
+		Name: name, Namespace: env.get("NAMESPACE"), OwnerName: env.ownerName(),
+		OwnerKind: "default", Kind: "train", Status: status,
+		OwnerInfo: map[string]any{
+			"currentRound": round, "sampleCount": sampleCount,
+			"startTime": start.Format(lifelinev1.TimeLayout), "updateTime": time.Now().Format(lifelinev1.TimeLayout),
+		},
+		Results: []lifelinev1.ReportResult{{Format: "pb", URL: model,
+			Metrics: map[string]any{"loss": 1.0 / float64(round+1), "accuracy": []float64{1 - 1.0/float64(round+1)}}}},
 	}
+}
+
+// countLines counts the lines of a data set index file, 0 when it cannot be read.
+func countLines(path string) int {
+	data, err := os.ReadFile(path)
+	if err != nil || len(data) == 0 {
+		return 0
+	}
+	n := bytes.Count(data, []byte("\n"))
+	if data[len(data)-1] != '\n' {
+		n++
+	}
+	return n
 }

@@ -7,6 +7,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -38,7 +39,7 @@ func runBigModel(env contractEnv) error {
 }
 
 // runLittleModel infers locally every 200 ms, sends every third example (the "hard" ones) to the big model, and
-// reports its counters to LC_SERVER every 3 s. It keeps inferring when the cloud cannot be reached.
+// reports its counters to LC_SERVER every LC_PERIOD seconds (3 by default here; Sedna's library: 30). It keeps inferring when the cloud cannot be reached.
 func runLittleModel(env contractEnv) error {
 	host, err := env.require("BIG_MODEL_IP")
 	if err != nil {
@@ -48,10 +49,11 @@ func runLittleModel(env contractEnv) error {
 	if err != nil {
 		return err
 	}
-	name := env.or("WORKER_NAME", "little")
+	name := env.workerName()
 	url := fmt.Sprintf("http://%s/sedna/predict", net.JoinHostPort(host, port))
 	var inferred, hard, uploaded int
 	lastReport := time.Now()
+	period := time.Duration(periodSeconds(env)) * time.Second
 	for {
 		time.Sleep(200 * time.Millisecond)
 		inferred++
@@ -65,12 +67,18 @@ func runLittleModel(env contractEnv) error {
 				}
 			}
 		}
-		if time.Since(lastReport) >= 3*time.Second {
+		if time.Since(lastReport) >= period {
+			start := lastReport
 			lastReport = time.Now()
+			// As Sedna's LCReporter sends it: no status, an empty results list, the counters in ownerInfo; a hard
+			// example counts once the cloud answered it.
 			err := report(env.get("LC_SERVER"), lifelinev1.Report{
-				Name: name, Namespace: env.get("NAMESPACE"), OwnerName: env.get("SERVICE_NAME"),
-				OwnerKind: "jointinferenceservice", Kind: "inference", Status: "running",
-				OwnerInfo: map[string]any{"inferenceNumber": inferred, "hardExampleNumber": hard, "uploadCloudRatio": ratio(uploaded, inferred)},
+				Name: name, Namespace: env.get("NAMESPACE"), OwnerName: env.ownerName(),
+				OwnerKind: "jointinferenceservice", Kind: "inference", Results: []lifelinev1.ReportResult{},
+				OwnerInfo: map[string]any{
+					"startTime": start.Format(lifelinev1.TimeLayout), "updateTime": lastReport.Format(lifelinev1.TimeLayout),
+					"inferenceNumber": inferred, "hardExampleNumber": uploaded, "uploadCloudRatio": ratio(uploaded, inferred),
+				},
 			})
 			if err != nil {
 				log.Printf("report: %v", err)
@@ -78,6 +86,14 @@ func runLittleModel(env contractEnv) error {
 			log.Printf("inferred %d, hard %d, answered by the cloud %d", inferred, hard, uploaded)
 		}
 	}
+}
+
+// periodSeconds is LC_PERIOD, the report period Sedna's library reads, 3 when unset or invalid.
+func periodSeconds(env contractEnv) int {
+	if n, err := strconv.Atoi(env.get("LC_PERIOD")); err == nil && n > 0 {
+		return n
+	}
+	return 3
 }
 
 func ratio(a, b int) float64 {

@@ -22,7 +22,7 @@ func main() {
 	done := make(chan os.Signal, 1)
 	signal.Notify(done, syscall.SIGUSR1)
 	go func() { <-done; os.Exit(0) }()
-	env := contractEnv{get: os.Getenv}
+	env := contractEnv{get: os.Getenv, lookup: os.LookupEnv}
 	var err error
 	switch os.Args[1] {
 	case "ji-big":
@@ -43,7 +43,28 @@ func main() {
 }
 
 // contractEnv reads the worker contract's variables.
-type contractEnv struct{ get func(string) string }
+type contractEnv struct {
+	get    func(string) string
+	lookup func(string) (string, bool)
+}
+
+// ownerName is the ownerName Sedna's library reports: JOB_NAME, which it defaults to "sedna" when unset, or
+// SERVICE_NAME when JOB_NAME is set but empty. A JI worker's pod sets only SERVICE_NAME, so it reports "sedna".
+func (e contractEnv) ownerName() string {
+	job, set := e.lookup("JOB_NAME")
+	if !set {
+		job = "sedna"
+	}
+	if job != "" {
+		return job
+	}
+	return e.get("SERVICE_NAME")
+}
+
+// workerName is WORKER_NAME, or what Sedna's library makes up without it: the owner name and a worker number.
+func (e contractEnv) workerName() string {
+	return e.or("WORKER_NAME", e.ownerName()+"-1")
+}
 
 func (e contractEnv) require(name string) (string, error) {
 	v := e.get(name)

@@ -67,9 +67,9 @@ type TrainingWorker struct {
 	Template corev1.PodTemplateSpec `json:"template"`
 }
 
-// PretrainedModel names the Model the workers start from.
+// PretrainedModel names the Model the workers start from. An empty name means none: Go clients built on Sedna's
+// types, where the field is a struct, always send it, as {name: ""} when unset.
 type PretrainedModel struct {
-	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 }

@@ -76,7 +76,9 @@ type HardExampleMining struct {
 // HPA is a HorizontalPodAutoscaler for one worker's Deployment.
 // +kubebuilder:validation:XValidation:rule="!has(self.minReplicas) || self.maxReplicas >= self.minReplicas",message="must be greater than or equal to minReplicas",fieldPath=".maxReplicas"
 type HPA struct {
-	// +kubebuilder:validation:Minimum=1
+	// MinReplicas is handed to the HPA as it is: 0 (scale to zero) is for the API server to accept, which it
+	// does only with the HPAScaleToZero feature gate and an Object or External metric.
+	// +kubebuilder:validation:Minimum=0
 	// +optional
 	MinReplicas *int32 `json:"minReplicas,omitempty"`
 	// +kubebuilder:validation:Minimum=1

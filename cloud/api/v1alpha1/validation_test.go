@@ -149,9 +149,15 @@ func TestAdmissionRules(t *testing.T) {
 		{"FL trainer dataset with an empty name", validFL, func(t *testing.T, o *unstructured.Unstructured) {
 			setField(t, o, "", "spec", "trainingWorkers", "1", "dataset", "name")
 		}, "spec.trainingWorkers[1].dataset.name in body should be at least 1 chars long"},
-		{"FL pretrained model with an empty name", validFL, func(t *testing.T, o *unstructured.Unstructured) {
+		{"FL pretrained model with an empty name, as Go clients on Sedna's types send none", validFL, func(t *testing.T, o *unstructured.Unstructured) {
 			setField(t, o, map[string]any{"name": ""}, "spec", "pretrainedModel")
-		}, "spec.pretrainedModel.name in body should be at least 1 chars long"},
+		}, ""},
+		{"JI edge hpa scaling to zero", validJI, func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, hpa(0, 2), "spec", "edgeWorker", "hpa")
+		}, ""},
+		{"JI cloud hpa with negative minReplicas", validJI, func(t *testing.T, o *unstructured.Unstructured) {
+			setField(t, o, hpa(-1, 2), "spec", "cloudWorker", "hpa")
+		}, "spec.cloudWorker.hpa.minReplicas in body should be greater than or equal to 0"},
 		{"JI edge hpa max equal to min", validJI, func(t *testing.T, o *unstructured.Unstructured) {
 			setField(t, o, hpa(2, 2), "spec", "edgeWorker", "hpa")
 		}, ""},

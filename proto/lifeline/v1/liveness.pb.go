@@ -717,6 +717,93 @@ func (x *WorkerReport) GetBirthSeq() uint64 {
 	return 0
 }
 
+// DatasetSamples is the number of samples the agent counted in a Dataset's index file on its node, as Sedna's
+// local controller counts them (lines of a txt index, lines but the header of a csv one) [P-DS-1].
+type DatasetSamples struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// dataset is the Dataset's name; its spec.nodeName must be the publishing node [P-DS-2].
+	Dataset         string `protobuf:"bytes,2,opt,name=dataset,proto3" json:"dataset,omitempty"`
+	NumberOfSamples int64  `protobuf:"varint,3,opt,name=number_of_samples,json=numberOfSamples,proto3" json:"number_of_samples,omitempty"`
+	Seq             uint64 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	BirthSeq        uint64 `protobuf:"varint,5,opt,name=birth_seq,json=birthSeq,proto3" json:"birth_seq,omitempty"`
+	CountedUnixNano int64  `protobuf:"varint,6,opt,name=counted_unix_nano,json=countedUnixNano,proto3" json:"counted_unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *DatasetSamples) Reset() {
+	*x = DatasetSamples{}
+	mi := &file_proto_lifeline_v1_liveness_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DatasetSamples) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DatasetSamples) ProtoMessage() {}
+
+func (x *DatasetSamples) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_lifeline_v1_liveness_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DatasetSamples.ProtoReflect.Descriptor instead.
+func (*DatasetSamples) Descriptor() ([]byte, []int) {
+	return file_proto_lifeline_v1_liveness_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DatasetSamples) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *DatasetSamples) GetDataset() string {
+	if x != nil {
+		return x.Dataset
+	}
+	return ""
+}
+
+func (x *DatasetSamples) GetNumberOfSamples() int64 {
+	if x != nil {
+		return x.NumberOfSamples
+	}
+	return 0
+}
+
+func (x *DatasetSamples) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *DatasetSamples) GetBirthSeq() uint64 {
+	if x != nil {
+		return x.BirthSeq
+	}
+	return 0
+}
+
+func (x *DatasetSamples) GetCountedUnixNano() int64 {
+	if x != nil {
+		return x.CountedUnixNano
+	}
+	return 0
+}
+
 // Command is published by the controller only [P-CMD-1]; fenced by pod uid and epoch [P-CMD-2].
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -738,7 +825,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_proto_lifeline_v1_liveness_proto_msgTypes[6]
+	mi := &file_proto_lifeline_v1_liveness_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -750,7 +837,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_lifeline_v1_liveness_proto_msgTypes[6]
+	mi := &file_proto_lifeline_v1_liveness_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -763,7 +850,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_proto_lifeline_v1_liveness_proto_rawDescGZIP(), []int{6}
+	return file_proto_lifeline_v1_liveness_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Command) GetId() string {
@@ -836,7 +923,7 @@ type CommandResult struct {
 
 func (x *CommandResult) Reset() {
 	*x = CommandResult{}
-	mi := &file_proto_lifeline_v1_liveness_proto_msgTypes[7]
+	mi := &file_proto_lifeline_v1_liveness_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +935,7 @@ func (x *CommandResult) String() string {
 func (*CommandResult) ProtoMessage() {}
 
 func (x *CommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_lifeline_v1_liveness_proto_msgTypes[7]
+	mi := &file_proto_lifeline_v1_liveness_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +948,7 @@ func (x *CommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandResult.ProtoReflect.Descriptor instead.
 func (*CommandResult) Descriptor() ([]byte, []int) {
-	return file_proto_lifeline_v1_liveness_proto_rawDescGZIP(), []int{7}
+	return file_proto_lifeline_v1_liveness_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CommandResult) GetCommandId() string {
@@ -976,7 +1063,14 @@ const file_proto_lifeline_v1_liveness_proto_rawDesc = "" +
 	"\x04body\x18\x03 \x01(\fR\x04body\x12\x10\n" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12,\n" +
 	"\x12received_unix_nano\x18\x05 \x01(\x03R\x10receivedUnixNano\x12\x1b\n" +
-	"\tbirth_seq\x18\x06 \x01(\x04R\bbirthSeq\"\xdd\x01\n" +
+	"\tbirth_seq\x18\x06 \x01(\x04R\bbirthSeq\"\xcf\x01\n" +
+	"\x0eDatasetSamples\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
+	"\adataset\x18\x02 \x01(\tR\adataset\x12*\n" +
+	"\x11number_of_samples\x18\x03 \x01(\x03R\x0fnumberOfSamples\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x1b\n" +
+	"\tbirth_seq\x18\x05 \x01(\x04R\bbirthSeq\x12*\n" +
+	"\x11counted_unix_nano\x18\x06 \x01(\x03R\x0fcountedUnixNano\"\xdd\x01\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x10\n" +
@@ -1030,7 +1124,7 @@ func file_proto_lifeline_v1_liveness_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_lifeline_v1_liveness_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_proto_lifeline_v1_liveness_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_proto_lifeline_v1_liveness_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_proto_lifeline_v1_liveness_proto_goTypes = []any{
 	(Phase)(0),             // 0: lifeline.v1.Phase
 	(Action)(0),            // 1: lifeline.v1.Action
@@ -1041,8 +1135,9 @@ var file_proto_lifeline_v1_liveness_proto_goTypes = []any{
 	(*ContainerState)(nil), // 6: lifeline.v1.ContainerState
 	(*WorkerState)(nil),    // 7: lifeline.v1.WorkerState
 	(*WorkerReport)(nil),   // 8: lifeline.v1.WorkerReport
-	(*Command)(nil),        // 9: lifeline.v1.Command
-	(*CommandResult)(nil),  // 10: lifeline.v1.CommandResult
+	(*DatasetSamples)(nil), // 9: lifeline.v1.DatasetSamples
+	(*Command)(nil),        // 10: lifeline.v1.Command
+	(*CommandResult)(nil),  // 11: lifeline.v1.CommandResult
 }
 var file_proto_lifeline_v1_liveness_proto_depIdxs = []int32{
 	0, // 0: lifeline.v1.WorkerState.phase:type_name -> lifeline.v1.Phase
@@ -1067,7 +1162,7 @@ func file_proto_lifeline_v1_liveness_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_lifeline_v1_liveness_proto_rawDesc), len(file_proto_lifeline_v1_liveness_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -21,11 +21,12 @@ const (
 	KindReport
 	KindCommand
 	KindResult
+	KindDataset
 )
 
 var kindLeaf = map[Kind]string{
 	KindBirth: "birth", KindDeath: "death", KindHeartbeat: "heartbeat", KindWorkerState: "workers",
-	KindReport: "reports", KindCommand: "commands", KindResult: "results",
+	KindReport: "reports", KindCommand: "commands", KindResult: "results", KindDataset: "datasets",
 }
 
 func (k Kind) String() string {

@@ -1,0 +1,96 @@
+package datasetstatus_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/datasetstatus"
+	"github.com/lifeline-edge/lifeline/cloud/liveness"
+	"github.com/lifeline-edge/lifeline/edge/desired"
+	"github.com/lifeline-edge/lifeline/edge/journal"
+	"github.com/lifeline-edge/lifeline/edge/reportapi"
+	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/controllertest"
+)
+
+var env *controllertest.Env
+
+func TestMain(m *testing.M) {
+	os.Exit(controllertest.Main(m, func(e *controllertest.Env) { env = e }))
+}
+
+type counterSeq struct{ n uint64 }
+
+func (s *counterSeq) NextCounter(string) (uint64, error) { s.n++; return s.n, nil }
+
+type sinkFunc func(journal.Entry) error
+
+func (f sinkFunc) Enqueue(e journal.Entry) error { return f(e) }
+
+// agentCounter is a node agent's Dataset counter whose counts go straight into the controller's tracker.
+func agentCounter(t *testing.T, ea *controllertest.EdgeAware, node, ns, dataset, index string) *reportapi.DatasetCounter {
+	return &reportapi.DatasetCounter{Cluster: controllertest.EdgeCluster, Node: node, BirthSeq: func() uint64 { return 1 },
+		Counter: &counterSeq{}, Log: logr.Discard(),
+		Sink: sinkFunc(func(e journal.Entry) error { ea.Tracker.Ingest(e.Topic, e.Payload, time.Now()); return nil }),
+		Workers: func() []desired.Worker {
+			return []desired.Worker{{Namespace: ns, Name: "job-trainworker-0", Dataset: dataset, DatasetIndex: index, DatasetFormat: "txt"}}
+		}}
+}
+
+// TestDatasetSamplesCountedOnItsNodeReachTheStatus: the agent of a Dataset's node counts its index file as
+// Sedna's LC does, and the count becomes the Dataset's status.numberOfSamples; another node's word on it is
+// dropped [P-DS-2].
+func TestDatasetSamplesCountedOnItsNodeReachTheStatus(t *testing.T) {
+	cluster.SkipIfShort(t)
+	ea := env.RunEdgeAware(t, func(mgr ctrl.Manager, e *liveness.Edge) error {
+		e.Tracker.Datasets = liveness.CacheDatasets{Reader: mgr.GetClient()}
+		return (&datasetstatus.Reconciler{Client: mgr.GetClient(), Edge: e}).SetupWithManager(mgr)
+	})
+	ns := env.NewNamespace(t, "datasets")
+	ds := &v1alpha1.Dataset{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "d0"},
+		Spec: v1alpha1.DatasetSpec{URL: "/data/set0/train.txt", Format: "txt", NodeName: "edge-a"}}
+	if err := env.Client.Create(context.Background(), ds); err != nil {
+		t.Fatal(err)
+	}
+	index := filepath.Join(t.TempDir(), "train.txt")
+	if err := os.WriteFile(index, []byte("a.jpg 1\nb.jpg 0\nc.jpg 1\nd.jpg 0\ne.jpg 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ea.AgentCutOff(t, "edge-a")
+	ea.AgentCutOff(t, "edge-b")
+	status := func() v1alpha1.DatasetStatus {
+		got := &v1alpha1.Dataset{}
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(ds), got); err != nil {
+			t.Fatal(err)
+		}
+		return got.Status
+	}
+
+	forger := filepath.Join(t.TempDir(), "forged.txt")
+	if err := os.WriteFile(forger, []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	agentCounter(t, ea, "edge-b", ns, "d0", forger).CountOnce()
+	time.Sleep(time.Second)
+	if s := status(); s.NumberOfSamples != 0 || s.UpdateTime != nil {
+		t.Fatalf("status %+v from another node's count", s)
+	}
+
+	agentCounter(t, ea, "edge-a", ns, "d0", index).CountOnce()
+	controllertest.Eventually(t, 30*time.Second, "numberOfSamples from the node's count", func(context.Context) (bool, error) {
+		if s := status(); s.NumberOfSamples != 5 || s.UpdateTime == nil {
+			return false, fmt.Errorf("status %+v", s)
+		}
+		return true, nil
+	})
+}
