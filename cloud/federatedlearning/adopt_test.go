@@ -54,8 +54,8 @@ func TestMatchSednaPods(t *testing.T) {
 	}, {
 		name: "a trainer on another node still takes its Dataset's free identity; an unknown Dataset matches nothing",
 		free: all,
-		pods: []*corev1.Pod{pod("fl-training-y", "training", "d1", "elsewhere", 0, corev1.PodRunning), pod("fl-train-z", "train", "d9", "edge1", 0, corev1.PodRunning)},
-		want: map[string]string{"fl-trainworker-0": "fl-training-y"},
+		pods: []*corev1.Pod{pod("fl-train-y", "train", "d1", "elsewhere", 0, corev1.PodRunning), pod("fl-train-z", "train", "d9", "edge1", 0, corev1.PodRunning)},
+		want: map[string]string{"fl-trainworker-0": "fl-train-y"},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -190,7 +190,7 @@ func freshEdgePod(b testing.TB, ji *v1alpha1.JointInferenceService, replace bool
 func failNeverTrainerCutOff(b testing.TB) (time.Duration, bool) {
 	b.Helper()
 	job, trainer := neverTrainerJob(b, "surface-defect-detection-never")
-	defer deleteAndWait(b, job)
+	defer deleteAndWait(b, job) // each run makes the job anew, under the same name
 	s.CutAPI("edge1")
 	defer s.RestoreAPI("edge1")
 	time.Sleep(3 * time.Second) // the agent the truth

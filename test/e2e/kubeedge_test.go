@@ -184,7 +184,6 @@ func TestAgentNeverPublishesOtherNodesPodsTheMetaServerLists(t *testing.T) {
 func TestOneDeathOnACutOffNodeGetsOneCommand(t *testing.T) {
 	skipShort(t)
 	job, trainer := neverTrainerJob(t, "surface-defect-detection-one-death")
-	t.Cleanup(func() { deleteAndWait(t, job) })
 	cutOff(t, "edge1", false)
 	time.Sleep(3 * time.Second) // the agent the truth
 	if err := s.KillWorker("edge1", "default", trainer, "train-worker"); err != nil {
@@ -220,7 +219,6 @@ func TestExitZeroOnACutOffNodeTheNodeRestartsAJIWorkerAndAnFLTrainerCompletes(t 
 			o.(*v1alpha1.FederatedLearningJob).Spec.AggregationWorker.Template.Spec.Containers[0].Env =
 				[]corev1.EnvVar{{Name: "exit_round", Value: "100000"}}
 		}).(*v1alpha1.FederatedLearningJob)
-	t.Cleanup(func() { deleteAndWait(t, job) })
 	trainer := fl.TrainerName(job.GetName(), 0) // on edge1
 	eventually(t, within, "trainer 0 running", func(context.Context) (bool, error) {
 		return s.WorkerRunning("edge1", "default", trainer, "train-worker"), nil

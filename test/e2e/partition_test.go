@@ -359,7 +359,6 @@ func TestFederatedLearningCompletesWithATrainerCutOff(t *testing.T) {
 			o.(*v1alpha1.FederatedLearningJob).Spec.AggregationWorker.Template.Spec.Containers[0].Env =
 				[]corev1.EnvVar{{Name: "exit_round", Value: "25"}}
 		}).(*v1alpha1.FederatedLearningJob)
-	defer deleteAndWait(t, job)
 	trainer := fl.TrainerName(job.GetName(), 0) // on edge1
 	eventually(t, within, "trainer 0 running", func(context.Context) (bool, error) {
 		return s.WorkerRunning("edge1", "default", trainer, "train-worker"), nil
