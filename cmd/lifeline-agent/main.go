@@ -26,13 +26,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lifeline-edge/lifeline/edge/agent"
+	"github.com/lifeline-edge/lifeline/edge/agent/core"
 	"github.com/lifeline-edge/lifeline/edge/certfile"
 	"github.com/lifeline-edge/lifeline/edge/cri"
 	"github.com/lifeline-edge/lifeline/edge/desired"
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
 	"github.com/lifeline-edge/lifeline/edge/reportapi"
-	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 // version is set at build time.
@@ -63,10 +63,10 @@ func main() {
 			"KubeEdge's MetaServer on the node, which restarts pods without the API server; empty: restart through the runtime only")
 		staticDir = flag.String("static-pod-dir", "/etc/kubeedge/manifests",
 			"edged's static-pod directory, where a worker whose pod the node lost is rebuilt while cut off; empty: never rebuild")
-		healGrace = flag.Duration("heal-api-grace", agent.DefaultHealTiming.APIGrace,
+		healGrace = flag.Duration("heal-api-grace", core.DefaultHealTiming.APIGrace,
 			"the API server must be out of reach this long before the agent restarts dead workers itself")
-		healDeadFor = flag.Duration("heal-dead-for", agent.DefaultHealTiming.DeadFor, "a worker must stay dead this long before a local restart")
-		healWait    = flag.Duration("heal-controller-wait", agent.DefaultHealTiming.ControllerWait,
+		healDeadFor = flag.Duration("heal-dead-for", core.DefaultHealTiming.DeadFor, "a worker must stay dead this long before a local restart")
+		healWait    = flag.Duration("heal-controller-wait", core.DefaultHealTiming.ControllerWait,
 			"while the broker is reachable, how long a dead worker waits for the controller's command before a local restart")
 		poll       = flag.Duration("poll-interval", 500*time.Millisecond, "how often the runtime is read")
 		heartbeat  = flag.Duration("heartbeat-interval", time.Second, "heartbeat period")
@@ -167,23 +167,15 @@ func main() {
 		actuator = append(actuator, &agent.MetaServerActuator{BaseURL: actuatorURL})
 	}
 	actuator = append(actuator, &agent.CRIActuator{Runtime: runtime})
-	episodes := &agent.Episodes{} // one action per death, by command or by the offline policy
-	commands := &agent.Commands{Cluster: *cluster, Node: *node, Actuator: actuator, Claims: j, Episodes: episodes}
 	var rebuilder agent.Rebuilder
 	if *staticDir != "" {
 		rebuilder = &agent.StaticPods{Dir: *staticDir, Workers: workers}
-		commands.Rebuilder = rebuilder
 	}
+	var edgeAgent *agent.Agent
 	pub := publisher.New(publisher.Config{Broker: *broker, Username: *username, Password: password, TLS: tlsConfig,
 		Cluster: *cluster, Node: *node, AgentVersion: version, BootID: bootID(), StateDir: *stateDir,
-		Log: log.WithName("publisher"),
-		OnCommand: func(payload []byte) {
-			if err := commands.Handle(ctx, payload); err != nil {
-				log.Error(err, "command")
-			}
-		}}, j)
-	commands.Publisher = pub
-	timing := agent.DefaultHealTiming
+		Log: log.WithName("publisher"), OnCommand: func(payload []byte) { edgeAgent.HandleCommand(payload) }}, j)
+	timing := core.DefaultHealTiming
 	timing.APIGrace, timing.DeadFor, timing.ControllerWait = *healGrace, *healDeadFor, *healWait
 	apiReachable := workers.Reachable
 	var probe *agent.CloudProbe
@@ -203,23 +195,24 @@ func main() {
 		apiReachable = func() bool { return workers.Reachable() && probe.Reachable() }
 		workers.Hold = func() bool { return !probe.Reachable() }
 	}
-	healer := &agent.Healer{Cluster: *cluster, Node: *node, Workers: workers, APIReachable: apiReachable, ControllerReachable: pub.Connected,
-		Rebuilder: rebuilder, Publisher: pub, Episodes: episodes, Timing: timing, Log: log.WithName("healer")}
 	reg := prometheus.NewRegistry()
 	reports := reportapi.New(*cluster, *node, pub, workers, pub.BirthSeq, *queue, reg, log.WithName("reports"))
 	reports.Counter = j
 	events := make(chan struct{}, 1)
-	observer := &agent.Observer{Cluster: *cluster, Node: *node, Source: runtime, Publisher: pub, Seq: j, Store: j, Changed: events,
-		Interval: *poll, Log: log.WithName("observer"), IsWorker: func(p cri.Pod) bool { return workers.Has(p.UID) }, Completes: workers.Completes,
-		OnPublished: func(ws *lifelinev1.WorkerState) { commands.Observed(ws); healer.Observed(ws) }, OnForgotten: commands.Forget}
+	edgeAgent, err = agent.New(agent.Config{Cluster: *cluster, Node: *node, Source: runtime, Workers: workers, Publisher: pub, Store: j,
+		Actuator: actuator, Rebuilder: rebuilder, APIReachable: apiReachable, BrokerUp: pub.Connected, Timing: timing,
+		Interval: *poll, Changed: events, Log: log.WithName("agent")})
+	if err != nil {
+		log.Error(err, "starting the agent")
+		os.Exit(1)
+	}
 
 	published := make(chan struct{})
 	go func() { pub.Run(ctx); close(published) }()
 	go reports.Run(ctx)
 	go workers.Run(ctx, time.Second)
-	go observer.Run(ctx)
+	go edgeAgent.Run(ctx)
 	go followContainerEvents(ctx, runtime, events, log.WithName("events"))
-	go healer.Run(ctx, *poll)
 	go agent.Heartbeats(ctx, *cluster, *node, *heartbeat, pub, apiReachable)
 	if *metrics != "" {
 		go func() {
