@@ -22,8 +22,6 @@ import (
 	"github.com/kubeedge/api/apis/common/constants"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/lifeline-edge/lifeline/edge/agent"
 	"github.com/lifeline-edge/lifeline/edge/agent/core"
@@ -142,31 +140,18 @@ func main() {
 	}
 	defer runtime.Close()
 
-	pods := desired.NewPodClient(*apiServer, nil, "")
-	actuatorURL := *metaServer
-	if !explicit["api-server"] && *kubeconfig == "" && *edgecoreConfig != "" {
-		if pods, actuatorURL, err = metaServerFromEdgecore(*edgecoreConfig, *apiServer, actuatorURL, explicit["metaserver"], log); err != nil {
-			log.Error(err, "configuring the MetaServer from edgecore's configuration")
-			os.Exit(1)
-		}
+	source, err := agent.ChoosePods(*kubeconfig, *apiServer, explicit["api-server"], *edgecoreConfig, *metaServer, explicit["metaserver"],
+		log.WithName("pods"))
+	if err != nil {
+		log.Error(err, "configuring where the node's pods are read")
+		os.Exit(1)
 	}
-	if *kubeconfig != "" {
-		if pods, err = desired.PodClientFromKubeconfig(*kubeconfig); err != nil {
-			log.Error(err, "loading the API server's configuration")
-			os.Exit(1)
-		}
-	}
-	workers, err := desired.New(pods, *node, *stateDir, log.WithName("desired"))
+	workers, err := desired.New(source.Pods, *node, *stateDir, log.WithName("desired"))
 	if err != nil {
 		log.Error(err, "loading the desired workers")
 		os.Exit(1)
 	}
 
-	var actuator agent.FirstWorking
-	if actuatorURL != "" {
-		actuator = append(actuator, &agent.MetaServerActuator{BaseURL: actuatorURL})
-	}
-	actuator = append(actuator, &agent.CRIActuator{Runtime: runtime})
 	var rebuilder agent.Rebuilder
 	if *staticDir != "" {
 		rebuilder = &agent.StaticPods{Dir: *staticDir, Workers: workers}
@@ -177,31 +162,18 @@ func main() {
 		Log: log.WithName("publisher"), OnCommand: func(payload []byte) { edgeAgent.HandleCommand(payload) }}, j)
 	timing := core.DefaultHealTiming
 	timing.APIGrace, timing.DeadFor, timing.ControllerWait = *healGrace, *healDeadFor, *healWait
-	apiReachable := workers.Reachable
-	var probe *agent.CloudProbe
-	switch {
-	case *cloudProbe != "":
-		probe = &agent.CloudProbe{URL: *cloudProbe}
-	case *edgecoreConfig != "":
-		var why string
-		if probe, why, err = agent.EdgecoreProbe(*edgecoreConfig); err != nil {
-			log.Info("no cloud probe: the MetaServer's answers cannot tell whether the node is cut off", "reason", err.Error())
-		} else {
-			log.Info("probing cloudcore from edgecore's configuration", "url", probe.URL, "tls", why)
-		}
-	}
+	probe := agent.ChooseProbe(*cloudProbe, *edgecoreConfig, log.WithName("probe"))
 	if probe != nil {
 		go probe.Run(ctx, *heartbeat)
-		apiReachable = func() bool { return workers.Reachable() && probe.Reachable() }
-		workers.Hold = func() bool { return !probe.Reachable() }
 	}
+	apiReachable := agent.APIReachability(workers, probe)
 	reg := prometheus.NewRegistry()
 	reports := reportapi.New(*cluster, *node, pub, workers, pub.BirthSeq, *queue, reg, log.WithName("reports"))
 	reports.Counter = j
 	events := make(chan struct{}, 1)
 	edgeAgent, err = agent.New(agent.Config{Cluster: *cluster, Node: *node, Source: runtime, Workers: workers, Publisher: pub, Store: j,
-		Actuator: actuator, Rebuilder: rebuilder, APIReachable: apiReachable, BrokerUp: pub.Connected, Timing: timing,
-		Interval: *poll, Changed: events, Log: log.WithName("agent")})
+		Actuator: agent.Actuators(source.ActuatorURL, runtime), Rebuilder: rebuilder, APIReachable: apiReachable, BrokerUp: pub.Connected,
+		Timing: timing, Interval: *poll, Changed: events, Log: log.WithName("agent")})
 	if err != nil {
 		log.Error(err, "starting the agent")
 		os.Exit(1)
@@ -212,7 +184,7 @@ func main() {
 	go reports.Run(ctx)
 	go workers.Run(ctx, time.Second)
 	go edgeAgent.Run(ctx)
-	go followContainerEvents(ctx, runtime, events, log.WithName("events"))
+	go agent.FollowContainerEvents(ctx, runtime, events, log.WithName("events"))
 	go agent.Heartbeats(ctx, *cluster, *node, *heartbeat, pub, apiReachable)
 	if *metrics != "" {
 		go func() {
@@ -233,59 +205,6 @@ func main() {
 	select {
 	case <-published:
 	case <-time.After(5 * time.Second):
-	}
-}
-
-// serviceAccountTokenFile is where a pod's service-account token is mounted, edged included.
-const serviceAccountTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-
-// metaServerFromEdgecore is the pod client for the MetaServer as edgecore's configuration sets it up, and the
-// URL of the restart actuator. Under the requireAuthorization feature gate the MetaServer serves HTTPS with a
-// certificate of the API server's CA and takes a service-account token (it authenticates no client
-// certificate): the agent sends its pod's token. Restarts then go through the runtime unless --metaserver was
-// given: the agent's account may only read pods.
-func metaServerFromEdgecore(path, apiServer, actuatorURL string, actuatorExplicit bool, log logr.Logger) (*desired.PodClient, string, error) {
-	ep, err := agent.EdgecoreMetaServer(path)
-	if err != nil {
-		log.Info("edgecore's configuration not read: the MetaServer is assumed at its default", "url", apiServer, "reason", err.Error())
-		return desired.NewPodClient(apiServer, nil, ""), actuatorURL, nil
-	}
-	if !ep.Enabled {
-		log.Info("edgecore's MetaServer is not enabled (modules.metaManager.metaServer.enable): the node's pods cannot be read until it is", "config", path)
-	}
-	if ep.CAFile == "" {
-		if !actuatorExplicit {
-			actuatorURL = ep.URL
-		}
-		return desired.NewPodClient(ep.URL, nil, ""), actuatorURL, nil
-	}
-	pem, err := os.ReadFile(ep.CAFile)
-	pool := x509.NewCertPool()
-	if err != nil || !pool.AppendCertsFromPEM(pem) {
-		return nil, "", fmt.Errorf("reading the MetaServer's CA %s (requireAuthorization is on): %v", ep.CAFile, err)
-	}
-	if !actuatorExplicit {
-		actuatorURL = ""
-	}
-	log.Info("the MetaServer requires authorization: HTTPS with the pod's service-account token", "url", ep.URL, "ca", ep.CAFile)
-	return desired.NewPodClient(ep.URL, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, "").WithTokenFile(serviceAccountTokenFile),
-		actuatorURL, nil
-}
-
-// followContainerEvents keeps the runtime's event stream open, so a worker's change is published within
-// milliseconds; the observer's poll covers runtimes without events and the gaps between streams.
-func followContainerEvents(ctx context.Context, runtime *cri.Client, changed chan<- struct{}, log logr.Logger) {
-	for ctx.Err() == nil {
-		err := runtime.WatchEvents(ctx, changed)
-		if status.Code(err) == codes.Unimplemented {
-			log.Info("the container runtime offers no events; polling only")
-			return
-		}
-		log.V(2).Info("container events stopped; reopening", "error", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
 	}
 }
 
