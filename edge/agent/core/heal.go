@@ -1,7 +1,6 @@
 package core
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/lifeline-edge/lifeline/edge/desired"
@@ -108,11 +107,6 @@ func (c *Core) healed(env Env, p pending, err error) []Action {
 		outcome, message = lifelinev1.Outcome_OUTCOME_FAILED, err.Error()
 	}
 	w := p.worker
-	return []Action{c.sendResult(env, &lifelinev1.CommandResult{CommandId: LocalResultID(w.UID, env.Now), Outcome: outcome,
+	return []Action{c.sendResult(env, &lifelinev1.CommandResult{CommandId: lifelinev1.LocalResultID(w.UID, env.Now), Outcome: outcome,
 		Message: message, Namespace: w.Namespace, Pod: w.Name, PodUid: w.UID, Local: true})}
-}
-
-// LocalResultID is the command id of a local action's result: unique, and meaning nothing [P-HEAL-2].
-func LocalResultID(uid string, at time.Time) string {
-	return fmt.Sprintf("local/%s/%d", uid, at.UnixNano())
 }
