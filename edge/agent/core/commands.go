@@ -11,6 +11,7 @@ import (
 // Command takes a decoded command from the controller [P-CMD-1..4]: it is fenced against the worker's latest
 // state, claimed durably, executed, and answered by exactly one result.
 func (c *Core) Command(env Env, cmd *lifelinev1.Command) []Action {
+	c.clock(env)
 	outcome, message := c.fence(cmd)
 	if outcome != lifelinev1.Outcome_OUTCOME_DONE {
 		return []Action{c.result(env, cmd, outcome, message)}

@@ -144,6 +144,7 @@ type Core struct {
 	apiDown  time.Time            // zero while the API server is reachable
 	tidied   bool                 // static pods left by an earlier life of the agent were handed back
 	claims   map[string]time.Time // command id -> when it may be forgotten
+	lastNow  time.Time            // the latest env.Now seen, to notice the clock stepping back
 
 	nextOp  uint64
 	pending map[uint64]pending
@@ -268,10 +269,35 @@ func (c *Core) sortedKeys() []string {
 	return keys
 }
 
+// clock notices the agent's clock stepping back (an NTP correction on a device that booted with a wrong
+// clock): the times the core keeps are moved back with it, so a wait measured from them neither stretches by
+// the step nor ends early. A step forward cannot be told from a long gap between inputs and is taken as time
+// that passed.
+func (c *Core) clock(env Env) {
+	if !c.lastNow.IsZero() && env.Now.Before(c.lastNow) {
+		back := c.lastNow.Sub(env.Now)
+		if !c.apiDown.IsZero() {
+			c.apiDown = c.apiDown.Add(-back)
+		}
+		for uid, d := range c.deaths {
+			d.since = d.since.Add(-back)
+			c.deaths[uid] = d
+		}
+		for uid, at := range c.healedAt {
+			c.healedAt[uid] = at.Add(-back)
+		}
+		for id, until := range c.claims {
+			c.claims[id] = until.Add(-back)
+		}
+	}
+	c.lastNow = env.Now
+}
+
 // Observe takes a snapshot of the runtime's pods and the node's workers, and publishes what changed since
 // the last one, workers that are gone included [P-WS-1]; a worker gone and no longer one of the node's is
 // forgotten, its retained state cleared [P-WS-4].
 func (c *Core) Observe(env Env, pods []cri.Pod, workers []desired.Worker) []Action {
+	c.clock(env)
 	c.setDesired(workers)
 	// A new session (a reconnect, perhaps to a restarted controller with an empty table) gets every state
 	// again, not only what changes next.
@@ -343,6 +369,7 @@ func (c *Core) observeDeath(env Env, ws *lifelinev1.WorkerState) {
 
 // Done takes the outcome of an action the core asked for, and says what follows from it.
 func (c *Core) Done(env Env, op uint64, err error) []Action {
+	c.clock(env)
 	p, ok := c.pending[op]
 	if !ok {
 		return nil

@@ -61,6 +61,7 @@ func shouldHeal(t HealTiming, c healCase) bool {
 // workers the node will never run again [P-HEAL-1] [P-HEAL-3]; once the API server is reachable again (or at
 // the first tick of the agent's life) it hands rebuilt workers back to their pods.
 func (c *Core) Tick(env Env, workers []desired.Worker) []Action {
+	c.clock(env)
 	c.setDesired(workers)
 	if env.APIReachable {
 		// Back from a cut (or just started): static pods stand in for no one any more.

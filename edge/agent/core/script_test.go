@@ -557,3 +557,60 @@ func TestStateOf(t *testing.T) {
 		}
 	}
 }
+
+// [P-HEAL-1] The agent's clock steps back an hour (NTP corrects a device that booted with a wrong clock) while
+// the node is cut off and a worker is dead: the waits are measured in the time that passed, so the worker is
+// rebuilt when it would have been, not an hour late.
+func TestClockSteppingBackDelaysNothing_P_HEAL_1(t *testing.T) {
+	s := newScript(t, Config{CanRebuild: true}).worker("w", "Never")
+	s.observe()
+	s.cutAPI().cutBroker()
+	expect(t, "cut api and broker; tick 3s", s.tick(3*time.Second))
+	s.kill("w", 1)
+	s.env.Now = s.env.Now.Add(-time.Hour)
+	expect(t, "kill w; the clock steps back 1h; tick 2s: within the grace", s.tick(2*time.Second))
+	expect(t, "tick 1s: past the grace, dead past DeadFor", s.tick(time.Second), "rebuild default/w", "result local default/w DONE")
+}
+
+// [P-HEAL-1] [P-CMD-3] An agent restart (a new core, the store's seq and episode given back) while cut off: the
+// dead worker keeps its episode, so the controller's command for it still fences right, and the offline policy
+// acts on the death once.
+func TestAgentRestartWhileCutOff_P_HEAL_1(t *testing.T) {
+	s := newScript(t, Config{CanRebuild: true}).worker("w", "Never")
+	s.kill("w", 1).observe()
+	death := *s.state("w")
+	// The agent restarts: what the store kept is given back.
+	s.core = New(Config{Timing: DefaultHealTiming, CanRebuild: true, FirstSeq: death.Seq + 1})
+	s.core.Restore("default", "w", Episode{UID: "uid-w", Down: true, Seq: death.Episode})
+	s.cutAPI().reconnect()
+	s.observe()
+	if got := s.state("w"); got.Episode != death.Episode || got.Seq <= death.Seq {
+		t.Fatalf("after the restart: seq %d episode %d, want a seq past %d in episode %d", got.Seq, got.Episode, death.Seq, death.Episode)
+	}
+	expect(t, "the controller's command for the death", s.command("rebuild/uid-w/1", rebuild, "w", death.Episode),
+		"rebuild default/w", "result rebuild/uid-w/1 DONE")
+	s.cutBroker()
+	expect(t, "cut broker; tick 60s: the death was acted on", s.tick(time.Minute))
+}
+
+// [P-WS-1] A reconnect (a new birth) has every worker's state published again, in its episode; without a change
+// or a new session nothing is published again.
+func TestReconnectPublishesEveryStateAgain_P_WS_1(t *testing.T) {
+	s := newScript(t, Config{}).worker("w1", "Always").worker("w2", "Always")
+	s.observe()
+	first := map[string]uint64{"w1": s.state("w1").Seq, "w2": s.state("w2").Seq}
+	episodes := map[string]uint64{"w1": s.state("w1").Episode, "w2": s.state("w2").Episode}
+	s.cutBroker()
+	s.observe()
+	if s.state("w1").Seq != first["w1"] {
+		t.Error("a state was published again without a change or a new session")
+	}
+	s.reconnect()
+	s.observe()
+	for _, name := range []string{"w1", "w2"} {
+		if got := s.state(name); got.Seq == first[name] || got.Episode != episodes[name] || got.BirthSeq != 2 {
+			t.Errorf("%s after the reconnect: seq %d episode %d birth %d, want a new state of episode %d in the new session",
+				name, got.Seq, got.Episode, got.BirthSeq, episodes[name])
+		}
+	}
+}
