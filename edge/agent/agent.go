@@ -96,6 +96,9 @@ type Agent struct {
 	restored map[string]bool // workers whose kept episode was offered to the core
 }
 
+// actionTimeout bounds a restart or a rebuild: the loop that observes the node waits for it.
+const actionTimeout = 15 * time.Second
+
 // stateCounter names the worker-state seq in the store.
 const stateCounter = "worker-state"
 
@@ -277,8 +280,12 @@ func (a *Agent) do(ctx context.Context, act core.Action) error {
 			return errors.New("no way to restart a worker is configured")
 		}
 		log.V(2).Info("restarting a worker on a command", "uid", act.UID)
+		ctx, cancel := context.WithTimeout(ctx, actionTimeout)
+		defer cancel()
 		return a.cfg.Actuator.Restart(ctx, act.Namespace, act.Name, act.UID)
 	case core.Rebuild:
+		ctx, cancel := context.WithTimeout(ctx, actionTimeout)
+		defer cancel()
 		err := a.cfg.Rebuilder.Rebuild(ctx, act.Namespace, act.Name, act.UID)
 		switch {
 		case err != nil && act.Local:
