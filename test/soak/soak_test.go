@@ -1,6 +1,6 @@
 // Package soak runs a seeded chaos run on the simulation: partitions of each edge node's links to the API
 // server and to the broker, worker kills, lost pods, agent, controller (and so broker) restarts, node reboots,
-// and FL job and worker deletions, one per cycle, with the system's promises checked after every cycle. A
+// edits of the FL job's run policy, and FL job and worker deletions, one per cycle, with the system's promises checked after every cycle. A
 // failing seed replays the same run: SOAK_SEED=<seed>. SOAK_CYCLES sets the number of cycles (default 20;
 // make soak runs 200).
 package soak
@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -203,7 +204,7 @@ func (k *soak) step() {
 	case n < 78:
 		k.lastStep = "restart controller and broker"
 		err = k.s.RestartController()
-	case n < 88:
+	case n < 84:
 		pods := k.jobPods(k.job)
 		if len(pods) == 0 {
 			k.lastStep = "no worker pod to delete"
@@ -212,6 +213,16 @@ func (k *soak) step() {
 		p := pods[k.rng.IntN(len(pods))]
 		k.lastStep = "delete pod " + p.Name
 		err = client.IgnoreNotFound(k.s.Client.Delete(context.Background(), &p))
+	case n < 90:
+		if k.job == nil {
+			k.lastStep = "no job to edit"
+			return
+		}
+		// The run policy is what stays editable on a running job.
+		limit, backoff := 4+k.rng.IntN(12), 1+k.rng.IntN(3)
+		k.lastStep = fmt.Sprintf("edit %s: backoffLimit %d, backoffSeconds %d", k.job.Name, limit, backoff)
+		patch := fmt.Sprintf(`{"spec":{"runPolicy":{"backoffLimit":%d,"backoffSeconds":%d}}}`, limit, backoff)
+		err = client.IgnoreNotFound(k.s.Client.Patch(context.Background(), k.job.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(patch))))
 	default:
 		if k.job == nil {
 			k.lastStep = "no job to delete"
