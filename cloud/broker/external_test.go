@@ -14,6 +14,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/edge/agent"
 	"github.com/lifeline-edge/lifeline/edge/cri"
+	"github.com/lifeline-edge/lifeline/edge/desired"
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
 	"github.com/lifeline-edge/lifeline/test/mqtttest"
@@ -48,7 +49,10 @@ func TestControllerReadsAndCommandsThroughMosquitto(t *testing.T) {
 	go pub.Run(ctx)
 	eventually(t, "the agent connected", pub.Connected)
 	// A worker state published before the controller connects: retained, so the controller still learns it.
-	obs := &agent.Observer{Cluster: "c", Node: "edge1", Publisher: pub, Seq: j, Source: staticPods{}}
+	obs, err := agent.New(agent.Config{Cluster: "c", Node: "edge1", Publisher: pub, Store: j, Source: staticPods{}, Workers: staticPods{}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := obs.ObserveOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -81,8 +85,12 @@ func TestControllerReadsAndCommandsThroughMosquitto(t *testing.T) {
 	}
 }
 
-// staticPods is a runtime with one running worker.
+// staticPods is a runtime with one running worker, and the node's workers.
 type staticPods struct{}
+
+func (staticPods) Workers() []desired.Worker {
+	return []desired.Worker{{Namespace: "default", Name: "w", UID: "u1"}}
+}
 
 func (staticPods) Pods(context.Context) ([]cri.Pod, error) {
 	return []cri.Pod{{Namespace: "default", Name: "w", UID: "u1", Containers: []cri.Container{{ID: "c1", Name: "main", Running: true}}}}, nil

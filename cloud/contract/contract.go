@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/lifeline-edge/lifeline/cloud/contract/marks"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 // Environment variables of the contract.
@@ -57,13 +57,13 @@ func Labels(kind, name string, uid types.UID, workerType string) map[string]stri
 	return l
 }
 
-// Lifeline's own marks on worker pods (see package marks).
+// Lifeline's own marks on worker pods, shared with the agent (see package lifelinev1).
 const (
-	RoleLabel               = marks.RoleLabel
-	OfflinePolicyAnnotation = marks.OfflinePolicyAnnotation
-	DatasetAnnotation       = marks.DatasetAnnotation
-	DatasetIndexAnnotation  = marks.DatasetIndexAnnotation
-	DatasetFormatAnnotation = marks.DatasetFormatAnnotation
+	RoleLabel               = lifelinev1.RoleLabel
+	OfflinePolicyAnnotation = lifelinev1.OfflinePolicyAnnotation
+	DatasetAnnotation       = lifelinev1.DatasetAnnotation
+	DatasetIndexAnnotation  = lifelinev1.DatasetIndexAnnotation
+	DatasetFormatAnnotation = lifelinev1.DatasetFormatAnnotation
 )
 
 // LabelPrefix is "<kind>.sedna.io/" with the kind lower-cased.

@@ -386,29 +386,56 @@ func assertCreatedOnce(t testing.TB, job *v1alpha1.FederatedLearningJob, name st
 	}
 }
 
+// poke makes the controller look at the job now: a backoff, deadline or TTL the clock was stepped past falls
+// due at its next pass, not at the requeue it asked for on real time.
+func poke(t testing.TB, job *v1alpha1.FederatedLearningJob) {
+	t.Helper()
+	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{"test.lifeline/poke":"%d"}}}`, time.Now().UnixNano()))
+	if err := env.Client.Patch(context.Background(), job.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatalf("poking %s: %v", job.Name, err)
+	}
+}
+
+// stepPast steps the controller's clock just past at and pokes the job.
+func stepPast(t testing.TB, job *v1alpha1.FederatedLearningJob, at time.Time) {
+	t.Helper()
+	env.Clock.Step(max(at.Sub(env.Clock.Now())+time.Second, 0))
+	poke(t, job)
+}
+
+// A failed trainer waits out a backoff that doubles with each failure (60 s, then 120 s, on the controller's
+// clock, which the test steps), and the job fails once the trainer's budget is spent.
 func TestFailedWorkerIsRetriedWithGrowingBackoffUntilTheBudgetIsSpent(t *testing.T) {
 	cluster.SkipIfShort(t)
 	job := startJob(t, "federated-learning.yaml", func(j *v1alpha1.FederatedLearningJob) {
-		j.Spec.RunPolicy = &v1alpha1.RunPolicy{BackoffSeconds: ptr.To[int32](1), MaxBackoffSeconds: ptr.To[int32](8),
+		j.Spec.RunPolicy = &v1alpha1.RunPolicy{BackoffSeconds: ptr.To[int32](60), MaxBackoffSeconds: ptr.To[int32](480),
 			BackoffLimitPerWorker: ptr.To[int32](2), BackoffLimit: ptr.To[int32](10)}
 	})
 	name := fl.TrainerName(job.Name, 1)
-	var gaps []time.Duration
 	for attempt := 1; attempt <= 3; attempt++ {
 		pod := waitRunning(t, job, 3)[name]
-		failedAt := time.Now()
 		endPod(t, pod, corev1.PodFailed, 1)
 		if attempt == 3 {
 			break
 		}
-		eventually(t, within, fmt.Sprintf("retry %d of %s", attempt, name), func(ctx context.Context) (bool, error) {
+		var rec v1alpha1.WorkerStatus
+		eventually(t, within, fmt.Sprintf("failure %d of %s counted, its retry waiting", attempt, name), func(ctx context.Context) (bool, error) {
+			rec = workerRecord(getJob(t, job), name)
+			return rec.Failures == int32(attempt) && rec.LastFailureTime != nil && strings.HasPrefix(rec.Message, "retrying after"), nil
+		})
+		backoff := time.Duration(60<<(attempt-1)) * time.Second
+		retryAt := rec.LastFailureTime.Add(backoff)
+		if !strings.Contains(rec.Message, retryAt.UTC().Format(time.RFC3339)) {
+			t.Errorf("failure %d: %q, want a retry %v after the failure at %s", attempt, rec.Message, backoff, rec.LastFailureTime.UTC().Format(time.RFC3339))
+		}
+		if p := workerPods(t, job)[name]; p != nil && p.UID != pod.UID {
+			t.Fatalf("failure %d retried before its backoff", attempt)
+		}
+		stepPast(t, job, retryAt)
+		eventually(t, within, fmt.Sprintf("retry %d of %s once its backoff passed", attempt, name), func(ctx context.Context) (bool, error) {
 			p := workerPods(t, job)[name]
 			return p != nil && p.UID != pod.UID, nil
 		})
-		gaps = append(gaps, time.Since(failedAt))
-	}
-	if gaps[0] < time.Second || gaps[1] < 2*time.Second {
-		t.Errorf("retries came after %v, want at least 1s then 2s", gaps)
 	}
 	got := waitCondition(t, job, v1alpha1.FLConditionFailed, fl.ReasonBackoffLimitExceeded)
 	if got.Status.Phase != v1alpha1.FLJobFailed || workerRecord(got, name).Failures != 3 || got.Status.Failed != 3 {
@@ -488,8 +515,12 @@ func TestAggregatorSuccessCompletesTheJobForGood(t *testing.T) {
 func TestActiveDeadlineFailsTheJob(t *testing.T) {
 	cluster.SkipIfShort(t)
 	job := startJob(t, "federated-learning.yaml", func(j *v1alpha1.FederatedLearningJob) {
-		j.Spec.RunPolicy = &v1alpha1.RunPolicy{ActiveDeadlineSeconds: ptr.To[int64](3)}
+		j.Spec.RunPolicy = &v1alpha1.RunPolicy{ActiveDeadlineSeconds: ptr.To[int64](600)}
 	})
+	if got := getJob(t, job); got.Status.StartTime == nil || meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.FLConditionFailed) {
+		t.Fatalf("running job: start %v, conditions %+v", got.Status.StartTime, got.Status.Conditions)
+	}
+	stepPast(t, job, getJob(t, job).Status.StartTime.Add(600*time.Second))
 	got := waitCondition(t, job, v1alpha1.FLConditionFailed, fl.ReasonDeadlineExceeded)
 	if got.Status.Phase != v1alpha1.FLJobFailed {
 		t.Errorf("phase %s", got.Status.Phase)
@@ -502,10 +533,14 @@ func TestActiveDeadlineFailsTheJob(t *testing.T) {
 func TestTTLDeletesTheFinishedJob(t *testing.T) {
 	cluster.SkipIfShort(t)
 	job := startJob(t, "federated-learning.yaml", func(j *v1alpha1.FederatedLearningJob) {
-		j.Spec.RunPolicy = &v1alpha1.RunPolicy{TTLSecondsAfterFinished: ptr.To[int32](2)}
+		j.Spec.RunPolicy = &v1alpha1.RunPolicy{TTLSecondsAfterFinished: ptr.To[int32](300)}
 	})
 	endPod(t, workerPods(t, job)[fl.AggregatorName(job.Name)], corev1.PodSucceeded, 0)
-	waitCondition(t, job, v1alpha1.FLConditionComplete, fl.ReasonCompleted)
+	done := waitCondition(t, job, v1alpha1.FLConditionComplete, fl.ReasonCompleted)
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(job), &v1alpha1.FederatedLearningJob{}); err != nil {
+		t.Fatalf("the job is gone before its TTL: %v", err)
+	}
+	stepPast(t, job, done.Status.CompletionTime.Add(300*time.Second))
 	eventually(t, within, "the job deleted after its TTL, with its pods", func(ctx context.Context) (bool, error) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(job), &v1alpha1.FederatedLearningJob{})
 		return apierrors.IsNotFound(err) && len(workerPods(t, job)) == 0, nil
@@ -515,7 +550,7 @@ func TestTTLDeletesTheFinishedJob(t *testing.T) {
 func TestJobsSideBySideNeverTouchEachOther(t *testing.T) {
 	cluster.SkipIfShort(t)
 	a := startJob(t, "federated-learning.yaml", func(j *v1alpha1.FederatedLearningJob) {
-		j.Spec.RunPolicy = &v1alpha1.RunPolicy{ActiveDeadlineSeconds: ptr.To[int64](3)}
+		j.Spec.RunPolicy = &v1alpha1.RunPolicy{ActiveDeadlineSeconds: ptr.To[int64](600)}
 	})
 	b := loadJob(t, "federated-learning.yaml", a.Namespace)
 	b.Name = "neighbour"
@@ -524,6 +559,7 @@ func TestJobsSideBySideNeverTouchEachOther(t *testing.T) {
 	}
 	before := waitRunning(t, b, 3)
 	// Job a fails by its deadline and stops its workers; b's must stay as they are.
+	stepPast(t, a, getJob(t, a).Status.StartTime.Add(600*time.Second))
 	waitCondition(t, a, v1alpha1.FLConditionFailed, fl.ReasonDeadlineExceeded)
 	eventually(t, within, "a's workers stopped", func(ctx context.Context) (bool, error) {
 		for name := range workerPods(t, a) {

@@ -2,7 +2,6 @@ package liveness
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -96,7 +95,7 @@ func (t *Tracker) HealDead(out Commands, pod *corev1.Pod, v View, now time.Time)
 		return "", nil
 	}
 	uid, episode, ref := string(pod.UID), v.State.Episode, podRef{pod.Namespace, pod.Name}
-	id := fmt.Sprintf("%s/%s/%d", strings.ToLower(strings.TrimPrefix(action.String(), "ACTION_")), uid, episode)
+	id := lifelinev1.CommandID(action, uid, episode)
 	t.mu.Lock()
 	n := t.nodes[pod.Spec.NodeName]
 	var w *workerRecord

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -58,7 +59,8 @@ type Options struct {
 	// (KubeEdge's CA); MQTTRevokedCertificatesFile lists revoked serial numbers.
 	MQTTClientCAs               *x509.CertPool
 	MQTTRevokedCertificatesFile string
-	// Clock tells the validity of the nodes' certificates (default: the real clock).
+	// Clock is the controller's clock: the reconcilers' backoffs, deadlines and TTLs, and the validity of the
+	// nodes' certificates (default: the real clock).
 	Clock clock.PassiveClock
 	// MQTTLimits bound the embedded broker's connections and retained messages (zero fields: the defaults).
 	MQTTLimits broker.Limits
@@ -118,12 +120,17 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	var now func() time.Time
+	if opts.Clock != nil {
+		now = opts.Clock.Now
+	}
 	ji := &jointinference.Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("lifeline-controller"),
 		LCServer:  opts.LCServer,
 		Edge:      edge,
+		Now:       now,
 	}
 	if err := ji.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the JointInferenceService controller: %w", err)
@@ -134,6 +141,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Recorder:  mgr.GetEventRecorder("lifeline-controller"),
 		LCServer:  opts.LCServer,
 		Edge:      edge,
+		Now:       now,
 	}
 	if err := fl.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the FederatedLearningJob controller: %w", err)

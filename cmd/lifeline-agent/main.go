@@ -23,17 +23,15 @@ import (
 	"github.com/kubeedge/api/apis/common/constants"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/lifeline-edge/lifeline/edge/agent"
+	"github.com/lifeline-edge/lifeline/edge/agent/core"
 	"github.com/lifeline-edge/lifeline/edge/certfile"
 	"github.com/lifeline-edge/lifeline/edge/cri"
 	"github.com/lifeline-edge/lifeline/edge/desired"
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
 	"github.com/lifeline-edge/lifeline/edge/reportapi"
-	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 // version and revision are stamped at build time (make images: -ldflags -X main.version=... -X main.revision=...).
@@ -67,10 +65,10 @@ func main() {
 			"KubeEdge's MetaServer on the node, which restarts pods without the API server; empty: restart through the runtime only")
 		staticDir = flag.String("static-pod-dir", "/etc/kubeedge/manifests",
 			"edged's static-pod directory, where a worker whose pod the node lost is rebuilt while cut off; empty: never rebuild")
-		healGrace = flag.Duration("heal-api-grace", agent.DefaultHealTiming.APIGrace,
+		healGrace = flag.Duration("heal-api-grace", core.DefaultHealTiming.APIGrace,
 			"the API server must be out of reach this long before the agent restarts dead workers itself")
-		healDeadFor = flag.Duration("heal-dead-for", agent.DefaultHealTiming.DeadFor, "a worker must stay dead this long before a local restart")
-		healWait    = flag.Duration("heal-controller-wait", agent.DefaultHealTiming.ControllerWait,
+		healDeadFor = flag.Duration("heal-dead-for", core.DefaultHealTiming.DeadFor, "a worker must stay dead this long before a local restart")
+		healWait    = flag.Duration("heal-controller-wait", core.DefaultHealTiming.ControllerWait,
 			"while the broker is reachable, how long a dead worker waits for the controller's command before a local restart")
 		poll       = flag.Duration("poll-interval", 500*time.Millisecond, "how often the runtime is read")
 		heartbeat  = flag.Duration("heartbeat-interval", time.Second, "heartbeat period")
@@ -159,69 +157,33 @@ func main() {
 	}
 	defer runtime.Close()
 
-	pods := desired.NewPodClient(*apiServer, nil, "")
-	actuatorURL := *metaServer
-	if !explicit["api-server"] && *kubeconfig == "" && *edgecoreConfig != "" {
-		if pods, actuatorURL, err = metaServerFromEdgecore(*edgecoreConfig, *apiServer, actuatorURL, explicit["metaserver"], log); err != nil {
-			log.Error(err, "configuring the MetaServer from edgecore's configuration")
-			os.Exit(1)
-		}
+	source, err := agent.ChoosePods(*kubeconfig, *apiServer, explicit["api-server"], *edgecoreConfig, *metaServer, explicit["metaserver"],
+		log.WithName("pods"))
+	if err != nil {
+		log.Error(err, "configuring where the node's pods are read")
+		os.Exit(1)
 	}
-	if *kubeconfig != "" {
-		if pods, err = desired.PodClientFromKubeconfig(*kubeconfig); err != nil {
-			log.Error(err, "loading the API server's configuration")
-			os.Exit(1)
-		}
-	}
-	workers, err := desired.New(pods, *node, *stateDir, log.WithName("desired"))
+	workers, err := desired.New(source.Pods, *node, *stateDir, log.WithName("desired"))
 	if err != nil {
 		log.Error(err, "loading the desired workers")
 		os.Exit(1)
 	}
 
-	var actuator agent.FirstWorking
-	if actuatorURL != "" {
-		actuator = append(actuator, &agent.MetaServerActuator{BaseURL: actuatorURL})
-	}
-	actuator = append(actuator, &agent.CRIActuator{Runtime: runtime})
-	episodes := &agent.Episodes{} // one action per death, by command or by the offline policy
-	commands := &agent.Commands{Cluster: *cluster, Node: *node, Actuator: actuator, Claims: j, Episodes: episodes}
 	var rebuilder agent.Rebuilder
 	if *staticDir != "" {
 		rebuilder = &agent.StaticPods{Dir: *staticDir, Workers: workers}
-		commands.Rebuilder = rebuilder
 	}
+	var edgeAgent *agent.Agent
 	pub := publisher.New(publisher.Config{Broker: *broker, Username: *username, Password: password, TLS: tlsConfig,
 		Cluster: *cluster, Node: *node, AgentVersion: version, BootID: bootID(), StateDir: *stateDir,
-		Log: log.WithName("publisher"),
-		OnCommand: func(payload []byte) {
-			if err := commands.Handle(ctx, payload); err != nil {
-				log.Error(err, "command")
-			}
-		}}, j)
-	commands.Publisher = pub
-	timing := agent.DefaultHealTiming
+		Log: log.WithName("publisher"), OnCommand: func(payload []byte) { edgeAgent.HandleCommand(payload) }}, j)
+	timing := core.DefaultHealTiming
 	timing.APIGrace, timing.DeadFor, timing.ControllerWait = *healGrace, *healDeadFor, *healWait
-	apiReachable := workers.Reachable
-	var probe *agent.CloudProbe
-	switch {
-	case *cloudProbe != "":
-		probe = &agent.CloudProbe{URL: *cloudProbe}
-	case *edgecoreConfig != "":
-		var why string
-		if probe, why, err = agent.EdgecoreProbe(*edgecoreConfig); err != nil {
-			log.Info("no cloud probe: the MetaServer's answers cannot tell whether the node is cut off", "reason", err.Error())
-		} else {
-			log.Info("probing cloudcore from edgecore's configuration", "url", probe.URL, "tls", why)
-		}
-	}
+	probe := agent.ChooseProbe(*cloudProbe, *edgecoreConfig, log.WithName("probe"))
 	if probe != nil {
 		go probe.Run(ctx, *heartbeat)
-		apiReachable = func() bool { return workers.Reachable() && probe.Reachable() }
-		workers.Hold = func() bool { return !probe.Reachable() }
 	}
-	healer := &agent.Healer{Cluster: *cluster, Node: *node, Workers: workers, APIReachable: apiReachable, ControllerReachable: pub.Connected,
-		Rebuilder: rebuilder, Publisher: pub, Episodes: episodes, Timing: timing, Log: log.WithName("healer")}
+	apiReachable := agent.APIReachability(workers, probe)
 	reg := prometheus.NewRegistry()
 	reports := reportapi.New(*cluster, *node, pub, workers, pub.BirthSeq, *queue, reg, log.WithName("reports"))
 	reports.Counter = j
@@ -229,9 +191,13 @@ func main() {
 		reports.ForwardUnowned(*forwardTo, *queue)
 	}
 	events := make(chan struct{}, 1)
-	observer := &agent.Observer{Cluster: *cluster, Node: *node, Source: runtime, Publisher: pub, Seq: j, Store: j, Changed: events,
-		Interval: *poll, Log: log.WithName("observer"), IsWorker: func(p cri.Pod) bool { return workers.Has(p.UID) }, Completes: workers.Completes,
-		OnPublished: func(ws *lifelinev1.WorkerState) { commands.Observed(ws); healer.Observed(ws) }, OnForgotten: commands.Forget}
+	edgeAgent, err = agent.New(agent.Config{Cluster: *cluster, Node: *node, Source: runtime, Workers: workers, Publisher: pub, Store: j,
+		Actuator: agent.Actuators(source.ActuatorURL, runtime), Rebuilder: rebuilder, APIReachable: apiReachable, BrokerUp: pub.Connected,
+		Timing: timing, Interval: *poll, Changed: events, Log: log.WithName("agent")})
+	if err != nil {
+		log.Error(err, "starting the agent")
+		os.Exit(1)
+	}
 
 	published := make(chan struct{})
 	go func() { pub.Run(ctx); close(published) }()
@@ -240,9 +206,8 @@ func main() {
 		Counter: j, HostRoot: *hostRoot, Log: log.WithName("datasets")}
 	go datasets.Run(ctx, *dsInterval)
 	go workers.Run(ctx, time.Second)
-	go observer.Run(ctx)
-	go followContainerEvents(ctx, runtime, events, log.WithName("events"))
-	go healer.Run(ctx, *poll)
+	go edgeAgent.Run(ctx)
+	go agent.FollowContainerEvents(ctx, runtime, events, log.WithName("events"))
 	go agent.Heartbeats(ctx, *cluster, *node, *heartbeat, pub, apiReachable)
 	if *metrics != "" {
 		go func() {
@@ -263,59 +228,6 @@ func main() {
 	select {
 	case <-published:
 	case <-time.After(5 * time.Second):
-	}
-}
-
-// serviceAccountTokenFile is where a pod's service-account token is mounted, edged included.
-const serviceAccountTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-
-// metaServerFromEdgecore is the pod client for the MetaServer as edgecore's configuration sets it up, and the
-// URL of the restart actuator. Under the requireAuthorization feature gate the MetaServer serves HTTPS with a
-// certificate of the API server's CA and takes a service-account token (it authenticates no client
-// certificate): the agent sends its pod's token. Restarts then go through the runtime unless --metaserver was
-// given: the agent's account may only read pods.
-func metaServerFromEdgecore(path, apiServer, actuatorURL string, actuatorExplicit bool, log logr.Logger) (*desired.PodClient, string, error) {
-	ep, err := agent.EdgecoreMetaServer(path)
-	if err != nil {
-		log.Info("edgecore's configuration not read: the MetaServer is assumed at its default", "url", apiServer, "reason", err.Error())
-		return desired.NewPodClient(apiServer, nil, ""), actuatorURL, nil
-	}
-	if !ep.Enabled {
-		log.Info("edgecore's MetaServer is not enabled (modules.metaManager.metaServer.enable): the node's pods cannot be read until it is", "config", path)
-	}
-	if ep.CAFile == "" {
-		if !actuatorExplicit {
-			actuatorURL = ep.URL
-		}
-		return desired.NewPodClient(ep.URL, nil, ""), actuatorURL, nil
-	}
-	pem, err := os.ReadFile(ep.CAFile)
-	pool := x509.NewCertPool()
-	if err != nil || !pool.AppendCertsFromPEM(pem) {
-		return nil, "", fmt.Errorf("reading the MetaServer's CA %s (requireAuthorization is on): %v", ep.CAFile, err)
-	}
-	if !actuatorExplicit {
-		actuatorURL = ""
-	}
-	log.Info("the MetaServer requires authorization: HTTPS with the pod's service-account token", "url", ep.URL, "ca", ep.CAFile)
-	return desired.NewPodClient(ep.URL, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, "").WithTokenFile(serviceAccountTokenFile),
-		actuatorURL, nil
-}
-
-// followContainerEvents keeps the runtime's event stream open, so a worker's change is published within
-// milliseconds; the observer's poll covers runtimes without events and the gaps between streams.
-func followContainerEvents(ctx context.Context, runtime *cri.Client, changed chan<- struct{}, log logr.Logger) {
-	for ctx.Err() == nil {
-		err := runtime.WatchEvents(ctx, changed)
-		if status.Code(err) == codes.Unimplemented {
-			log.Info("the container runtime offers no events; polling only")
-			return
-		}
-		log.V(2).Info("container events stopped; reopening", "error", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/lifeline-edge/lifeline/edge/cri"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 // CRIActuator restarts a worker by stopping its containers through the runtime: the node's kubelet (edged)
@@ -123,10 +124,6 @@ type StaticPods struct {
 	Workers DesiredWorkers
 }
 
-// StaticPodOfAnnotation marks a static-pod manifest the agent wrote, with the worker it stands in for
-// (namespace/name); Release removes only files that carry it and whose name it gives.
-const StaticPodOfAnnotation = "lifeline.sedna.io/static-pod-of"
-
 // staticPodFile is the file of a worker's static pod: named by a hash of namespace/name, so two workers never
 // share a file (team-a/trainer and team/a-trainer would both be "team-a-trainer" joined by a dash), and the name
 // stays short and DNS-safe whatever the pod's name. edged names the pod it runs from it <name>-<node> in the
@@ -149,7 +146,7 @@ func (s *StaticPods) Rebuild(_ context.Context, namespace, pod, uid string) erro
 		if w.Manifest == "" {
 			return fmt.Errorf("no manifest known for %s/%s", namespace, pod)
 		}
-		manifest, err := markStaticPod(w.Manifest, w.Namespace+"/"+w.Name)
+		manifest, err := markStaticPod(w.Manifest, lifelinev1.StaticPodOf(w.Namespace, w.Name))
 		if err != nil {
 			return fmt.Errorf("the manifest of %s/%s: %w", namespace, pod, err)
 		}
@@ -166,7 +163,8 @@ func (s *StaticPods) Rebuild(_ context.Context, namespace, pod, uid string) erro
 	return fmt.Errorf("pod %s/%s (%s) is not one of this node's workers", namespace, pod, uid)
 }
 
-// markStaticPod adds StaticPodOfAnnotation to a manifest.
+// markStaticPod adds the StaticPodOfAnnotation to a manifest; Release removes only files that carry it and
+// whose name it gives.
 func markStaticPod(manifest, worker string) ([]byte, error) {
 	var pod map[string]any
 	if err := json.Unmarshal([]byte(manifest), &pod); err != nil {
@@ -182,11 +180,11 @@ func markStaticPod(manifest, worker string) ([]byte, error) {
 		annotations = map[string]any{}
 		meta["annotations"] = annotations
 	}
-	annotations[StaticPodOfAnnotation] = worker
+	annotations[lifelinev1.StaticPodOfAnnotation] = worker
 	return json.Marshal(pod)
 }
 
-// writtenByAgent tells whether the manifest at path is one Rebuild wrote: it carries StaticPodOfAnnotation
+// writtenByAgent tells whether the manifest at path is one Rebuild wrote: it carries the StaticPodOfAnnotation
 // naming a worker whose file is this one. A file someone else put there, even named lifeline-*, is left alone.
 func writtenByAgent(path string) bool {
 	f, err := os.Open(path)
@@ -202,7 +200,7 @@ func writtenByAgent(path string) bool {
 	if json.NewDecoder(io.LimitReader(f, 1<<20)).Decode(&pod) != nil {
 		return false
 	}
-	namespace, name, ok := strings.Cut(pod.Metadata.Annotations[StaticPodOfAnnotation], "/")
+	namespace, name, ok := lifelinev1.ParseStaticPodOf(pod.Metadata.Annotations[lifelinev1.StaticPodOfAnnotation])
 	return ok && staticPodFile(namespace, name) == filepath.Base(path)
 }
 

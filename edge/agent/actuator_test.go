@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sort"
 	"testing"
+
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 func manifestOf(namespace, name string) string {
@@ -46,7 +48,7 @@ func TestStaticPodsOfLookalikeWorkersDoNotShareAFile_P_HEAL_3(t *testing.T) {
 		if err := json.Unmarshal(data, &pod); err != nil {
 			t.Fatal(err)
 		}
-		if mark := pod.Metadata.Annotations[StaticPodOfAnnotation]; mark != pod.Metadata.Namespace+"/"+pod.Metadata.Name {
+		if mark := pod.Metadata.Annotations[lifelinev1.StaticPodOfAnnotation]; mark != pod.Metadata.Namespace+"/"+pod.Metadata.Name {
 			t.Errorf("%s: marked %q", f, mark)
 		}
 		got = append(got, pod.Metadata.Namespace+"/"+pod.Metadata.Name)
@@ -68,7 +70,7 @@ func TestReleaseRemovesOnlyTheStaticPodsTheAgentWrote_P_HEAL_3(t *testing.T) {
 	}
 	theirs := map[string]string{
 		"lifeline-default-w.json": manifestOf("default", "w"),
-		"lifeline-copied.json":    `{"metadata":{"name":"w","annotations":{"` + StaticPodOfAnnotation + `":"default/w"}}}`,
+		"lifeline-copied.json":    `{"metadata":{"name":"w","annotations":{"` + lifelinev1.StaticPodOfAnnotation + `":"default/w"}}}`,
 		"lifeline-garbage.json":   "not json",
 		"kube-proxy.json":         manifestOf("kube-system", "kube-proxy"),
 	}

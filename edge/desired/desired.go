@@ -17,8 +17,8 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/lifeline-edge/lifeline/cloud/contract/marks"
 	"github.com/lifeline-edge/lifeline/edge/statefile"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 // PodSource lists and watches pods; *PodClient is the real one.
@@ -183,12 +183,12 @@ func (w *Watcher) Run(ctx context.Context, retry time.Duration) {
 // a worker arrive). Either way only pods bound to this node are kept (see ours): a connected MetaServer
 // forwards to cloudcore and lists every node's pods.
 func (w *Watcher) list(ctx context.Context) (*PodList, Selector, error) {
-	narrow := Selector{Fields: "spec.nodeName=" + w.node, Labels: marks.RoleLabel}
+	narrow := Selector{Fields: "spec.nodeName=" + w.node, Labels: lifelinev1.RoleLabel}
 	list, err := w.pods.List(ctx, narrow)
 	if err != nil || w.hasOurs(list.Items) {
 		return list, narrow, err
 	}
-	wide := Selector{Labels: marks.RoleLabel}
+	wide := Selector{Labels: lifelinev1.RoleLabel}
 	list, err = w.pods.List(ctx, wide)
 	return list, wide, err
 }
@@ -267,10 +267,10 @@ func toWorker(p *Pod) Worker {
 	if restart == "" {
 		restart = RestartAlways
 	}
-	return Worker{Namespace: m.Namespace, Name: m.Name, UID: m.UID, Role: m.Labels[marks.RoleLabel],
-		OfflinePolicy: m.Annotations[marks.OfflinePolicyAnnotation], RestartPolicy: restart, WorkerName: workerName(p), Manifest: staticManifest(p.Raw),
-		Dataset: m.Annotations[marks.DatasetAnnotation], DatasetIndex: m.Annotations[marks.DatasetIndexAnnotation],
-		DatasetFormat: m.Annotations[marks.DatasetFormatAnnotation]}
+	return Worker{Namespace: m.Namespace, Name: m.Name, UID: m.UID, Role: m.Labels[lifelinev1.RoleLabel],
+		OfflinePolicy: m.Annotations[lifelinev1.OfflinePolicyAnnotation], RestartPolicy: restart, WorkerName: workerName(p), Manifest: staticManifest(p.Raw),
+		Dataset: m.Annotations[lifelinev1.DatasetAnnotation], DatasetIndex: m.Annotations[lifelinev1.DatasetIndexAnnotation],
+		DatasetFormat: m.Annotations[lifelinev1.DatasetFormatAnnotation]}
 }
 
 // workerName is the WORKER_NAME of the pod's first container that sets it as a plain value, or "".

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/lifeline-edge/lifeline/cloud/contract/marks"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/edgesim"
 )
 
@@ -25,7 +25,7 @@ func TestWorkersFromTheMetaServer(t *testing.T) {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{}},
 			Spec: corev1.PodSpec{NodeName: "edge-1", Containers: []corev1.Container{{Name: "main", Image: "sleeper"}}}}
 		if worker {
-			p.Labels[marks.RoleLabel] = "edge"
+			p.Labels[lifelinev1.RoleLabel] = "edge"
 		}
 		return p
 	}

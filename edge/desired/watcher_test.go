@@ -16,7 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/lifeline-edge/lifeline/cloud/contract/marks"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 // run runs w until the test ends, and waits for it to stop before the test's directories are removed.
@@ -31,7 +31,7 @@ func run(t *testing.T, w *Watcher) {
 func podJSON(name, node, restartPolicy string) string {
 	return fmt.Sprintf(`{"metadata":{"namespace":"default","name":%q,"uid":"uid-%s","labels":{%q:"edge"}},`+
 		`"spec":{"nodeName":%q,"restartPolicy":%q,"containers":[{"name":"main","image":"w"}]}}`,
-		name, name, marks.RoleLabel, node, restartPolicy)
+		name, name, lifelinev1.RoleLabel, node, restartPolicy)
 }
 
 func decodePod(t *testing.T, s string) Pod {
@@ -109,7 +109,7 @@ func TestWatcherIgnoresOtherNodesPodsFromAnUnscopedMetaServer(t *testing.T) {
 	if w.HasWorker("default", "theirs") || w.Has("uid-theirs-too") {
 		t.Error("another node's pod taken as a worker")
 	}
-	if sel := store.sent()[0]; sel.Fields != "spec.nodeName=edge-1" || sel.Labels != marks.RoleLabel {
+	if sel := store.sent()[0]; sel.Fields != "spec.nodeName=edge-1" || sel.Labels != lifelinev1.RoleLabel {
 		t.Errorf("selector %+v, want the node's field selector and the role label", sel)
 	}
 }
@@ -248,7 +248,7 @@ func TestRefusingAPIServerIsReachableNotCutOff(t *testing.T) {
 func TestWorkerIsKnownByItsWorkerName(t *testing.T) {
 	ji := `{"metadata":{"namespace":"default","name":"helmet-edge-7d9f-x2x","uid":"uid-ji","labels":{%q:"edge"}},` +
 		`"spec":{"nodeName":%q,"containers":[{"name":"main","image":"w","env":[{"name":"WORKER_NAME","value":"helmet-edge"}]}]}}`
-	store := &kubeEdgeStore{events: make(chan Event), pods: []Pod{decodePod(t, fmt.Sprintf(ji, marks.RoleLabel, "edge-1"))}}
+	store := &kubeEdgeStore{events: make(chan Event), pods: []Pod{decodePod(t, fmt.Sprintf(ji, lifelinev1.RoleLabel, "edge-1"))}}
 	w, err := New(store, "edge-1", t.TempDir(), logr.Discard())
 	if err != nil {
 		t.Fatal(err)

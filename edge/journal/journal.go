@@ -218,6 +218,19 @@ func (j *Journal) NextCounter(name string) (uint64, error) {
 	return v, err
 }
 
+// AdvanceCounter raises a named counter to at least to, so a sequence number handed out from memory is never
+// handed out again after a restart.
+func (j *Journal) AdvanceCounter(name string, to uint64) error {
+	return j.db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(metaBucket)
+		key := []byte("counter/" + name)
+		if readUint(meta, key) >= to {
+			return nil
+		}
+		return writeUint(meta, key, to)
+	})
+}
+
 // ClaimCommand records that the command id is being executed and tells whether it was new. A command is
 // executed at most once, across agent restarts too [P-CMD-3]; ids are forgotten after forgetAfter (their
 // expiry: an expired command is refused anyway), so the file does not grow without bound, and an id past its

@@ -205,3 +205,33 @@ func TestValuesSurviveReopening(t *testing.T) {
 		t.Errorf("value after removal %q (%v), want none", v, err)
 	}
 }
+
+// A counter advanced to a seq handed out from memory goes on from there, across a reopen; advancing it to less
+// changes nothing.
+func TestAdvanceCounter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j, err := Open(path, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		advance, want uint64
+	}{{0, 1}, {10, 11}, {5, 12}, {12, 13}}
+	for _, s := range steps {
+		if err := j.AdvanceCounter("worker-state", s.advance); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := j.NextCounter("worker-state"); err != nil || got != s.want {
+			t.Errorf("advanced to %d: next %d (%v), want %d", s.advance, got, err, s.want)
+		}
+	}
+	_ = j.AdvanceCounter("worker-state", 40)
+	j.Close()
+	if j, err = Open(path, 10); err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if got, _ := j.NextCounter("worker-state"); got != 41 {
+		t.Errorf("after a reopen: next %d, want 41", got)
+	}
+}

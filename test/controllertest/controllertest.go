@@ -34,6 +34,8 @@ type Env struct {
 	Kube         kubernetes.Interface
 	Client       client.Client
 	Kubelet      *fakekubelet.Kubelet
+	// Clock is the controller's clock; a test steps it to make a backoff, deadline or TTL fall due.
+	Clock *SteppingClock
 
 	mu   sync.Mutex
 	stop func()
@@ -47,7 +49,7 @@ func Main(m *testing.M, use func(*Env)) int {
 		return 1
 	}
 	opts := cluster.Options{WithoutScheduler: true, CRDDirs: []string{filepath.Join(root, "deploy", "crds")}}
-	env := &Env{}
+	env := &Env{Clock: &SteppingClock{}}
 	return cluster.RunTests(m, opts, func(cp *cluster.ControlPlane) error {
 		env.ControlPlane = cp
 		var err error
@@ -80,7 +82,7 @@ func Main(m *testing.M, use func(*Env)) int {
 func (e *Env) StartController() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	mgr, err := manager.New(e.ControlPlane.Config, manager.Options{MetricsAddr: "0", HealthAddr: "0", Restartable: true})
+	mgr, err := manager.New(e.ControlPlane.Config, manager.Options{MetricsAddr: "0", HealthAddr: "0", Restartable: true, Clock: e.Clock})
 	if err != nil {
 		return err
 	}

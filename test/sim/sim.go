@@ -155,9 +155,7 @@ func Start(ctx context.Context, opts Options) (_ *Sim, err error) {
 	if s.metricsAddr, err = freeAddr(); err != nil {
 		return nil, err
 	}
-	if s.controller, err = cp.Launch(ControllerBinary, filepath.Join(cp.BinDir, ControllerBinary),
-		[]string{"--metrics-bind-address=" + s.metricsAddr, "--health-probe-bind-address=0", "--kubeconfig=" + cp.Kubeconfig,
-			"--mqtt-address=" + s.mqttAddr, "--mqtt-credentials-dir=" + s.credentialsDir, "--cluster=" + Cluster}, nil); err != nil {
+	if err := s.startController(); err != nil {
 		return nil, err
 	}
 	s.progress("lifeline-controller started, its MQTT broker on %s (log %s)", s.mqttAddr, s.controller.LogPath())
@@ -256,6 +254,22 @@ func (s *Sim) startAgent(name string, e *edgeNode) error {
 
 // AgentStateDir is an edge node's agent's state directory: its birth sequence, desired workers and journal.
 func (s *Sim) AgentStateDir(node string) string { return filepath.Join(s.NodeDir(node), "agent") }
+
+func (s *Sim) startController() error {
+	cp := s.ControlPlane
+	var err error
+	s.controller, err = cp.Launch(ControllerBinary, filepath.Join(cp.BinDir, ControllerBinary),
+		[]string{"--metrics-bind-address=" + s.metricsAddr, "--health-probe-bind-address=0", "--kubeconfig=" + cp.Kubeconfig,
+			"--mqtt-address=" + s.mqttAddr, "--mqtt-credentials-dir=" + s.credentialsDir, "--cluster=" + Cluster}, nil)
+	return err
+}
+
+// RestartController stops lifeline-controller, and with it the embedded broker every agent is connected to, and
+// starts it again on the same addresses.
+func (s *Sim) RestartController() error {
+	s.controller.Stop(10 * time.Second)
+	return s.startController()
+}
 
 // StopAgent stops an edge node's agent; StartAgent starts it again.
 func (s *Sim) StopAgent(node string) {

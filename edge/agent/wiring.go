@@ -1,0 +1,128 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lifeline-edge/lifeline/edge/cri"
+	"github.com/lifeline-edge/lifeline/edge/desired"
+)
+
+// serviceAccountTokenFile is where a pod's service-account token is mounted, edged included.
+const serviceAccountTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+// PodsSource is where the node's pods are read, and where ACTION_RESTART goes first.
+type PodsSource struct {
+	Pods *desired.PodClient
+	// ActuatorURL is the MetaServer restarts go through; empty: through the runtime only.
+	ActuatorURL string
+}
+
+// ChoosePods is the pod client for the node's workers. A kubeconfig wins; else an explicit apiServer; else the
+// MetaServer as edgecore's configuration at edgecoreConfig sets it up (empty: apiServer as given). Under the
+// requireAuthorization feature gate the MetaServer serves HTTPS with a certificate of the API server's CA and
+// takes a service-account token (it authenticates no client certificate): the agent sends its pod's token, and
+// restarts go through the runtime unless actuatorExplicit: the agent's account may only read pods.
+func ChoosePods(kubeconfig, apiServer string, apiServerExplicit bool, edgecoreConfig, actuatorURL string, actuatorExplicit bool,
+	log logr.Logger) (PodsSource, error) {
+	if kubeconfig != "" {
+		pods, err := desired.PodClientFromKubeconfig(kubeconfig)
+		if err != nil {
+			return PodsSource{}, fmt.Errorf("loading the API server's configuration: %w", err)
+		}
+		return PodsSource{Pods: pods, ActuatorURL: actuatorURL}, nil
+	}
+	if apiServerExplicit || edgecoreConfig == "" {
+		return PodsSource{Pods: desired.NewPodClient(apiServer, nil, ""), ActuatorURL: actuatorURL}, nil
+	}
+	ep, err := EdgecoreMetaServer(edgecoreConfig)
+	if err != nil {
+		log.Info("edgecore's configuration not read: the MetaServer is assumed at its default", "url", apiServer, "reason", err.Error())
+		return PodsSource{Pods: desired.NewPodClient(apiServer, nil, ""), ActuatorURL: actuatorURL}, nil
+	}
+	if !ep.Enabled {
+		log.Info("edgecore's MetaServer is not enabled (modules.metaManager.metaServer.enable): the node's pods cannot be read until it is",
+			"config", edgecoreConfig)
+	}
+	if ep.CAFile == "" {
+		if !actuatorExplicit {
+			actuatorURL = ep.URL
+		}
+		return PodsSource{Pods: desired.NewPodClient(ep.URL, nil, ""), ActuatorURL: actuatorURL}, nil
+	}
+	pem, err := os.ReadFile(ep.CAFile)
+	pool := x509.NewCertPool()
+	if err != nil || !pool.AppendCertsFromPEM(pem) {
+		return PodsSource{}, fmt.Errorf("reading the MetaServer's CA %s (requireAuthorization is on): %v", ep.CAFile, err)
+	}
+	if !actuatorExplicit {
+		actuatorURL = ""
+	}
+	log.Info("the MetaServer requires authorization: HTTPS with the pod's service-account token", "url", ep.URL, "ca", ep.CAFile)
+	pods := desired.NewPodClient(ep.URL, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, "").WithTokenFile(serviceAccountTokenFile)
+	return PodsSource{Pods: pods, ActuatorURL: actuatorURL}, nil
+}
+
+// Actuators restarts through KubeEdge's MetaServer at metaServerURL first (what KubeEdge offers for it; empty:
+// none), then through the runtime.
+func Actuators(metaServerURL string, runtime *cri.Client) FirstWorking {
+	var out FirstWorking
+	if metaServerURL != "" {
+		out = append(out, &MetaServerActuator{BaseURL: metaServerURL})
+	}
+	return append(out, &CRIActuator{Runtime: runtime})
+}
+
+// ChooseProbe is the probe of the cloud: url when given, else the one edgecore's configuration implies (empty:
+// none). Without one the MetaServer's answers cannot tell whether the node is cut off, which is logged.
+func ChooseProbe(url, edgecoreConfig string, log logr.Logger) *CloudProbe {
+	switch {
+	case url != "":
+		return &CloudProbe{URL: url}
+	case edgecoreConfig != "":
+		probe, why, err := EdgecoreProbe(edgecoreConfig)
+		if err != nil {
+			log.Info("no cloud probe: the MetaServer's answers cannot tell whether the node is cut off", "reason", err.Error())
+			return nil
+		}
+		log.Info("probing cloudcore from edgecore's configuration", "url", probe.URL, "tls", why)
+		return probe
+	}
+	return nil
+}
+
+// APIReachability tells whether the node reaches the API server now: its watch works and, with a probe, the
+// cloud answers it [P-HB-1]. With a probe the watcher holds the workers the source stops listing while the cloud
+// does not answer: the node lost them, the cloud's deletions cannot arrive then [P-HEAL-3].
+func APIReachability(workers *desired.Watcher, probe *CloudProbe) func() bool {
+	if probe == nil {
+		return workers.Reachable
+	}
+	workers.Hold = func() bool { return !probe.Reachable() }
+	return func() bool { return workers.Reachable() && probe.Reachable() }
+}
+
+// FollowContainerEvents keeps the runtime's event stream open, so a worker's change is published within
+// milliseconds; the agent's poll covers runtimes without events and the gaps between streams.
+func FollowContainerEvents(ctx context.Context, runtime *cri.Client, changed chan<- struct{}, log logr.Logger) {
+	for ctx.Err() == nil {
+		err := runtime.WatchEvents(ctx, changed)
+		if status.Code(err) == codes.Unimplemented {
+			log.Info("the container runtime offers no events; polling only")
+			return
+		}
+		log.V(2).Info("container events stopped; reopening", "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}

@@ -1,0 +1,52 @@
+package lifelinev1
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Lifeline's own marks, shared by the controller that sets them and the agent that reads them, or by the agent
+// that writes them and reads them back; this package is the one both sides import.
+const (
+	// RoleLabel on a worker pod names its role (edge, cloud, aggregator, trainer); the controller's pod cache and
+	// the edge agent select worker pods by it.
+	RoleLabel = "lifeline.sedna.io/role"
+	// OfflinePolicyAnnotation on a worker pod tells the edge agent what to do for it while the node is cut off
+	// from the API server [P-HEAL-1].
+	OfflinePolicyAnnotation = "lifeline.sedna.io/offline-policy"
+	// StaticPodOfAnnotation marks a static-pod manifest the agent wrote, with the worker it stands in for, as
+	// StaticPodOf writes it [P-HEAL-3].
+	StaticPodOfAnnotation = "lifeline.sedna.io/static-pod-of"
+	// DatasetAnnotation, DatasetIndexAnnotation and DatasetFormatAnnotation on a trainer pod name its Dataset,
+	// the index file of that Dataset on the node (a node path) and its format (txt or csv), so the node's agent
+	// counts the Dataset's samples as Sedna's local controller does [P-DS-1].
+	DatasetAnnotation       = "lifeline.sedna.io/dataset"
+	DatasetIndexAnnotation  = "lifeline.sedna.io/dataset-index"
+	DatasetFormatAnnotation = "lifeline.sedna.io/dataset-format"
+)
+
+// StaticPodOf is the value of StaticPodOfAnnotation for a worker: "<namespace>/<pod>".
+func StaticPodOf(namespace, pod string) string { return namespace + "/" + pod }
+
+// ParseStaticPodOf reads a StaticPodOfAnnotation value; ok is false unless it names a worker as StaticPodOf
+// does, a DNS-1123 label and a DNS-1123 subdomain.
+func ParseStaticPodOf(v string) (namespace, pod string, ok bool) {
+	namespace, pod, ok = strings.Cut(v, "/")
+	if !ok || CheckDNSLabel(namespace) != nil || CheckDNSSubdomain(pod) != nil {
+		return "", "", false
+	}
+	return namespace, pod, true
+}
+
+// CommandID is the id of the controller's command for one episode of a worker, "<action>/<pod uid>/<episode>"
+// [P-CMD-5]: one id per death, so a repeated command is a duplicate.
+func CommandID(action Action, podUID string, episode uint64) string {
+	return fmt.Sprintf("%s/%s/%d", strings.ToLower(strings.TrimPrefix(action.String(), "ACTION_")), podUID, episode)
+}
+
+// LocalResultID is the command id of a result of the agent's own action, "local/<pod uid>/<unix nanos>":
+// unique, and carrying no meaning a receiver may rely on [P-HEAL-2].
+func LocalResultID(podUID string, at time.Time) string {
+	return fmt.Sprintf("local/%s/%d", podUID, at.UnixNano())
+}

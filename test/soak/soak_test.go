@@ -1,0 +1,410 @@
+// Package soak runs a seeded chaos run on the simulation: partitions of each edge node's links to the API
+// server and to the broker, worker kills, lost pods, agent, controller (and so broker) restarts, node reboots,
+// edits of the FL job's run policy, and FL job and worker deletions, one per cycle, with the system's promises checked after every cycle. A
+// failing seed replays the same run: SOAK_SEED=<seed>. SOAK_CYCLES sets the number of cycles (default 20;
+// make soak runs 200).
+package soak
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/fixtures"
+	"github.com/lifeline-edge/lifeline/test/sim"
+)
+
+// exitRound is the fixture's exit_round: a job that succeeded with all its reports reached that round.
+const exitRound = 3
+
+var (
+	edges = []string{"edge1", "edge2"} // where the FL job's trainers run: the faults go there
+	nodes = []string{"cloud", "edge1", "edge2", "edge3"}
+)
+
+// soak is one run's state and its counts.
+type soak struct {
+	t        *testing.T
+	s        *sim.Sim
+	rng      *rand.Rand
+	cutAPI   map[string]bool
+	cutMQTT  map[string]bool
+	job      *v1alpha1.FederatedLearningJob // the job running now, nil between jobs
+	jobs     int
+	ended    []*v1alpha1.FederatedLearningJob // jobs that ended, to check their reports
+	deleted  map[string]deletedJob            // by name: jobs deleted, until their workers are gone
+	twice    map[string]bool                  // identities seen running twice at the previous check
+	counted  map[string]bool                  // identities already counted as duplicates
+	cycles   int
+	dups     int
+	lost     int
+	orphans  int
+	unended  int
+	lastStep string
+}
+
+// deletedJob is a deleted job's worker identities with their containers, and when it was deleted.
+type deletedJob struct {
+	at      time.Time
+	workers map[string][]string
+}
+
+func TestSoak(t *testing.T) {
+	cluster.SkipIfShort(t)
+	cycles := 20
+	if v := os.Getenv("SOAK_CYCLES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("SOAK_CYCLES=%q: %v", v, err)
+		}
+		cycles = n
+	}
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("SOAK_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("SOAK_SEED=%q: %v", v, err)
+		}
+		seed = n
+	}
+	fmt.Printf("soak: SOAK_SEED=%d, %d cycles\n", seed, cycles)
+	log.SetLogger(logr.Discard())
+	s, err := sim.Start(context.Background(), sim.Options{CrashBackoff: 2 * time.Second,
+		Cluster: cluster.Options{NodeMonitorGracePeriod: 20 * time.Second}})
+	if err != nil {
+		t.Fatalf("starting the simulation: %v", err)
+	}
+	defer func() {
+		if t.Failed() {
+			s.ControlPlane.KeepDir()
+			t.Logf("simulation logs kept in %s; replay with SOAK_SEED=%d", s.ControlPlane.Dir, seed)
+		}
+		s.Stop()
+	}()
+	k := &soak{t: t, s: s, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), cutAPI: map[string]bool{}, cutMQTT: map[string]bool{},
+		deleted: map[string]deletedJob{}, twice: map[string]bool{}, counted: map[string]bool{}}
+	k.inputs()
+	for k.cycles = 1; k.cycles <= cycles; k.cycles++ {
+		k.step()
+		time.Sleep(1500 * time.Millisecond) // the system's reaction: what the cycle checks is what holds after it
+		running := k.check(false)
+		t.Logf("cycle %d: %s; %d worker processes running", k.cycles, k.lastStep, running)
+	}
+	k.finish()
+	succeeded := 0
+	for _, j := range k.ended {
+		if j.Status.Phase == v1alpha1.FLJobSucceeded {
+			succeeded++
+		}
+	}
+	fmt.Printf("soak: seed=%d cycles=%d jobs=%d succeeded=%d failed=%d deleted=%d duplicates=%d lost-reports=%d orphans=%d unended-jobs=%d\n",
+		seed, cycles, k.jobs, succeeded, len(k.ended)-succeeded, k.jobs-len(k.ended)-k.unended, k.dups, k.lost, k.orphans, k.unended)
+	if k.dups+k.lost+k.orphans+k.unended > 0 {
+		t.Errorf("promises broken (seed %d): duplicates %d, lost reports %d, orphans %d, jobs that never ended %d",
+			seed, k.dups, k.lost, k.orphans, k.unended)
+	}
+}
+
+// inputs creates the Model and Datasets the FL fixture names.
+func (k *soak) inputs() {
+	ctx := context.Background()
+	if err := k.s.Client.Create(ctx, &v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "surface-defect-detection-model"},
+		Spec: v1alpha1.ModelSpec{URL: "/tmp/lifeline-models/surface-defect-detection-model.pb", Format: "pb"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		k.t.Fatal(err)
+	}
+	for name, node := range map[string]string{"edge1-surface-defect-detection-dataset": "edge1", "edge2-surface-defect-detection-dataset": "edge2"} {
+		if err := k.s.Client.Create(ctx, &v1alpha1.Dataset{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+			Spec: v1alpha1.DatasetSpec{URL: "/tmp/lifeline-data/" + name + "/train.txt", Format: "txt", NodeName: node}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			k.t.Fatal(err)
+		}
+	}
+}
+
+// startJob creates the next FL job, once no deleted job's worker runs any more (workers of two jobs would
+// collide on their ports: the simulated nodes share this machine's network).
+func (k *soak) startJob() {
+	if k.job != nil || len(k.deleted) > 0 {
+		return
+	}
+	job := &v1alpha1.FederatedLearningJob{}
+	if err := fixtures.LoadObject("federated-learning.yaml", sim.FixtureVars, job); err != nil {
+		k.t.Fatal(err)
+	}
+	k.jobs++
+	job.Namespace, job.Name = "default", fmt.Sprintf("soak-%d", k.jobs)
+	if err := k.s.Client.Create(context.Background(), job); err != nil {
+		k.t.Fatalf("creating %s: %v", job.Name, err)
+	}
+	k.job = job
+}
+
+// step does one seeded thing to the world.
+func (k *soak) step() {
+	k.startJob()
+	node := edges[k.rng.IntN(len(edges))]
+	var err error
+	switch n := k.rng.IntN(100); {
+	case n < 15:
+		if k.cutAPI[node] {
+			k.lastStep = "restore api " + node
+			k.s.RestoreAPI(node)
+		} else {
+			k.lastStep = "cut api " + node
+			k.s.CutAPI(node)
+		}
+		k.cutAPI[node] = !k.cutAPI[node]
+	case n < 30:
+		if k.cutMQTT[node] {
+			k.lastStep = "restore broker " + node
+			k.s.RestoreBroker(node)
+		} else {
+			k.lastStep = "cut broker " + node
+			k.s.CutBroker(node)
+		}
+		k.cutMQTT[node] = !k.cutMQTT[node]
+	case n < 50:
+		pod, container, ok := k.runningWorker(node)
+		if !ok {
+			k.lastStep = "nothing to kill on " + node
+			return
+		}
+		k.lastStep = "kill " + pod + " on " + node
+		err = k.s.KillWorker(node, "default", pod, container)
+	case n < 58:
+		pod, _, ok := k.runningWorker(node)
+		if !ok {
+			k.lastStep = "nothing to lose on " + node
+			return
+		}
+		k.lastStep = "lose " + pod + " on " + node
+		err = k.s.LosePod(node, "default", pod)
+	case n < 66:
+		k.lastStep = "restart agent " + node
+		k.s.StopAgent(node)
+		err = k.s.StartAgent(node)
+	case n < 72:
+		k.lastStep = "reboot " + node
+		err = k.s.RestartNode(node)
+	case n < 78:
+		k.lastStep = "restart controller and broker"
+		err = k.s.RestartController()
+	case n < 84:
+		pods := k.jobPods(k.job)
+		if len(pods) == 0 {
+			k.lastStep = "no worker pod to delete"
+			return
+		}
+		p := pods[k.rng.IntN(len(pods))]
+		k.lastStep = "delete pod " + p.Name
+		err = client.IgnoreNotFound(k.s.Client.Delete(context.Background(), &p))
+	case n < 90:
+		if k.job == nil {
+			k.lastStep = "no job to edit"
+			return
+		}
+		// The run policy is what stays editable on a running job.
+		limit, backoff := 4+k.rng.IntN(12), 1+k.rng.IntN(3)
+		k.lastStep = fmt.Sprintf("edit %s: backoffLimit %d, backoffSeconds %d", k.job.Name, limit, backoff)
+		patch := fmt.Sprintf(`{"spec":{"runPolicy":{"backoffLimit":%d,"backoffSeconds":%d}}}`, limit, backoff)
+		err = client.IgnoreNotFound(k.s.Client.Patch(context.Background(), k.job.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(patch))))
+	default:
+		if k.job == nil {
+			k.lastStep = "no job to delete"
+			return
+		}
+		k.lastStep = "delete job " + k.job.Name
+		workers := map[string][]string{}
+		for _, p := range k.jobPods(k.job) {
+			workers[p.Name] = containerNames(&p)
+		}
+		k.deleted[k.job.Name] = deletedJob{at: time.Now(), workers: workers}
+		err = client.IgnoreNotFound(k.s.Client.Delete(context.Background(), k.job))
+		k.job = nil
+	}
+	if err != nil {
+		k.t.Logf("cycle %d (%s): %v", k.cycles, k.lastStep, err)
+	}
+}
+
+// runningWorker picks a worker process running on node: of the job's pods, or one rebuilt as a static pod.
+func (k *soak) runningWorker(node string) (pod, container string, ok bool) {
+	var found [][2]string
+	for _, p := range k.jobPods(k.job) {
+		for _, name := range []string{p.Name, p.Name + "-" + node} {
+			for _, c := range containerNames(&p) {
+				if k.s.WorkerRunning(node, "default", name, c) {
+					found = append(found, [2]string{name, c})
+				}
+			}
+		}
+	}
+	if len(found) == 0 {
+		return "", "", false
+	}
+	f := found[k.rng.IntN(len(found))]
+	return f[0], f[1], true
+}
+
+func (k *soak) jobPods(job *v1alpha1.FederatedLearningJob) []corev1.Pod {
+	if job == nil {
+		return nil
+	}
+	list := &corev1.PodList{}
+	if err := k.s.Client.List(context.Background(), list, client.InNamespace("default"),
+		client.MatchingLabels{"federatedlearningjob.sedna.io/name": job.Name}); err != nil {
+		k.t.Logf("listing %s's pods: %v", job.Name, err)
+		return nil
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	return list.Items
+}
+
+func containerNames(p *corev1.Pod) []string {
+	var out []string
+	for _, c := range p.Spec.Containers {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+// instances counts the processes of one worker identity on every node: its own pod's, or a static pod's
+// standing in for it.
+func (k *soak) instances(name string, containers []string) int {
+	n := 0
+	for _, node := range nodes {
+		for _, pod := range []string{name, name + "-" + node} {
+			for _, c := range containers {
+				if k.s.WorkerRunning(node, "default", pod, c) {
+					n++
+					break
+				}
+			}
+		}
+	}
+	return n
+}
+
+// check counts what the cycle broke, and says how many worker processes run. A worker running twice at two checks in a row is a duplicate: a static pod
+// handed back may overlap its pod for the moment it takes to stop. final waits out what a settled system
+// must reach.
+func (k *soak) check(final bool) int {
+	ctx := context.Background()
+	identities := map[string][]string{}
+	for _, p := range k.jobPods(k.job) {
+		identities[p.Name] = containerNames(&p)
+	}
+	for _, d := range k.deleted {
+		for name, cs := range d.workers {
+			identities[name] = cs
+		}
+	}
+	twice, running := map[string]bool{}, 0
+	for name, cs := range identities {
+		n := k.instances(name, cs)
+		running += n
+		if n > 1 {
+			twice[name] = true
+			if k.twice[name] && !k.counted[name] {
+				k.counted[name] = true
+				k.dups++
+				k.t.Errorf("cycle %d (after %s): %s runs twice", k.cycles, k.lastStep, name)
+			}
+		}
+	}
+	k.twice = twice
+	// A deleted job's workers must all stop, once the nodes can hear of it.
+	settled := !anyTrue(k.cutAPI)
+	for name, d := range k.deleted {
+		gone := true
+		for w, cs := range d.workers {
+			if k.instances(w, cs) > 0 {
+				gone = false
+			}
+		}
+		if len(k.jobPods(&v1alpha1.FederatedLearningJob{ObjectMeta: metav1.ObjectMeta{Name: name}})) > 0 {
+			gone = false
+		}
+		switch {
+		case gone:
+			delete(k.deleted, name)
+		case (settled && time.Since(d.at) > 90*time.Second) || final:
+			k.orphans++
+			k.t.Errorf("cycle %d: workers of the deleted job %s still run or exist", k.cycles, name)
+			delete(k.deleted, name)
+		}
+	}
+	if k.job != nil {
+		got := &v1alpha1.FederatedLearningJob{}
+		if err := k.s.Client.Get(ctx, client.ObjectKeyFromObject(k.job), got); err == nil && ended(got) {
+			k.ended = append(k.ended, got)
+			k.job = nil
+		}
+	}
+	return running
+}
+
+func ended(j *v1alpha1.FederatedLearningJob) bool {
+	return j.Status.Phase == v1alpha1.FLJobSucceeded || meta.IsStatusConditionTrue(j.Status.Conditions, v1alpha1.FLConditionFailed)
+}
+
+func anyTrue(m map[string]bool) bool {
+	for _, v := range m {
+		if v {
+			return true
+		}
+	}
+	return false
+}
+
+// finish mends every link, lets the running job end and the deleted ones' workers stop, and checks that every
+// succeeded job has its trainers' reports to the last round.
+func (k *soak) finish() {
+	for _, node := range edges {
+		k.s.RestoreAPI(node)
+		k.s.RestoreBroker(node)
+		k.cutAPI[node], k.cutMQTT[node] = false, false
+	}
+	k.lastStep = "every link mended"
+	for deadline := time.Now().Add(3 * time.Minute); (k.job != nil || len(k.deleted) > 0) && time.Now().Before(deadline); {
+		time.Sleep(time.Second)
+		_ = k.check(false)
+	}
+	if k.job != nil {
+		k.unended++
+		k.t.Errorf("job %s did not end within 3 minutes of every link mended", k.job.Name)
+	}
+	_ = k.check(true)
+	for _, j := range k.ended {
+		if j.Status.Phase != v1alpha1.FLJobSucceeded {
+			continue
+		}
+		ok := false
+		for deadline := time.Now().Add(30 * time.Second); !ok && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+			got := &v1alpha1.FederatedLearningJob{}
+			if err := k.s.Client.Get(context.Background(), client.ObjectKeyFromObject(j), got); err != nil {
+				break
+			}
+			ok = got.Status.Progress != nil && got.Status.Progress.Round == exitRound
+		}
+		if !ok {
+			k.lost++
+			k.t.Errorf("job %s succeeded without its trainers' reports of round %d", j.Name, exitRound)
+		}
+	}
+}
