@@ -93,13 +93,16 @@ func apply(t testing.TB, file string, edits ...func(client.Object)) client.Objec
 	if err := s.Client.Create(ctx, main); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { deleteAndWait(t, main.DeepCopyObject().(client.Object)) })
+	if _, ok := main.(*v1alpha1.FederatedLearningJob); ok {
+		// JI tests go on with the service a previous one made; jobs end with their test.
+		t.Cleanup(func() { deleteAndWait(t, main.DeepCopyObject().(client.Object)) })
+	}
 	return main
 }
 
-// deleteAndWait deletes a service or job in the foreground and waits until it is gone, and so its pods (a hollow
+// deleteAndWait deletes a job in the foreground and waits until it is gone, and so its pods (a hollow
 // node removes a pod once its processes are stopped): the next test's workers must not meet this one's, which
-// share the cloud node's host ports. apply has it run when the test ends.
+// share the cloud node's host ports. apply has it run for a job when its test ends.
 func deleteAndWait(t testing.TB, obj client.Object) {
 	t.Helper()
 	ctx := context.Background()
@@ -301,6 +304,9 @@ func TestDeletedTrainerComesBackWithItsWorkerName(t *testing.T) {
 		}
 		return p.Status.Phase == corev1.PodRunning && s.WorkerRunning("edge1", "default", name, "train-worker"), nil
 	})
+	if err := s.Client.Delete(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, within, "every worker process of the job gone", func(ctx context.Context) (bool, error) {
 		for _, n := range []string{"cloud", "edge1", "edge2"} {
 			for _, w := range []string{fl.AggregatorName(job.GetName()), fl.TrainerName(job.GetName(), 0), fl.TrainerName(job.GetName(), 1)} {
