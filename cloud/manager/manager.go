@@ -193,7 +193,12 @@ func addEdge(mgr ctrl.Manager, opts Options) (*liveness.Edge, error) {
 			return broker.Connect(broker.ExternalConfig{URL: opts.MQTTBrokerURL, Username: opts.MQTTUsername,
 				Password: opts.MQTTPassword, TLS: opts.MQTTTLS, Cluster: opts.Cluster, Tracker: tracker})
 		}
-		// Nodes are read from the manager's cache: a CONNECT costs no request to the API server.
+		// Nodes are read from the manager's cache: a CONNECT costs no request to the API server. The broker
+		// starts once that cache holds the Nodes, with the watch that ends a gone Node's session in place.
+		nodes, err := mgr.GetCache().GetInformer(ctx, &corev1.Node{})
+		if err != nil {
+			return nil, fmt.Errorf("watching nodes for the broker: %w", err)
+		}
 		b, err := broker.Start(broker.Config{Address: opts.MQTTAddress, Cluster: opts.Cluster,
 			CredentialsDir: opts.MQTTCredentialsDir, TLS: opts.MQTTTLS, Limits: opts.MQTTLimits, Tracker: tracker,
 			ClientCerts: broker.ClientCerts{CAs: opts.MQTTClientCAs, RevokedFile: opts.MQTTRevokedCertificatesFile},
@@ -201,7 +206,7 @@ func addEdge(mgr ctrl.Manager, opts Options) (*liveness.Edge, error) {
 		if err != nil {
 			return nil, err
 		}
-		closer, err := endSessionsOfGoneNodes(ctx, mgr.GetCache(), b)
+		closer, err := endSessionsOfGoneNodes(nodes, b)
 		if err != nil {
 			_ = b.Close()
 			return nil, err
@@ -236,11 +241,7 @@ func (e *embedded) Close() error {
 
 // endSessionsOfGoneNodes ends a node's broker session when its Node is deleted or loses the edge label, at once
 // rather than at the broker's next recheck. It returns what stops it.
-func endSessionsOfGoneNodes(ctx context.Context, c cache.Cache, b *broker.Broker) (func(), error) {
-	informer, err := c.GetInformer(ctx, &corev1.Node{})
-	if err != nil {
-		return nil, fmt.Errorf("watching nodes for the broker: %w", err)
-	}
+func endSessionsOfGoneNodes(informer cache.Informer, b *broker.Broker) (func(), error) {
 	end := func(obj any) {
 		if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
