@@ -1,8 +1,3 @@
-// Package soak runs a seeded chaos run on the simulation: partitions of each edge node's links to the API
-// server and to the broker, worker kills, lost pods, agent, controller (and so broker) restarts, node reboots,
-// edits of the FL job's run policy, and FL job and worker deletions, one per cycle, with the system's promises checked after every cycle. A
-// failing seed replays the same run: SOAK_SEED=<seed>. SOAK_CYCLES sets the number of cycles (default 20;
-// make soak runs 200).
 package soak
 
 import (
@@ -18,7 +13,6 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,9 +23,6 @@ import (
 	"github.com/lifeline-edge/lifeline/test/fixtures"
 	"github.com/lifeline-edge/lifeline/test/sim"
 )
-
-// exitRound is the fixture's exit_round: a job that succeeded with all its reports reached that round.
-const exitRound = 3
 
 var (
 	edges = []string{"edge1", "edge2"} // where the FL job's trainers run: the faults go there
@@ -57,12 +48,6 @@ type soak struct {
 	orphans  int
 	unended  int
 	lastStep string
-}
-
-// deletedJob is a deleted job's worker identities with their containers, and when it was deleted.
-type deletedJob struct {
-	at      time.Time
-	workers map[string][]string
 }
 
 func TestSoak(t *testing.T) {
@@ -267,7 +252,7 @@ func (k *soak) jobPods(job *v1alpha1.FederatedLearningJob) []corev1.Pod {
 	}
 	list := &corev1.PodList{}
 	if err := k.s.Client.List(context.Background(), list, client.InNamespace("default"),
-		client.MatchingLabels{"federatedlearningjob.sedna.io/name": job.Name}); err != nil {
+		client.MatchingLabels{jobLabel: job.Name}); err != nil {
 		k.t.Logf("listing %s's pods: %v", job.Name, err)
 		return nil
 	}
@@ -283,26 +268,30 @@ func containerNames(p *corev1.Pod) []string {
 	return out
 }
 
-// instances counts the processes of one worker identity on every node: its own pod's, or a static pod's
-// standing in for it.
-func (k *soak) instances(name string, containers []string) int {
-	n := 0
-	for _, node := range nodes {
-		for _, pod := range []string{name, name + "-" + node} {
-			for _, c := range containers {
-				if k.s.WorkerRunning(node, "default", pod, c) {
-					n++
-					break
+// observe lists the workers' pods on the API server (of every job) and probes, on every node, the processes
+// of the given identities: their own pods' and those of static pods standing in for them.
+func (k *soak) observe(identities map[string][]string) ([]corev1.Pod, map[process]bool) {
+	list := &corev1.PodList{}
+	if err := k.s.Client.List(context.Background(), list, client.InNamespace("default"), client.HasLabels{jobLabel}); err != nil {
+		k.t.Logf("listing the workers' pods: %v", err)
+	}
+	running := map[process]bool{}
+	for name, cs := range identities {
+		for _, node := range nodes {
+			for _, pod := range []string{name, name + "-" + node} {
+				for _, c := range cs {
+					if k.s.WorkerRunning(node, "default", pod, c) {
+						running[process{node, pod, c}] = true
+					}
 				}
 			}
 		}
 	}
-	return n
+	return list.Items, running
 }
 
-// check counts what the cycle broke, and says how many worker processes run. A worker running twice at two checks in a row is a duplicate: a static pod
-// handed back may overlap its pod for the moment it takes to stop. final waits out what a settled system
-// must reach.
+// check counts what the cycle broke, and says how many worker processes run. final waits out what a settled
+// system must reach.
 func (k *soak) check(final bool) int {
 	ctx := context.Background()
 	identities := map[string][]string{}
@@ -314,40 +303,27 @@ func (k *soak) check(final bool) int {
 			identities[name] = cs
 		}
 	}
-	twice, running := map[string]bool{}, 0
+	pods, running := k.observe(identities)
+	count := 0
 	for name, cs := range identities {
-		n := k.instances(name, cs)
-		running += n
-		if n > 1 {
-			twice[name] = true
-			if k.twice[name] && !k.counted[name] {
-				k.counted[name] = true
-				k.dups++
-				k.t.Errorf("cycle %d (after %s): %s runs twice", k.cycles, k.lastStep, name)
-			}
-		}
+		count += instances(running, nodes, name, cs)
 	}
+	twice, dups := duplicates(identities, running, nodes, k.twice, k.counted)
 	k.twice = twice
+	for _, v := range dups {
+		k.counted[v.subject] = true
+		k.dups++
+		k.t.Errorf("cycle %d (after %s): %v", k.cycles, k.lastStep, v)
+	}
 	// A deleted job's workers must all stop, once the nodes can hear of it.
-	settled := !anyTrue(k.cutAPI)
-	for name, d := range k.deleted {
-		gone := true
-		for w, cs := range d.workers {
-			if k.instances(w, cs) > 0 {
-				gone = false
-			}
-		}
-		if len(k.jobPods(&v1alpha1.FederatedLearningJob{ObjectMeta: metav1.ObjectMeta{Name: name}})) > 0 {
-			gone = false
-		}
-		switch {
-		case gone:
-			delete(k.deleted, name)
-		case (settled && time.Since(d.at) > 90*time.Second) || final:
-			k.orphans++
-			k.t.Errorf("cycle %d: workers of the deleted job %s still run or exist", k.cycles, name)
-			delete(k.deleted, name)
-		}
+	gone, orphaned := orphans(k.deleted, pods, running, nodes, time.Now(), !anyTrue(k.cutAPI), final)
+	for _, name := range gone {
+		delete(k.deleted, name)
+	}
+	for _, v := range orphaned {
+		k.orphans++
+		k.t.Errorf("cycle %d: %v", k.cycles, v)
+		delete(k.deleted, v.subject)
 	}
 	if k.job != nil {
 		got := &v1alpha1.FederatedLearningJob{}
@@ -356,11 +332,7 @@ func (k *soak) check(final bool) int {
 			k.job = nil
 		}
 	}
-	return running
-}
-
-func ended(j *v1alpha1.FederatedLearningJob) bool {
-	return j.Status.Phase == v1alpha1.FLJobSucceeded || meta.IsStatusConditionTrue(j.Status.Conditions, v1alpha1.FLConditionFailed)
+	return count
 }
 
 func anyTrue(m map[string]bool) bool {
@@ -386,25 +358,33 @@ func (k *soak) finish() {
 		_ = k.check(false)
 	}
 	if k.job != nil {
-		k.unended++
-		k.t.Errorf("job %s did not end within 3 minutes of every link mended", k.job.Name)
+		last := k.job // what was created, if the API server no longer has it
+		got := &v1alpha1.FederatedLearningJob{}
+		if err := k.s.Client.Get(context.Background(), client.ObjectKeyFromObject(k.job), got); err == nil {
+			last = got
+		}
+		for _, v := range unendedJobs(last) {
+			k.unended++
+			k.t.Errorf("%v within 3 minutes of every link mended", v)
+		}
 	}
 	_ = k.check(true)
 	for _, j := range k.ended {
 		if j.Status.Phase != v1alpha1.FLJobSucceeded {
 			continue
 		}
-		ok := false
-		for deadline := time.Now().Add(30 * time.Second); !ok && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		// The last reports may reach the status after the phase: give them the time to.
+		lost := lostReports(j)
+		for deadline := time.Now().Add(30 * time.Second); len(lost) > 0 && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 			got := &v1alpha1.FederatedLearningJob{}
 			if err := k.s.Client.Get(context.Background(), client.ObjectKeyFromObject(j), got); err != nil {
 				break
 			}
-			ok = got.Status.Progress != nil && got.Status.Progress.Round == exitRound
+			lost = lostReports(got)
 		}
-		if !ok {
+		for _, v := range lost {
 			k.lost++
-			k.t.Errorf("job %s succeeded without its trainers' reports of round %d", j.Name, exitRound)
+			k.t.Errorf("%v", v)
 		}
 	}
 }
