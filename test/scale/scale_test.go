@@ -1,0 +1,116 @@
+package scale
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/controllertest"
+)
+
+var nodesFlag = flag.String("scale.nodes", "100", "comma-separated fleet sizes BenchmarkScale runs at, one after the other")
+
+// TestScaleSmoke runs the whole harness on a small fleet and checks that each figure measures something real:
+// every child and status was seen, every death was detected in the agent's word, the controller was read from
+// /proc. It asserts no timing.
+func TestScaleSmoke(t *testing.T) {
+	cluster.SkipIfShort(t)
+	r := Run(t, Config{Nodes: 10, Recreations: 3, SteadyWindow: 4 * time.Second, NodeGrace: 8 * time.Second, Progress: os.Stderr})
+	if r.Children != 10*(3+2+TrainersPerJob) || r.ChildrenLifeline <= 0 || r.ChildrenRaw <= 0 {
+		t.Errorf("children: %d, Lifeline %v, raw %v", r.Children, r.ChildrenLifeline, r.ChildrenRaw)
+	}
+	if r.Reconciles["jointinferenceservice"] < 10 || r.Reconciles["federatedlearningjob"] < 10 {
+		t.Errorf("reconciles counted from the controller's metrics: %v", r.Reconciles)
+	}
+	if r.ControllerPeakRSS < 1<<20 || r.ControllerRSS <= 0 || r.ControllerCores <= 0 {
+		t.Errorf("controller: RSS %d, peak %d, %.3f cores", r.ControllerRSS, r.ControllerPeakRSS, r.ControllerCores)
+	}
+	// Ten agents heartbeat once a second, and report every 2 s.
+	if r.MessagesPerSecond < 10 {
+		t.Errorf("%.1f messages/s reached the controller's table, want at least the heartbeats'", r.MessagesPerSecond)
+	}
+	if len(r.Detect) != 5 {
+		t.Errorf("%d deaths detected, want 5", len(r.Detect))
+	}
+	// Each cut-off node holds a JI edge worker and TrainersPerJob trainers.
+	if r.CutOffWorkers != 5*(1+TrainersPerJob) || r.MassCutoff <= 0 || r.NodesUnknown < r.MassCutoff {
+		t.Errorf("mass cut-off: %d workers in %v, nodes not Ready after %v", r.CutOffWorkers, r.MassCutoff, r.NodesUnknown)
+	}
+	if len(r.RecreateJI) != 3 || len(r.RecreateRS) != 3 {
+		t.Errorf("re-creations: %d and %d samples", len(r.RecreateJI), len(r.RecreateRS))
+	}
+	for _, line := range r.Lines() {
+		t.Log(line)
+	}
+}
+
+// BenchmarkScale runs the harness at each size of -scale.nodes and prints the figures (make bench-scale).
+func BenchmarkScale(b *testing.B) {
+	cluster.SkipIfShort(b)
+	for _, s := range strings.Split(*nodesFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 2 {
+			b.Fatalf("-scale.nodes: %q is not a fleet size", s)
+		}
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			r := Run(b, Config{Nodes: n, Progress: os.Stderr})
+			r.report(b)
+			for _, line := range r.Lines() {
+				fmt.Println(line)
+			}
+		})
+	}
+}
+
+// report adds the figures to the benchmark's line.
+func (r *Result) report(b *testing.B) {
+	for _, m := range r.metrics() {
+		b.ReportMetric(m.value, m.unit)
+	}
+}
+
+type metric struct {
+	value float64
+	unit  string
+}
+
+func (r *Result) metrics() []metric {
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	jiP50, rsP50 := controllertest.Percentile(r.RecreateJI, 50), controllertest.Percentile(r.RecreateRS, 50)
+	out := []metric{
+		{r.ChildrenLifeline.Seconds() / r.ChildrenRaw.Seconds(), "children-ratio-to-raw"},
+		{r.ChildrenLifeline.Seconds(), "children-s"},
+		{r.ChildrenRaw.Seconds(), "children-raw-s"},
+		{r.StatusSettled.Seconds(), "status-settled-s"},
+		{float64(r.ControllerPeakRSS) / (1 << 20), "controller-rss-MiB"},
+		{r.ControllerCores, "controller-cpu-cores"},
+		{r.IngestionCores, "ingestion-cores"},
+		{r.MessagesPerSecond, "ingested-msgs/s"},
+		{ms(controllertest.Percentile(r.Detect, 50)), "detect-p50-ms"},
+		{ms(controllertest.Percentile(r.Detect, 99)), "detect-p99-ms"},
+		{r.MassCutoff.Seconds(), "mass-cutoff-s"},
+		{ms(jiP50), "recreate-ji-p50-ms"},
+		{ms(rsP50), "recreate-rs-p50-ms"},
+		{jiP50.Seconds() / rsP50.Seconds(), "recreate-ratio-to-rs"},
+	}
+	for _, c := range []string{"jointinferenceservice", "federatedlearningjob"} {
+		short := map[string]string{"jointinferenceservice": "ji", "federatedlearningjob": "fl"}[c]
+		out = append(out, metric{r.ReconcileP50[c] * 1000, "reconcile-" + short + "-p50-ms"},
+			metric{r.ReconcileP99[c] * 1000, "reconcile-" + short + "-p99-ms"})
+	}
+	return out
+}
+
+// Lines are the figures as `name value unit` lines, one per metric, to compare run to run.
+func (r *Result) Lines() []string {
+	lines := []string{fmt.Sprintf("scale/nodes=%d/workers %d workers", r.Nodes, r.Workers)}
+	for _, m := range r.metrics() {
+		lines = append(lines, fmt.Sprintf("scale/nodes=%d %.3f %s", r.Nodes, m.value, m.unit))
+	}
+	return lines
+}
