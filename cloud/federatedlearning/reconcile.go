@@ -37,6 +37,8 @@ type Reconciler struct {
 	Edge *liveness.Edge
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// MaxConcurrentReconciles is how many jobs are reconciled at once (never one job twice); zero means one.
+	MaxConcurrentReconciles int
 }
 
 // Reconcile runs one pass: observe the job's pods, decide (decide.go), act, write status once.

@@ -63,10 +63,18 @@ type Options struct {
 	MQTTLimits broker.Limits
 	// Cluster is this cluster's name in the MQTT topic tree.
 	Cluster string
+	// ConcurrentReconciles is how many workloads of each kind are reconciled at once; zero means
+	// DefaultConcurrentReconciles.
+	ConcurrentReconciles int
 	// Restartable lets one process build the manager more than once (controller names are otherwise unique
 	// per process), for tests that stop and start the controller.
 	Restartable bool
 }
+
+// DefaultConcurrentReconciles is how many JointInferenceServices, and how many FederatedLearningJobs, are
+// reconciled at once by default: as many as kube-controller-manager syncs Deployments and Jobs at once. One at a
+// time, creating a thousand workloads' children waits on each pass's requests to the API server in turn.
+const DefaultConcurrentReconciles = 5
 
 // Scheme holds the built-in types and sedna.io/v1alpha1.
 func Scheme() (*runtime.Scheme, error) {
@@ -88,6 +96,9 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 	if opts.LCServer == "" {
 		opts.LCServer = contract.DefaultLCServer
+	}
+	if opts.ConcurrentReconciles == 0 {
+		opts.ConcurrentReconciles = DefaultConcurrentReconciles
 	}
 	// Only worker pods are cached: a cluster's other pods are none of Lifeline's business.
 	workerPods, err := labels.NewRequirement(contract.RoleLabel, selection.Exists, nil)
@@ -119,6 +130,8 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Recorder:  mgr.GetEventRecorder("lifeline-controller"),
 		LCServer:  opts.LCServer,
 		Edge:      edge,
+
+		MaxConcurrentReconciles: opts.ConcurrentReconciles,
 	}
 	if err := ji.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the JointInferenceService controller: %w", err)
@@ -129,6 +142,8 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Recorder:  mgr.GetEventRecorder("lifeline-controller"),
 		LCServer:  opts.LCServer,
 		Edge:      edge,
+
+		MaxConcurrentReconciles: opts.ConcurrentReconciles,
 	}
 	if err := fl.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the FederatedLearningJob controller: %w", err)

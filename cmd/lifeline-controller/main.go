@@ -60,6 +60,8 @@ func main() {
 	passwordFile := flag.String("mqtt-password-file", "", "file holding the password on the external broker")
 	caFile := flag.String("mqtt-ca-file", "", "PEM certificates that sign the external broker's (default: the system's)")
 	flag.StringVar(&opts.Cluster, "cluster", "default", "this cluster's name in the MQTT topic tree")
+	flag.IntVar(&opts.ConcurrentReconciles, "concurrent-reconciles", manager.DefaultConcurrentReconciles,
+		"JointInferenceServices, and FederatedLearningJobs, reconciled at once")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
