@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -67,6 +68,8 @@ type Config struct {
 	NodeGrace time.Duration
 	// SteadyWindow is how long controller CPU is measured with every agent heartbeating (default 20 s).
 	SteadyWindow time.Duration
+	// ControllerArgs are more flags for the controller, e.g. --concurrent-reconciles.
+	ControllerArgs []string
 	// Progress receives one line per step (default: discarded).
 	Progress io.Writer
 }
@@ -233,12 +236,14 @@ func (h *harness) start(ctx context.Context) {
 	h.check(writeCredentials(credentials, edge))
 	mqttAddr, metricsAddr := freeAddr(h.t), freeAddr(h.t)
 	h.metricsURL = "http://" + metricsAddr + "/metrics"
-	h.controller, err = h.cp.Launch("lifeline-controller", filepath.Join(h.cp.BinDir, "lifeline-controller"), []string{
+	binary, err := controllerBinary(root)
+	h.check(err)
+	h.controller, err = h.cp.Launch("lifeline-controller", binary, append([]string{
 		"--kubeconfig=" + h.cp.Kubeconfig, "--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=0",
 		"--mqtt-address=" + mqttAddr, "--mqtt-credentials-dir=" + credentials, "--cluster=" + mqttCluster,
 		// Every agent holds a connection, and the harness's own are few: the default of 1000 is too few at 1000 nodes.
 		"--mqtt-max-connections=" + strconv.Itoa(h.cfg.Nodes+100),
-	}, nil)
+	}, h.cfg.ControllerArgs...), nil)
 	h.check(err)
 	h.waitFor(time.Minute, "the controller's metrics endpoint", func() (bool, error) {
 		_, err := scrapeHistograms(h.metricsURL, "controller_runtime_reconcile_time_seconds", "controller")
@@ -737,6 +742,39 @@ func writeCredentials(dir string, nodes []string) error {
 		}
 	}
 	return nil
+}
+
+var (
+	buildOnce  sync.Once
+	builtDir   string
+	builtPath  string
+	builtError error
+)
+
+// controllerBinary builds cmd/lifeline-controller of this tree once per process, so what is measured is the code
+// at hand, never a stale binary in bin/.
+func controllerBinary(root string) (string, error) {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "lifeline-scale-bin-")
+		if err != nil {
+			builtError = fmt.Errorf("creating a directory for the controller binary: %w", err)
+			return
+		}
+		builtDir, builtPath = dir, filepath.Join(dir, "lifeline-controller")
+		cmd := exec.Command("go", "build", "-o", builtPath, "./cmd/lifeline-controller")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			builtError = fmt.Errorf("building lifeline-controller: %w\n%s", err, out)
+		}
+	})
+	return builtPath, builtError
+}
+
+// RemoveBuilds removes what controllerBinary built; a TestMain calls it once the tests are done.
+func RemoveBuilds() {
+	if builtDir != "" {
+		_ = os.RemoveAll(builtDir)
+	}
 }
 
 func freeAddr(t testing.TB) string {

@@ -13,7 +13,16 @@ import (
 	"github.com/lifeline-edge/lifeline/test/controllertest"
 )
 
-var nodesFlag = flag.String("scale.nodes", "100", "comma-separated fleet sizes BenchmarkScale runs at, one after the other")
+var (
+	nodesFlag          = flag.String("scale.nodes", "100", "comma-separated fleet sizes BenchmarkScale runs at, one after the other")
+	controllerArgsFlag = flag.String("scale.controller-args", "", "space-separated extra flags for lifeline-controller")
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	RemoveBuilds()
+	os.Exit(code)
+}
 
 // TestScaleSmoke runs the whole harness on a small fleet and checks that each figure measures something real:
 // every child and status was seen, every death was detected in the agent's word, the controller was read from
@@ -58,7 +67,7 @@ func BenchmarkScale(b *testing.B) {
 			b.Fatalf("-scale.nodes: %q is not a fleet size", s)
 		}
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
-			r := Run(b, Config{Nodes: n, Progress: os.Stderr})
+			r := Run(b, Config{Nodes: n, Progress: os.Stderr, ControllerArgs: strings.Fields(*controllerArgsFlag)})
 			r.report(b)
 			for _, line := range r.Lines() {
 				fmt.Println(line)
@@ -87,6 +96,7 @@ func (r *Result) metrics() []metric {
 		{r.ChildrenLifeline.Seconds(), "children-s"},
 		{r.ChildrenRaw.Seconds(), "children-raw-s"},
 		{r.StatusSettled.Seconds(), "status-settled-s"},
+		{r.Reconciles["jointinferenceservice"] + r.Reconciles["federatedlearningjob"], "reconciles"},
 		{float64(r.ControllerPeakRSS) / (1 << 20), "controller-rss-MiB"},
 		{r.ControllerCores, "controller-cpu-cores"},
 		{r.IngestionCores, "ingestion-cores"},
