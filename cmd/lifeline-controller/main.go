@@ -61,7 +61,7 @@ func main() {
 	caFile := flag.String("mqtt-ca-file", "", "PEM certificates that sign the external broker's (default: the system's)")
 	flag.StringVar(&opts.Cluster, "cluster", "default", "this cluster's name in the MQTT topic tree")
 	flag.IntVar(&opts.ConcurrentReconciles, "concurrent-reconciles", manager.DefaultConcurrentReconciles,
-		"JointInferenceServices, and FederatedLearningJobs, reconciled at once")
+		"JointInferenceServices, and FederatedLearningJobs, reconciled at once (never one twice)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
