@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"time"
 
 	"github.com/lifeline-edge/lifeline/test/cluster"
 )
@@ -103,8 +105,10 @@ spec:
     delete: true
 `
 
-// startKwok runs bin/kwok beside the control plane, managing the Nodes that carry KwokAnnotation.
-func startKwok(cp *cluster.ControlPlane) (*cluster.Process, error) {
+// startKwok runs bin/kwok beside the control plane, managing the Nodes that carry KwokLabel. Their Leases last
+// lease and are renewed every quarter of it, as the kubelet's: a lease as long as the node lifecycle controller's
+// grace period keeps a node kwok plays Ready.
+func startKwok(cp *cluster.ControlPlane, lease time.Duration) (*cluster.Process, error) {
 	conf := filepath.Join(cp.Dir, "kwok-stages.yaml")
 	if err := os.WriteFile(conf, []byte(kwokStages), 0o600); err != nil {
 		return nil, fmt.Errorf("writing kwok's stages: %w", err)
@@ -113,7 +117,7 @@ func startKwok(cp *cluster.ControlPlane) (*cluster.Process, error) {
 		"--kubeconfig=" + cp.Kubeconfig,
 		"--config=" + conf,
 		"--manage-nodes-with-label-selector=" + KwokLabel + "=" + kwokValue,
-		"--node-lease-duration-seconds=40",
+		"--node-lease-duration-seconds=" + strconv.Itoa(int(lease.Seconds())),
 		"--cidr=10.128.0.0/10",
 		"--node-ip=10.96.0.1",
 		"--server-address=",

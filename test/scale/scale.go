@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -64,7 +65,8 @@ type Config struct {
 	// Parallelism is how many requests the harness has in flight when it creates objects, for Lifeline's
 	// workloads and the anchor's children alike (default 16).
 	Parallelism int
-	// NodeGrace is the node lifecycle controller's grace before it marks a silent node not Ready (default 20 s).
+	// NodeGrace is the node lifecycle controller's grace before it marks a silent node not Ready, and the
+	// duration of the Leases kwok renews (default 40 s, as upstream).
 	NodeGrace time.Duration
 	// SteadyWindow is how long controller CPU is measured with every agent heartbeating (default 20 s).
 	SteadyWindow time.Duration
@@ -91,7 +93,7 @@ func (c *Config) defaults() {
 		c.Parallelism = 16
 	}
 	if c.NodeGrace == 0 {
-		c.NodeGrace = 20 * time.Second
+		c.NodeGrace = 40 * time.Second
 	}
 	if c.SteadyWindow == 0 {
 		c.SteadyWindow = 20 * time.Second
@@ -115,6 +117,8 @@ type Result struct {
 	// ControllerCores is the controller's CPU while the workloads were created and settled; IngestionCores while
 	// nothing happened but every agent's heartbeats, at MessagesPerSecond.
 	ControllerCores, IngestionCores, MessagesPerSecond float64
+	// ReportingCores is the controller's CPU while the JI edge workers also report, at ReportingMessagesPerSecond.
+	ReportingCores, ReportingMessagesPerSecond float64
 	// ControllerRSS is the controller's resident set at the end, ControllerPeakRSS its peak (bytes).
 	ControllerRSS, ControllerPeakRSS int64
 	// Detect holds, per worker death on a cut-off node, the time from the agent's state until the status showed it.
@@ -205,7 +209,7 @@ func (h *harness) start(ctx context.Context) {
 	h.c, err = client.New(cfg, client.Options{Scheme: scheme})
 	h.check(err)
 
-	_, err = startKwok(h.cp)
+	_, err = startKwok(h.cp, h.cfg.NodeGrace)
 	h.check(err)
 	var nodes []*corev1.Node
 	var edge []string
@@ -328,9 +332,12 @@ func (h *harness) measureCreation(ctx context.Context, r *Result) {
 	r.ChildrenLifeline = last.Sub(began)
 	h.progress("Lifeline: %d children of %d workloads in %v", r.Children, 2*n, r.ChildrenLifeline.Round(time.Millisecond))
 
-	h.waitFor(15*time.Minute, "every worker Alive in its workload's status", func() (bool, error) {
-		alive, want := h.aliveWorkers(), r.Workers
-		return alive == want, fmt.Errorf("%d of %d workers Alive", alive, want)
+	h.waitFor(time.Minute+time.Duration(n)*600*time.Millisecond, "every worker Alive in its workload's status", func() (bool, error) {
+		alive, others := h.aliveWorkers()
+		if len(others) > 3 {
+			others = others[:3]
+		}
+		return alive == r.Workers, fmt.Errorf("%d of %d workers Alive; not: %v", alive, r.Workers, others)
 	})
 	r.StatusSettled = time.Since(began)
 	p1, err := sampleProc(h.controller.Pid())
@@ -346,32 +353,32 @@ func (h *harness) measureCreation(ctx context.Context, r *Result) {
 	h.progress("every status Alive in %v", r.StatusSettled.Round(time.Millisecond))
 }
 
-// aliveWorkers counts the worker records that are Alive across every workload.
-func (h *harness) aliveWorkers() int {
+// aliveWorkers counts the worker records that are Alive across every workload, and describes the others.
+func (h *harness) aliveWorkers() (int, []string) {
 	ctx := context.Background()
 	alive := 0
+	var others []string
 	jis := &v1alpha1.JointInferenceServiceList{}
 	fls := &v1alpha1.FederatedLearningJobList{}
-	if h.cache.List(ctx, jis, client.InNamespace(Namespace)) != nil || h.cache.List(ctx, fls, client.InNamespace(Namespace)) != nil {
-		return 0
+	if err := errors.Join(h.cache.List(ctx, jis, client.InNamespace(Namespace)), h.cache.List(ctx, fls, client.InNamespace(Namespace))); err != nil {
+		return 0, []string{err.Error()}
 	}
-	for _, ji := range jis.Items {
-		alive += countAlive(ji.Status.Workers)
-	}
-	for _, fl := range fls.Items {
-		alive += countAlive(fl.Status.Workers)
-	}
-	return alive
-}
-
-func countAlive(ws []v1alpha1.WorkerStatus) int {
-	n := 0
-	for _, w := range ws {
-		if w.Liveness == v1alpha1.LivenessAlive {
-			n++
+	count := func(ws []v1alpha1.WorkerStatus) {
+		for _, w := range ws {
+			if w.Liveness == v1alpha1.LivenessAlive {
+				alive++
+			} else {
+				others = append(others, fmt.Sprintf("%s %s/%s/%s", w.Name, w.Phase, w.Liveness, w.Source))
+			}
 		}
 	}
-	return n
+	for _, ji := range jis.Items {
+		count(ji.Status.Workers)
+	}
+	for _, fl := range fls.Items {
+		count(fl.Status.Workers)
+	}
+	return alive, others
 }
 
 // rawPodLabel marks the anchor's pods, which have no owner to tell them by.
@@ -425,11 +432,24 @@ func rawMeta(m *metav1.ObjectMeta) {
 	}
 }
 
-// measureSteady measures the controller's CPU while only heartbeats flow (and the workers' reports).
+// measureSteady measures the controller's CPU while only heartbeats flow, then while every JI edge worker also
+// reports its counters every ReportInterval, each report changing its service's status.
 func (h *harness) measureSteady(r *Result) {
 	time.Sleep(h.cfg.SteadyWindow / 4) // let the anchor's pods and what they wake go by
-	stop := h.reportEvery(2 * time.Second)
+	r.IngestionCores, r.MessagesPerSecond = h.window()
+	h.progress("heartbeats: %.3f cores at %.0f messages/s", r.IngestionCores, r.MessagesPerSecond)
+	stop := h.reportEvery(ReportInterval)
 	defer stop()
+	time.Sleep(ReportInterval) // the first reports' status writes
+	r.ReportingCores, r.ReportingMessagesPerSecond = h.window()
+	h.progress("heartbeats and reports: %.3f cores at %.0f messages/s", r.ReportingCores, r.ReportingMessagesPerSecond)
+}
+
+// ReportInterval is how often each JI edge worker reports in the second steady window.
+const ReportInterval = 2 * time.Second
+
+// window is the controller's CPU, in cores, and the messages per second its table accepted, over SteadyWindow.
+func (h *harness) window() (float64, float64) {
 	m0, err := h.messages()
 	h.check(err)
 	p0, err := sampleProc(h.controller.Pid())
@@ -439,9 +459,7 @@ func (h *harness) measureSteady(r *Result) {
 	h.check(err)
 	m1, err := h.messages()
 	h.check(err)
-	r.IngestionCores = cores(p0, p1)
-	r.MessagesPerSecond = (m1 - m0) / p1.at.Sub(p0.at).Seconds()
-	h.progress("steady: %.3f cores at %.0f messages/s", r.IngestionCores, r.MessagesPerSecond)
+	return cores(p0, p1), (m1 - m0) / p1.at.Sub(p0.at).Seconds()
 }
 
 // reportEvery makes each node's agent report its JI edge worker's counters every interval, as Sedna's worker
