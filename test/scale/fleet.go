@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/edge/agent"
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
@@ -104,11 +105,11 @@ func (f *fleet) nodes() []string {
 	return names
 }
 
-// observe is what the agent of the pod's node does when its runtime shows the pod running: it publishes the
-// worker's Running state once per pod.
+// observe is what the agent of the pod's node does when its runtime shows one of the node's workers (a pod
+// with Lifeline's role label) running: it publishes the worker's Running state once per pod.
 func (f *fleet) observe(pod *corev1.Pod) {
 	a := f.agents[pod.Spec.NodeName]
-	if a == nil || pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil {
+	if _, worker := pod.Labels[contract.RoleLabel]; a == nil || !worker || pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil {
 		return
 	}
 	a.mu.Lock()

@@ -360,7 +360,7 @@ func (h *harness) aliveWorkers() (int, []string) {
 	var others []string
 	jis := &v1alpha1.JointInferenceServiceList{}
 	fls := &v1alpha1.FederatedLearningJobList{}
-	if err := errors.Join(h.cache.List(ctx, jis, client.InNamespace(Namespace)), h.cache.List(ctx, fls, client.InNamespace(Namespace))); err != nil {
+	if err := errors.Join(h.cache.List(ctx, jis, client.InNamespace(Namespace), client.UnsafeDisableDeepCopy), h.cache.List(ctx, fls, client.InNamespace(Namespace), client.UnsafeDisableDeepCopy)); err != nil {
 		return 0, []string{err.Error()}
 	}
 	count := func(ws []v1alpha1.WorkerStatus) {
@@ -397,12 +397,17 @@ func (h *harness) measureRaw(ctx context.Context, r *Result) {
 		d := deployments.Items[i].DeepCopy()
 		rawMeta(&d.ObjectMeta)
 		d.Status = appsv1.DeploymentStatus{}
+		delete(d.Spec.Template.Labels, contract.RoleLabel)
+		if d.Spec.Selector != nil {
+			delete(d.Spec.Selector.MatchLabels, contract.RoleLabel)
+		}
 		objs = append(objs, d)
 	}
 	for i := range services.Items {
 		s := services.Items[i].DeepCopy()
 		rawMeta(&s.ObjectMeta)
 		s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Status = "", nil, corev1.ServiceStatus{}
+		delete(s.Spec.Selector, contract.RoleLabel)
 		objs = append(objs, s)
 	}
 	for i := range pods.Items {
@@ -424,12 +429,14 @@ func (h *harness) measureRaw(ctx context.Context, r *Result) {
 	h.progress("anchor: %d children created by a client in %v", len(objs), r.ChildrenRaw.Round(time.Millisecond))
 }
 
-// rawMeta makes the metadata of a child Lifeline made that of an object a user creates in RawNamespace.
+// rawMeta makes the metadata of a child Lifeline made that of an object a user creates in RawNamespace. Without
+// Lifeline's role label, the anchor's pods stay out of the controller's cache, as any pod not Lifeline's does.
 func rawMeta(m *metav1.ObjectMeta) {
 	*m = metav1.ObjectMeta{Name: m.Name, Namespace: RawNamespace, Labels: m.Labels, Annotations: m.Annotations}
 	if m.Labels == nil {
 		m.Labels = map[string]string{}
 	}
+	delete(m.Labels, contract.RoleLabel)
 }
 
 // measureSteady measures the controller's CPU while only heartbeats flow, then while every JI edge worker also
@@ -573,7 +580,7 @@ func (h *harness) cutOffRecords(nodes map[string]bool) (agent, total int) {
 	ctx := context.Background()
 	jis := &v1alpha1.JointInferenceServiceList{}
 	fls := &v1alpha1.FederatedLearningJobList{}
-	if h.cache.List(ctx, jis, client.InNamespace(Namespace)) != nil || h.cache.List(ctx, fls, client.InNamespace(Namespace)) != nil {
+	if h.cache.List(ctx, jis, client.InNamespace(Namespace), client.UnsafeDisableDeepCopy) != nil || h.cache.List(ctx, fls, client.InNamespace(Namespace), client.UnsafeDisableDeepCopy) != nil {
 		return 0, -1
 	}
 	count := func(ws []v1alpha1.WorkerStatus) {

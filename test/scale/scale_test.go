@@ -39,8 +39,8 @@ func TestScaleSmoke(t *testing.T) {
 	if r.ControllerPeakRSS < 1<<20 || r.ControllerRSS <= 0 || r.ControllerCores <= 0 {
 		t.Errorf("controller: RSS %d, peak %d, %.3f cores", r.ControllerRSS, r.ControllerPeakRSS, r.ControllerCores)
 	}
-	// Ten agents heartbeat once a second, then also report every 2 s.
-	if r.MessagesPerSecond < 8 || r.ReportingMessagesPerSecond < r.MessagesPerSecond+3 {
+	// Ten agents heartbeat once a second, then also report every 2 s: a 3 s window holds one or two reports of each.
+	if r.MessagesPerSecond < 8 || r.ReportingMessagesPerSecond < r.MessagesPerSecond+2 {
 		t.Errorf("%.1f, then %.1f messages/s reached the controller's table, want the heartbeats', then the reports' too",
 			r.MessagesPerSecond, r.ReportingMessagesPerSecond)
 	}
