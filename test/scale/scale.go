@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,6 +71,8 @@ type Config struct {
 	NodeGrace time.Duration
 	// SteadyWindow is how long controller CPU is measured with every agent heartbeating (default 20 s).
 	SteadyWindow time.Duration
+	// ProfileDir, when set, receives the controller's heap profile at the end of the run (heap-<nodes>.pprof).
+	ProfileDir string
 	// ControllerArgs are more flags for the controller, e.g. --concurrent-reconciles.
 	ControllerArgs []string
 	// Progress receives one line per step (default: discarded).
@@ -144,6 +147,7 @@ type harness struct {
 	fleet      *fleet
 	controller *cluster.Process
 	metricsURL string
+	pprofURL   string
 	seen       *seenObjects
 	progress   func(format string, args ...any)
 }
@@ -170,6 +174,9 @@ func Run(t testing.TB, cfg Config) *Result {
 	h.measureRecreation(r)
 	end, err := sampleProc(h.controller.Pid())
 	h.check(err)
+	if cfg.ProfileDir != "" {
+		h.check(h.saveProfile("heap", filepath.Join(cfg.ProfileDir, fmt.Sprintf("heap-%d.pprof", cfg.Nodes))))
+	}
 	r.ControllerRSS, r.ControllerPeakRSS = end.rss, end.hwm
 	if err := h.cp.Healthy(); err != nil {
 		t.Fatal(err)
@@ -238,12 +245,13 @@ func (h *harness) start(ctx context.Context) {
 
 	credentials := filepath.Join(h.cp.Dir, "mqtt-credentials")
 	h.check(writeCredentials(credentials, edge))
-	mqttAddr, metricsAddr := freeAddr(h.t), freeAddr(h.t)
-	h.metricsURL = "http://" + metricsAddr + "/metrics"
+	mqttAddr, metricsAddr, pprofAddr := freeAddr(h.t), freeAddr(h.t), freeAddr(h.t)
+	h.metricsURL, h.pprofURL = "http://"+metricsAddr+"/metrics", "http://"+pprofAddr+"/debug/pprof/"
 	binary, err := controllerBinary(root)
 	h.check(err)
 	h.controller, err = h.cp.Launch("lifeline-controller", binary, append([]string{
 		"--kubeconfig=" + h.cp.Kubeconfig, "--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=0",
+		"--pprof-bind-address=" + pprofAddr,
 		"--mqtt-address=" + mqttAddr, "--mqtt-credentials-dir=" + credentials, "--cluster=" + mqttCluster,
 		// Every agent holds a connection, and the harness's own are few: the default of 1000 is too few at 1000 nodes.
 		"--mqtt-max-connections=" + strconv.Itoa(h.cfg.Nodes+100),
@@ -301,6 +309,28 @@ func (h *harness) observed(o any) {
 			h.fleet.observe(pod)
 		}
 	}
+}
+
+// saveProfile writes one of the controller's pprof profiles to path.
+func (h *harness) saveProfile(name, path string) error {
+	resp, err := http.Get(h.pprofURL + name)
+	if err != nil {
+		return fmt.Errorf("reading the controller's %s profile: %w", name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("reading the controller's %s profile: %s", name, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("saving the controller's %s profile: %w", name, err)
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("saving the controller's %s profile: %w", name, err)
+	}
+	h.progress("controller %s profile in %s", name, path)
+	return f.Close()
 }
 
 // measureCreation creates the workloads and times their children and their statuses.

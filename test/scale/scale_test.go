@@ -16,6 +16,7 @@ import (
 var (
 	nodesFlag          = flag.String("scale.nodes", "100", "comma-separated fleet sizes BenchmarkScale runs at, one after the other")
 	controllerArgsFlag = flag.String("scale.controller-args", "", "space-separated extra flags for lifeline-controller")
+	profileDirFlag     = flag.String("scale.profile-dir", "", "directory that receives the controller's heap profile of each run")
 )
 
 func TestMain(m *testing.M) {
@@ -68,7 +69,8 @@ func BenchmarkScale(b *testing.B) {
 			b.Fatalf("-scale.nodes: %q is not a fleet size", s)
 		}
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
-			r := Run(b, Config{Nodes: n, Progress: os.Stderr, ControllerArgs: strings.Fields(*controllerArgsFlag)})
+			r := Run(b, Config{Nodes: n, Progress: os.Stderr, ControllerArgs: strings.Fields(*controllerArgsFlag),
+				ProfileDir: *profileDirFlag})
 			r.report(b)
 			for _, line := range r.Lines() {
 				fmt.Println(line)
