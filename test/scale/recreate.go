@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -15,20 +16,23 @@ import (
 	"github.com/lifeline-edge/lifeline/test/controllertest"
 )
 
-// measureDeploymentRecreation deletes a Deployment n times and times each until its replacement is seen.
+// measureDeploymentRecreation deletes a Deployment n times and times each until its replacement is seen. The
+// watch starts from a list's resource version, the newest: the Deployment's own may be older than what the API
+// server still holds while thousands of pods change around it.
 func measureDeploymentRecreation(t testing.TB, kube kubernetes.Interface, ns, name string, n int) []time.Duration {
 	deployments := kube.AppsV1().Deployments(ns)
+	byName := fields.OneTermEqualSelector("metadata.name", name).String()
 	return controllertest.MeasureRecreations(t, n, controllertest.Recreatable{
 		Name: name,
 		Current: func(ctx context.Context) (types.UID, string, error) {
-			d, err := deployments.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return "", "", err
+			list, err := deployments.List(ctx, metav1.ListOptions{FieldSelector: byName})
+			if err != nil || len(list.Items) != 1 {
+				return "", "", fmt.Errorf("%d Deployments %s (%v)", len(list.Items), name, err)
 			}
-			return d.UID, d.ResourceVersion, nil
+			return list.Items[0].UID, list.ResourceVersion, nil
 		},
 		Watch: func(ctx context.Context, rv string) (watch.Interface, error) {
-			return deployments.Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+			return deployments.Watch(ctx, metav1.ListOptions{FieldSelector: byName, ResourceVersion: rv})
 		},
 		Delete: func(ctx context.Context) error { return deployments.Delete(ctx, name, metav1.DeleteOptions{}) },
 	})

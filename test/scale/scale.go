@@ -166,6 +166,13 @@ func Run(t testing.TB, cfg Config) *Result {
 	defer cancel()
 	h.start(ctx)
 	r := &Result{Nodes: cfg.Nodes, Workers: cfg.Nodes * (2 + 1 + TrainersPerJob)}
+	defer func() {
+		if t.Failed() { // what was measured before the failure is still worth reading
+			for _, line := range r.Lines() {
+				fmt.Fprintln(cfg.Progress, "measured before the failure: "+line)
+			}
+		}
+	}()
 	h.measureCreation(ctx, r)
 	h.measureRaw(ctx, r)
 	h.measureSteady(r)
