@@ -85,6 +85,14 @@ bench: tools build ## Benchmarks, each printed beside an anchor measured in the 
 	@echo "==> benchmarks (each package starts a control plane first)"
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
 
+# Fleet sizes `make bench-scale` runs at, one control plane each (SCALE_NODES=100,300,1000 for the whole curve).
+SCALE_NODES ?= 100,300
+
+.PHONY: bench-scale
+bench-scale: tools ## Lifeline at fleet scale under kwok: children, reconciles, CPU, RSS, detection, mass cut-off ($(SCALE_NODES) nodes).
+	@echo "==> scale benchmark at $(SCALE_NODES) edge nodes (one control plane, kwok and agent fleet per size)"
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 90m ./test/scale/ -scale.nodes=$(SCALE_NODES)
+
 ##@ Building
 
 .PHONY: build

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,6 +38,8 @@ type Reconciler struct {
 	Edge *liveness.Edge
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// MaxConcurrentReconciles is how many jobs are reconciled at once (never one job twice); zero means one.
+	MaxConcurrentReconciles int
 }
 
 // Reconcile runs one pass: observe the job's pods, decide (decide.go), act, write status once.
@@ -187,9 +190,10 @@ func podsOf(workers []worker) []*corev1.Pod {
 	return pods
 }
 
-// createWorkers creates the missing workers decide chose. A name still taken in the API (the previous pod is
-// not fully gone, or the cache is behind) is retried on the next pass: there is never more than one pod per
-// identity.
+// createWorkers creates the missing workers decide chose, all at once as the Job controller creates a batch:
+// a new job's workers cost one round trip to the API server, not one per worker. A name still taken in the API
+// (the previous pod is not fully gone, or the cache is behind) is retried on the next pass: there is never more
+// than one pod per identity.
 func (r *Reconciler) createWorkers(ctx context.Context, job *v1alpha1.FederatedLearningJob, p *plan) error {
 	if len(p.create) == 0 {
 		return nil
@@ -201,22 +205,37 @@ func (r *Reconciler) createWorkers(ctx context.Context, job *v1alpha1.FederatedL
 		p.retryAt = time.Time{}
 		return nil
 	}
+	pods := make([]*corev1.Pod, 0, len(p.create))
 	for _, id := range p.create {
 		pod, err := renderWorker(in, id)
 		if err != nil {
 			return fmt.Errorf("rendering %s: %w", id.name, err)
 		}
-		if err := r.Create(ctx, pod); err != nil {
-			if apierrors.IsAlreadyExists(err) {
-				p.retryAt = earliest(p.retryAt, r.now().Add(time.Second))
-				continue
-			}
-			return fmt.Errorf("creating worker %s: %w", id.name, err)
-		}
-		log.FromContext(ctx).V(2).Info("created worker", "pod", pod.Name)
-		r.event(job, pod, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created pod %s", pod.Name)
+		pods = append(pods, pod)
 	}
-	return nil
+	var wg sync.WaitGroup
+	var mu sync.Mutex // guards errs and p.retryAt
+	var errs []error
+	for _, pod := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := r.Create(ctx, pod)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case apierrors.IsAlreadyExists(err):
+				p.retryAt = earliest(p.retryAt, r.now().Add(time.Second))
+			case err != nil:
+				errs = append(errs, fmt.Errorf("creating worker %s: %w", pod.Name, err))
+			default:
+				log.FromContext(ctx).V(2).Info("created worker", "pod", pod.Name)
+				r.event(job, pod, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created pod %s", pod.Name)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // readInputs reads the Models and Datasets the job names, and the metadata of their Secrets; the message says

@@ -8,6 +8,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -83,6 +84,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return b.
 		For(&v1alpha1.FederatedLearningJob{}).
 		Named("federatedlearningjob").
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.Service{}).
 		Watches(&v1alpha1.Model{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {

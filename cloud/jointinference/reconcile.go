@@ -36,6 +36,9 @@ type Reconciler struct {
 	Edge *liveness.Edge
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// MaxConcurrentReconciles is how many services are reconciled at once (never one service twice); zero
+	// means one.
+	MaxConcurrentReconciles int
 }
 
 // Event reasons, stable for alerting.

@@ -45,6 +45,7 @@ func main() {
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's)")
 	flag.StringVar(&opts.MetricsAddr, "metrics-bind-address", "127.0.0.1:8080", "address of the Prometheus metrics endpoint (plain HTTP: keep it on loopback); 0 disables it")
 	flag.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz; 0 disables them")
+	flag.StringVar(&opts.PprofAddr, "pprof-bind-address", "", "address of Go's profiles under /debug/pprof/ (plain HTTP: keep it on loopback); empty disables them")
 	flag.StringVar(&opts.LCServer, "lc-server", contract.DefaultLCServer, "LC_SERVER handed to edge workers: the node-local report endpoint")
 	flag.StringVar(&opts.MQTTAddress, "mqtt-address", ":1883", "address of the embedded MQTT broker the edge agents connect to; empty disables edge awareness")
 	flag.StringVar(&opts.MQTTCredentialsDir, "mqtt-credentials-dir", "/etc/lifeline/mqtt-credentials",
@@ -69,6 +70,8 @@ func main() {
 	flag.StringVar(&opts.Cluster, "cluster", "default", "this cluster's name in the MQTT topic tree")
 	namespaces := flag.String("namespaces", "", "comma-separated namespaces whose workloads Lifeline reconciles; empty: all")
 	selector := flag.String("selector", "", "label selector of the JointInferenceServices and FederatedLearningJobs Lifeline reconciles; empty: all")
+	flag.IntVar(&opts.ConcurrentReconciles, "concurrent-reconciles", manager.DefaultConcurrentReconciles,
+		"JointInferenceServices, and FederatedLearningJobs, reconciled at once (never one twice)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	showVersion := flag.Bool("version", false, "print the version and exit")

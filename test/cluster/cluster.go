@@ -41,10 +41,10 @@ const BinDirEnv = "LIFELINE_BIN_DIR"
 
 const modulePath = "github.com/lifeline-edge/lifeline"
 
-// serviceCIDR is the Service IP range; its first address is the `kubernetes` Service and must be in the
+// serviceCIDR is the Service IP range, room for the thousands of Services of a scale test; its first address is the `kubernetes` Service and must be in the
 // API server's serving certificate.
 const (
-	serviceCIDR      = "10.0.0.0/24"
+	serviceCIDR      = "10.0.0.0/16"
 	kubernetesSvcIP  = "10.0.0.1"
 	defaultStartWait = 3 * time.Minute
 )

@@ -1,0 +1,131 @@
+package scale
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/lifeline-edge/lifeline/test/cluster"
+)
+
+// KwokLabel marks the Nodes kwok keeps alive. Removing it from a Node cuts the node off: the Node leaves kwok's
+// watch, which is filtered by the API server, so kwok stops renewing its Lease and the node lifecycle controller
+// turns its Ready condition Unknown after its grace period, as for a real edge node that lost the API server. (An
+// annotation would not do: kwok filters annotations itself and keeps renewing the Leases of Nodes that lose one.)
+const (
+	KwokLabel = "kwok.x-k8s.io/node"
+	kwokValue = "fake"
+)
+
+// kwokStages are the lifecycles kwok plays: a new Node turns Ready (its Lease renewed from then on, by kwok's
+// lease controller), and a Pod bound to a managed Node runs with its containers ready; a deleted Pod goes once
+// its finalizers are gone. Nothing else changes, so what the controller sees after start-up is only what the
+// harness does.
+const kwokStages = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: scale-node-ready
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Node
+  selector:
+    matchExpressions:
+    - key: .status.phase
+      operator: NotIn
+      values: [Running]
+  next:
+    statusTemplate: |
+      phase: Running
+      addresses:
+      - type: InternalIP
+        address: {{ NodeIP }}
+      conditions:
+      - type: Ready
+        status: "True"
+        reason: KubeletReady
+        message: kwok plays this node
+        lastHeartbeatTime: {{ Now | Quote }}
+        lastTransitionTime: {{ Now | Quote }}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: scale-pod-running
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: .metadata.deletionTimestamp
+      operator: DoesNotExist
+    - key: .status.podIP
+      operator: DoesNotExist
+  next:
+    statusTemplate: |
+      phase: Running
+      hostIP: {{ NodeIPWith .spec.nodeName }}
+      podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+      startTime: {{ Now | Quote }}
+      conditions:
+      - type: Ready
+        status: "True"
+        lastTransitionTime: {{ Now | Quote }}
+      - type: ContainersReady
+        status: "True"
+        lastTransitionTime: {{ Now | Quote }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - name: {{ .name }}
+        image: {{ .image }}
+        ready: true
+        started: true
+        restartCount: 0
+        state:
+          running:
+            startedAt: {{ Now | Quote }}
+      {{ end }}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: scale-pod-delete
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: .metadata.deletionTimestamp
+      operator: Exists
+  next:
+    delete: true
+`
+
+// startKwok runs bin/kwok beside the control plane, managing the Nodes that carry KwokLabel. Their Leases last
+// lease and are renewed every quarter of it, as the kubelet's: a lease as long as the node lifecycle controller's
+// grace period keeps a node kwok plays Ready.
+func startKwok(cp *cluster.ControlPlane, lease time.Duration) (*cluster.Process, error) {
+	conf := filepath.Join(cp.Dir, "kwok-stages.yaml")
+	if err := os.WriteFile(conf, []byte(kwokStages), 0o600); err != nil {
+		return nil, fmt.Errorf("writing kwok's stages: %w", err)
+	}
+	args := []string{
+		"--kubeconfig=" + cp.Kubeconfig,
+		"--config=" + conf,
+		"--manage-nodes-with-label-selector=" + KwokLabel + "=" + kwokValue,
+		"--node-lease-duration-seconds=" + strconv.Itoa(int(lease.Seconds())),
+		"--cidr=10.128.0.0/10",
+		"--node-ip=10.96.0.1",
+		"--server-address=",
+		"--v=WARN",
+	}
+	p, err := cp.Launch("kwok", filepath.Join(cp.BinDir, "kwok"), args, nil)
+	if err != nil {
+		return nil, fmt.Errorf("starting kwok: %w", err)
+	}
+	return p, nil
+}

@@ -1,0 +1,124 @@
+package scale
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/lifeline-edge/lifeline/edge/journal"
+)
+
+func TestParseStatCPU(t *testing.T) {
+	tests := []struct {
+		name, stat string
+		want       time.Duration
+		wantErr    bool
+	}{
+		{name: "plain", stat: "42 (lifeline-contr) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0 100 0",
+			want: 3 * time.Second},
+		{name: "a command name with spaces and parentheses",
+			stat: "42 (a (b) c) R 1 42 42 0 -1 0 0 0 0 0 7 3 0 0 20 0 1 0 1 0", want: 100 * time.Millisecond},
+		{name: "truncated", stat: "42 (x) S 1 2 3", wantErr: true},
+		{name: "no command", stat: "garbage", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseStatCPU(tt.stat)
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Errorf("parseStatCPU = %v, %v; want %v (error %v)", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestParseStatusKiB(t *testing.T) {
+	status := "Name:\tlifeline\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\n"
+	tests := []struct {
+		key  string
+		want int64
+	}{{"VmRSS:", 102400}, {"VmHWM:", 204800}, {"VmSwap:", 0}}
+	for _, tt := range tests {
+		if got := parseStatusKiB(status, tt.key); got != tt.want {
+			t.Errorf("parseStatusKiB(%s) = %d, want %d", tt.key, got, tt.want)
+		}
+	}
+}
+
+func TestParseHistograms(t *testing.T) {
+	text := `# HELP controller_runtime_reconcile_time_seconds Length of time per reconciliation per controller
+# TYPE controller_runtime_reconcile_time_seconds histogram
+controller_runtime_reconcile_time_seconds_bucket{controller="ji",le="0.01"} 2
+controller_runtime_reconcile_time_seconds_bucket{controller="ji",le="0.1"} 8
+controller_runtime_reconcile_time_seconds_bucket{controller="ji",le="+Inf"} 10
+controller_runtime_reconcile_time_seconds_sum{controller="ji"} 1.5
+controller_runtime_reconcile_time_seconds_count{controller="ji"} 10
+controller_runtime_reconcile_time_seconds_bucket{controller="fl",le="+Inf"} 0
+controller_runtime_reconcile_total{controller="ji",result="success"} 10
+`
+	got, err := parseHistograms(strings.NewReader(text), "controller_runtime_reconcile_time_seconds", "controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]histogram{"ji": {0.01: 2, 0.1: 8, math.Inf(1): 10}, "fl": {math.Inf(1): 0}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("parseHistograms (-want +got):\n%s", diff)
+	}
+	if n, err := sumCounter(strings.NewReader(text), "controller_runtime_reconcile_total"); err != nil || n != 10 {
+		t.Errorf("sumCounter = %v, %v; want 10", n, err)
+	}
+}
+
+func TestHistogramQuantile(t *testing.T) {
+	h := histogram{0.01: 2, 0.1: 8, 1: 10, math.Inf(1): 10}
+	tests := []struct {
+		name string
+		h    histogram
+		q    float64
+		want float64
+	}{
+		{"in the first bucket, from zero", h, 0.1, 0.005},
+		{"interpolated in the second bucket", h, 0.5, 0.01 + 0.09*(5.0-2)/(8-2)},
+		{"in the last finite bucket", h, 0.99, 0.1 + 0.9*(9.9-8)/(10-8)},
+		{"past every finite bound: the highest one", histogram{0.5: 1, math.Inf(1): 4}, 0.99, 0.5},
+		{"empty", histogram{math.Inf(1): 0}, 0.5, 0},
+		{"since an earlier scrape", histogram{0.01: 5, 0.1: 10, math.Inf(1): 10}.minus(histogram{0.01: 5, 0.1: 5, math.Inf(1): 5}), 0.5,
+			0.01 + 0.09*2.5/5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.h.quantile(tt.q); math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("quantile(%v) = %v, want %v", tt.q, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestMemJournalKeepsTheLatestStateOfAKey(t *testing.T) {
+	j := newMemJournal()
+	for _, e := range []struct{ topic, key string }{{"a", "w1"}, {"b", ""}, {"c", "w1"}, {"d", "w2"}} {
+		if _, err := j.Put(journalEntry(e.topic, e.key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pending, _ := j.Pending()
+	var topics []string
+	for _, e := range pending {
+		topics = append(topics, e.Topic)
+	}
+	if diff := cmp.Diff([]string{"b", "c", "d"}, topics); diff != "" {
+		t.Errorf("pending (-want +got):\n%s", diff)
+	}
+	if err := j.Ack(pending[1].Seq); err != nil {
+		t.Fatal(err)
+	}
+	if pending, _ = j.Pending(); len(pending) != 2 || pending[0].Topic != "b" || pending[1].Topic != "d" {
+		t.Errorf("after acknowledging c: %+v", pending)
+	}
+}
+
+func journalEntry(topic, key string) journal.Entry {
+	return journal.Entry{Topic: topic, Key: key, QoS: 1}
+}

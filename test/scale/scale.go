@@ -1,0 +1,857 @@
+// Package scale measures Lifeline at the size of a fleet: a real control plane, kwok playing hundreds of edge
+// nodes, the controller as its own process (bin/lifeline-controller), and one simulated agent per node speaking
+// the liveness protocol to the controller's embedded broker through the agent's own publisher. Every figure is
+// printed beside an anchor measured in the same run (docs/performance.md).
+package scale
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/jointinference"
+	"github.com/lifeline-edge/lifeline/cloud/manager"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+	"github.com/lifeline-edge/lifeline/test/cluster"
+)
+
+// Namespaces: Lifeline's workloads, and the anchor's copies of their children.
+const (
+	Namespace    = "scale"
+	RawNamespace = "scale-raw"
+	mqttCluster  = "scale"
+)
+
+// Config sizes a run.
+type Config struct {
+	// Nodes is the number of edge nodes, each with its agent; there are as many JointInferenceServices and
+	// FederatedLearningJobs (one aggregator and TrainersPerJob trainers each).
+	Nodes int
+	// CloudNodes hold the cloud workers and aggregators (default 3).
+	CloudNodes int
+	// DetectSamples is how many worker deaths the detection latency is measured on (default min(20, Nodes/2)).
+	DetectSamples int
+	// CutOff is how many nodes are cut off at once (default min(100, Nodes/2)).
+	CutOff int
+	// Recreations is how many times the JI's edge Deployment and the anchor's ReplicaSet are deleted (default 20).
+	Recreations int
+	// Parallelism is how many requests the harness has in flight when it creates objects, for Lifeline's
+	// workloads and the anchor's children alike (default 16).
+	Parallelism int
+	// NodeGrace is the node lifecycle controller's grace before it marks a silent node not Ready, and the
+	// duration of the Leases kwok renews (default 40 s, as upstream).
+	NodeGrace time.Duration
+	// SteadyWindow is how long controller CPU is measured with every agent heartbeating (default 20 s).
+	SteadyWindow time.Duration
+	// ProfileDir, when set, receives the controller's heap profile at the end of the run (heap-<nodes>.pprof).
+	ProfileDir string
+	// ControllerArgs are more flags for the controller, e.g. --concurrent-reconciles.
+	ControllerArgs []string
+	// Progress receives one line per step (default: discarded).
+	Progress io.Writer
+}
+
+func (c *Config) defaults() {
+	if c.CloudNodes == 0 {
+		c.CloudNodes = 3
+	}
+	if c.DetectSamples == 0 {
+		c.DetectSamples = min(20, max(c.Nodes/2, 1))
+	}
+	if c.CutOff == 0 {
+		c.CutOff = min(100, max(c.Nodes/2, 1))
+	}
+	if c.Recreations == 0 {
+		c.Recreations = 20
+	}
+	if c.Parallelism == 0 {
+		c.Parallelism = 16
+	}
+	if c.NodeGrace == 0 {
+		c.NodeGrace = 40 * time.Second
+	}
+	if c.SteadyWindow == 0 {
+		c.SteadyWindow = 20 * time.Second
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+}
+
+// Result is what a run measured.
+type Result struct {
+	Nodes, Workers, Children int
+	// ChildrenLifeline is from the first workload's creation until every child of every workload exists;
+	// ChildrenRaw the same for a client creating those children itself.
+	ChildrenLifeline, ChildrenRaw time.Duration
+	// StatusSettled is from the first creation until every worker's status is Alive.
+	StatusSettled time.Duration
+	// Reconciles, ReconcileP50 and ReconcileP99 (seconds) are by controller, from the creation until the statuses settled.
+	Reconciles                 map[string]float64
+	ReconcileP50, ReconcileP99 map[string]float64
+	// ControllerCores is the controller's CPU while the workloads were created and settled; IngestionCores while
+	// nothing happened but every agent's heartbeats, at MessagesPerSecond.
+	ControllerCores, IngestionCores, MessagesPerSecond float64
+	// ReportingCores is the controller's CPU while the JI edge workers also report, at ReportingMessagesPerSecond.
+	ReportingCores, ReportingMessagesPerSecond float64
+	// ControllerRSS is the controller's resident set at the end, ControllerPeakRSS its peak (bytes).
+	ControllerRSS, ControllerPeakRSS int64
+	// Detect holds, per worker death on a cut-off node, the time from the agent's state until the status showed it.
+	Detect []time.Duration
+	// MassCutoff is from cutting CutOff nodes off at once until every status of their workers is in the agents'
+	// word; CutOffWorkers counts those workers; NodesUnknown is until the node lifecycle controller marked every
+	// one of them not Ready, after which the statuses were checked again.
+	MassCutoff, NodesUnknown time.Duration
+	CutOffWorkers            int
+	// RecreateJI and RecreateRS are the child re-creation samples: the JI's edge Deployment, and the anchor
+	// Deployment's ReplicaSet.
+	RecreateJI, RecreateRS []time.Duration
+}
+
+// harness holds a run's processes and clients.
+type harness struct {
+	t          testing.TB
+	cfg        Config
+	cp         *cluster.ControlPlane
+	kube       kubernetes.Interface
+	c          client.Client
+	cache      cache.Cache
+	fleet      *fleet
+	controller *cluster.Process
+	metricsURL string
+	pprofURL   string
+	seen       *seenObjects
+	progress   func(format string, args ...any)
+}
+
+// Run starts everything, measures, and stops everything. It fails t on any error.
+func Run(t testing.TB, cfg Config) *Result {
+	t.Helper()
+	cfg.defaults()
+	ctrllog.SetLogger(logr.Discard()) // the harness's cache; the controller logs to its own file
+	began := time.Now()
+	h := &harness{t: t, cfg: cfg, seen: newSeenObjects()}
+	h.progress = func(format string, args ...any) {
+		fmt.Fprintf(cfg.Progress, "scale %d: "+format+" (%.0fs)\n", append([]any{cfg.Nodes}, append(args, time.Since(began).Seconds())...)...)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.start(ctx)
+	r := &Result{Nodes: cfg.Nodes, Workers: cfg.Nodes * (2 + 1 + TrainersPerJob)}
+	defer func() {
+		if t.Failed() { // what was measured before the failure is still worth reading
+			for _, line := range r.Lines() {
+				fmt.Fprintln(cfg.Progress, "measured before the failure: "+line)
+			}
+		}
+	}()
+	h.measureCreation(ctx, r)
+	h.measureRaw(ctx, r)
+	h.measureSteady(r)
+	h.measureDetection(ctx, r)
+	h.measureMassCutoff(ctx, r)
+	h.measureRecreation(r)
+	end, err := sampleProc(h.controller.Pid())
+	h.check(err)
+	if cfg.ProfileDir != "" {
+		h.check(h.saveProfile("heap", filepath.Join(cfg.ProfileDir, fmt.Sprintf("heap-%d.pprof", cfg.Nodes))))
+	}
+	r.ControllerRSS, r.ControllerPeakRSS = end.rss, end.hwm
+	if err := h.cp.Healthy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.controller.Exited(); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (h *harness) check(err error) {
+	h.t.Helper()
+	if err != nil {
+		h.cp.KeepDir()
+		h.t.Fatalf("%v (logs kept in %s)", err, h.cp.Dir)
+	}
+}
+
+// start brings up the control plane, kwok and its nodes, the controller, the harness's cache and the agents.
+func (h *harness) start(ctx context.Context) {
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.cp, err = cluster.Start(ctx, cluster.Options{WithoutScheduler: true, Progress: h.cfg.Progress,
+		CRDDirs: []string{filepath.Join(root, "deploy", "crds")}, NodeMonitorGracePeriod: h.cfg.NodeGrace})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(h.cp.Stop)
+	cfg := rest.CopyConfig(h.cp.Config)
+	cfg.QPS = -1 // the anchor and the workloads are created as fast as the API server takes them
+	h.kube, err = kubernetes.NewForConfig(cfg)
+	h.check(err)
+	scheme, err := manager.Scheme()
+	h.check(err)
+	h.c, err = client.New(cfg, client.Options{Scheme: scheme})
+	h.check(err)
+
+	_, err = startKwok(h.cp, h.cfg.NodeGrace)
+	h.check(err)
+	var nodes []*corev1.Node
+	var edge []string
+	for i := 0; i < h.cfg.CloudNodes; i++ {
+		nodes = append(nodes, newNode(CloudNodeName(i), false))
+	}
+	for i := 0; i < h.cfg.Nodes; i++ {
+		nodes = append(nodes, newNode(EdgeNodeName(i), true))
+		edge = append(edge, EdgeNodeName(i))
+	}
+	h.check(h.createAll(ctx, len(nodes), func(i int) client.Object { return nodes[i] }))
+	h.waitFor(3*time.Minute, "every node Ready", func() (bool, error) {
+		list, err := h.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, n := range list.Items {
+			if nodeReady(&n) == corev1.ConditionTrue {
+				ready++
+			}
+		}
+		return ready == len(nodes), fmt.Errorf("%d of %d nodes Ready", ready, len(nodes))
+	})
+	h.progress("%d nodes Ready under kwok", len(nodes))
+
+	credentials := filepath.Join(h.cp.Dir, "mqtt-credentials")
+	h.check(writeCredentials(credentials, edge))
+	mqttAddr, metricsAddr, pprofAddr := freeAddr(h.t), freeAddr(h.t), freeAddr(h.t)
+	h.metricsURL, h.pprofURL = "http://"+metricsAddr+"/metrics", "http://"+pprofAddr+"/debug/pprof/"
+	binary, err := controllerBinary(root)
+	h.check(err)
+	h.controller, err = h.cp.Launch("lifeline-controller", binary, append([]string{
+		"--kubeconfig=" + h.cp.Kubeconfig, "--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=0",
+		"--pprof-bind-address=" + pprofAddr,
+		"--mqtt-address=" + mqttAddr, "--mqtt-credentials-dir=" + credentials, "--cluster=" + mqttCluster,
+		// Every agent holds a connection, and the harness's own are few: the default of 1000 is too few at 1000 nodes.
+		"--mqtt-max-connections=" + strconv.Itoa(h.cfg.Nodes+100),
+	}, h.cfg.ControllerArgs...), nil)
+	h.check(err)
+	h.waitFor(time.Minute, "the controller's metrics endpoint", func() (bool, error) {
+		_, err := scrapeHistograms(h.metricsURL, "controller_runtime_reconcile_time_seconds", "controller")
+		return err == nil, err
+	})
+	h.progress("lifeline-controller started (pid %d, log %s)", h.controller.Pid(), h.controller.LogPath())
+
+	h.cache, err = cache.New(cfg, cache.Options{Scheme: scheme,
+		DefaultNamespaces: map[string]cache.Config{Namespace: {}, RawNamespace: {}}})
+	h.check(err)
+	for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &corev1.Pod{},
+		&v1alpha1.JointInferenceService{}, &v1alpha1.FederatedLearningJob{}} {
+		inf, err := h.cache.GetInformer(ctx, obj)
+		h.check(err)
+		_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { h.observed(o) },
+			UpdateFunc: func(_, o any) { h.observed(o) },
+		})
+		h.check(err)
+	}
+	go func() { _ = h.cache.Start(ctx) }()
+	if !h.cache.WaitForCacheSync(ctx) {
+		h.check(fmt.Errorf("the harness's cache did not sync"))
+	}
+
+	h.fleet, err = startFleet(ctx, mqttAddr, mqttCluster, credentials, filepath.Join(h.cp.Dir, "agents"), edge, logr.Discard())
+	h.check(err)
+	h.t.Cleanup(h.fleet.Stop)
+	h.waitFor(3*time.Minute, "every agent connected", func() (bool, error) {
+		n := h.fleet.connected()
+		return n == len(edge), fmt.Errorf("%d of %d agents connected", n, len(edge))
+	})
+	h.progress("%d agents connected, heartbeating every %v", len(edge), HeartbeatInterval)
+}
+
+// observed records when a child first appeared, and lets the pod's agent see a running pod.
+func (h *harness) observed(o any) {
+	obj, ok := o.(client.Object)
+	if !ok {
+		return
+	}
+	switch pod := obj.(type) {
+	case *appsv1.Deployment, *corev1.Service:
+		h.seen.add(obj)
+	case *corev1.Pod:
+		if metav1.GetControllerOf(pod) != nil && metav1.GetControllerOf(pod).Kind == "FederatedLearningJob" ||
+			pod.Namespace == RawNamespace && pod.Labels[rawPodLabel] != "" {
+			h.seen.add(obj)
+		}
+		if h.fleet != nil {
+			h.fleet.observe(pod)
+		}
+	}
+}
+
+// saveProfile writes one of the controller's pprof profiles to path.
+func (h *harness) saveProfile(name, path string) error {
+	resp, err := http.Get(h.pprofURL + name)
+	if err != nil {
+		return fmt.Errorf("reading the controller's %s profile: %w", name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("reading the controller's %s profile: %s", name, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("saving the controller's %s profile: %w", name, err)
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("saving the controller's %s profile: %w", name, err)
+	}
+	h.progress("controller %s profile in %s", name, path)
+	return f.Close()
+}
+
+// measureCreation creates the workloads and times their children and their statuses.
+func (h *harness) measureCreation(ctx context.Context, r *Result) {
+	n := h.cfg.Nodes
+	h.check(h.createAll(ctx, 2, func(i int) client.Object {
+		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: []string{Namespace, RawNamespace}[i]}}
+	}))
+	models := []client.Object{newModel(Namespace, littleModel, "/models/little.pb"), newModel(Namespace, bigModel, "/models/big.pb"),
+		newModel(Namespace, flModel, "/models/fl.pb")}
+	h.check(h.createAll(ctx, len(models), func(i int) client.Object { return models[i] }))
+	h.check(h.createAll(ctx, n, func(i int) client.Object { return newDataset(Namespace, i) }))
+
+	p0, err := sampleProc(h.controller.Pid())
+	h.check(err)
+	h0, err := scrapeHistograms(h.metricsURL, "controller_runtime_reconcile_time_seconds", "controller")
+	h.check(err)
+	began := time.Now()
+	h.check(h.createAll(ctx, 2*n, func(i int) client.Object {
+		if i%2 == 0 {
+			return newJI(Namespace, i/2, h.cfg.CloudNodes)
+		}
+		return newFL(Namespace, i/2, n, h.cfg.CloudNodes)
+	}))
+	// Per JI: the edge and cloud Deployments and the cloud Service; per FL job: the aggregator, the trainers and
+	// the aggregation Service.
+	r.Children = n * (3 + 2 + TrainersPerJob)
+	last := h.waitChildren(Namespace, r.Children)
+	r.ChildrenLifeline = last.Sub(began)
+	h.progress("Lifeline: %d children of %d workloads in %v", r.Children, 2*n, r.ChildrenLifeline.Round(time.Millisecond))
+
+	h.waitFor(time.Minute+time.Duration(n)*600*time.Millisecond, "every worker Alive in its workload's status", func() (bool, error) {
+		alive, others := h.aliveWorkers()
+		if len(others) > 3 {
+			others = others[:3]
+		}
+		return alive == r.Workers, fmt.Errorf("%d of %d workers Alive; not: %v", alive, r.Workers, others)
+	})
+	r.StatusSettled = time.Since(began)
+	p1, err := sampleProc(h.controller.Pid())
+	h.check(err)
+	h1, err := scrapeHistograms(h.metricsURL, "controller_runtime_reconcile_time_seconds", "controller")
+	h.check(err)
+	r.ControllerCores = cores(p0, p1)
+	r.Reconciles, r.ReconcileP50, r.ReconcileP99 = map[string]float64{}, map[string]float64{}, map[string]float64{}
+	for name, hist := range h1 {
+		d := hist.minus(h0[name])
+		r.Reconciles[name], r.ReconcileP50[name], r.ReconcileP99[name] = d.count(), d.quantile(0.5), d.quantile(0.99)
+	}
+	h.progress("every status Alive in %v", r.StatusSettled.Round(time.Millisecond))
+}
+
+// aliveWorkers counts the worker records that are Alive across every workload, and describes the others.
+func (h *harness) aliveWorkers() (int, []string) {
+	ctx := context.Background()
+	alive := 0
+	var others []string
+	jis := &v1alpha1.JointInferenceServiceList{}
+	fls := &v1alpha1.FederatedLearningJobList{}
+	if err := errors.Join(h.cache.List(ctx, jis, client.InNamespace(Namespace), client.UnsafeDisableDeepCopy), h.cache.List(ctx, fls, client.InNamespace(Namespace), client.UnsafeDisableDeepCopy)); err != nil {
+		return 0, []string{err.Error()}
+	}
+	count := func(ws []v1alpha1.WorkerStatus) {
+		for _, w := range ws {
+			if w.Liveness == v1alpha1.LivenessAlive {
+				alive++
+			} else {
+				others = append(others, fmt.Sprintf("%s %s/%s/%s", w.Name, w.Phase, w.Liveness, w.Source))
+			}
+		}
+	}
+	for _, ji := range jis.Items {
+		count(ji.Status.Workers)
+	}
+	for _, fl := range fls.Items {
+		count(fl.Status.Workers)
+	}
+	return alive, others
+}
+
+// rawPodLabel marks the anchor's pods, which have no owner to tell them by.
+const rawPodLabel = "scale.lifeline.sedna.io/raw"
+
+// measureRaw creates, with a plain client, copies of every child Lifeline made, and times it.
+func (h *harness) measureRaw(ctx context.Context, r *Result) {
+	var objs []client.Object
+	deployments := &appsv1.DeploymentList{}
+	services := &corev1.ServiceList{}
+	pods := &corev1.PodList{}
+	h.check(h.c.List(ctx, deployments, client.InNamespace(Namespace)))
+	h.check(h.c.List(ctx, services, client.InNamespace(Namespace)))
+	h.check(h.c.List(ctx, pods, client.InNamespace(Namespace)))
+	for i := range deployments.Items {
+		d := deployments.Items[i].DeepCopy()
+		rawMeta(&d.ObjectMeta)
+		d.Status = appsv1.DeploymentStatus{}
+		delete(d.Spec.Template.Labels, contract.RoleLabel)
+		if d.Spec.Selector != nil {
+			delete(d.Spec.Selector.MatchLabels, contract.RoleLabel)
+		}
+		objs = append(objs, d)
+	}
+	for i := range services.Items {
+		s := services.Items[i].DeepCopy()
+		rawMeta(&s.ObjectMeta)
+		s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Status = "", nil, corev1.ServiceStatus{}
+		delete(s.Spec.Selector, contract.RoleLabel)
+		objs = append(objs, s)
+	}
+	for i := range pods.Items {
+		p := pods.Items[i].DeepCopy()
+		if c := metav1.GetControllerOf(p); c == nil || c.Kind != "FederatedLearningJob" {
+			continue
+		}
+		rawMeta(&p.ObjectMeta)
+		p.Labels[rawPodLabel] = "true"
+		p.Status = corev1.PodStatus{}
+		objs = append(objs, p)
+	}
+	if len(objs) != r.Children {
+		h.check(fmt.Errorf("the workloads' namespace holds %d children, want %d", len(objs), r.Children))
+	}
+	began := time.Now()
+	h.check(h.createAll(ctx, len(objs), func(i int) client.Object { return objs[i] }))
+	r.ChildrenRaw = h.waitChildren(RawNamespace, len(objs)).Sub(began)
+	h.progress("anchor: %d children created by a client in %v", len(objs), r.ChildrenRaw.Round(time.Millisecond))
+}
+
+// rawMeta makes the metadata of a child Lifeline made that of an object a user creates in RawNamespace. Without
+// Lifeline's role label, the anchor's pods stay out of the controller's cache, as any pod not Lifeline's does.
+func rawMeta(m *metav1.ObjectMeta) {
+	*m = metav1.ObjectMeta{Name: m.Name, Namespace: RawNamespace, Labels: m.Labels, Annotations: m.Annotations}
+	if m.Labels == nil {
+		m.Labels = map[string]string{}
+	}
+	delete(m.Labels, contract.RoleLabel)
+}
+
+// measureSteady measures the controller's CPU while only heartbeats flow, then while every JI edge worker also
+// reports its counters every ReportInterval, each report changing its service's status.
+func (h *harness) measureSteady(r *Result) {
+	time.Sleep(h.cfg.SteadyWindow / 4) // let the anchor's pods and what they wake go by
+	r.IngestionCores, r.MessagesPerSecond = h.window()
+	h.progress("heartbeats: %.3f cores at %.0f messages/s", r.IngestionCores, r.MessagesPerSecond)
+	stop := h.reportEvery(ReportInterval)
+	defer stop()
+	time.Sleep(ReportInterval) // the first reports' status writes
+	r.ReportingCores, r.ReportingMessagesPerSecond = h.window()
+	h.progress("heartbeats and reports: %.3f cores at %.0f messages/s", r.ReportingCores, r.ReportingMessagesPerSecond)
+}
+
+// ReportInterval is how often each JI edge worker reports in the second steady window.
+const ReportInterval = 2 * time.Second
+
+// window is the controller's CPU, in cores, and the messages per second its table accepted, over SteadyWindow.
+func (h *harness) window() (float64, float64) {
+	m0, err := h.messages()
+	h.check(err)
+	p0, err := sampleProc(h.controller.Pid())
+	h.check(err)
+	time.Sleep(h.cfg.SteadyWindow)
+	p1, err := sampleProc(h.controller.Pid())
+	h.check(err)
+	m1, err := h.messages()
+	h.check(err)
+	return cores(p0, p1), (m1 - m0) / p1.at.Sub(p0.at).Seconds()
+}
+
+// reportEvery makes each node's agent report its JI edge worker's counters every interval, as Sedna's worker
+// library does, until the returned func is called.
+func (h *harness) reportEvery(interval time.Duration) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i, node := range h.fleet.nodes() {
+		a := h.fleet.agents[node]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			for n := 1; ; n++ {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				_ = a.publishReport(Namespace, jointinference.DeploymentName(jiName(i), "edge"), reportBody(jiName(i), n))
+			}
+		}()
+	}
+	return func() { cancel(); wg.Wait() }
+}
+
+// messages is how many messages the controller's liveness table accepted so far.
+func (h *harness) messages() (float64, error) {
+	return scrapeCounter(h.metricsURL, "lifeline_liveness_messages_total")
+}
+
+// measureDetection kills, one after the other, the JI edge workers of nodes cut off from the API server while
+// every node publishes, and times each death until the status shows it.
+func (h *harness) measureDetection(ctx context.Context, r *Result) {
+	nodes := h.fleet.nodes()[:h.cfg.DetectSamples]
+	for _, node := range nodes {
+		h.fleet.agents[node].reachable.Store(false)
+	}
+	for i := range nodes {
+		h.waitEdgeRecord(i, "the edge worker in its agent's word", func(w v1alpha1.WorkerStatus) bool {
+			return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
+		})
+	}
+	for i, node := range nodes {
+		pod := h.edgePod(ctx, i)
+		a := h.fleet.agents[node]
+		began := time.Now()
+		h.check(a.publishState(pod, lifelinev1.Phase_PHASE_FAILED))
+		h.waitEdgeRecord(i, "the edge worker Dead in its agent's word", func(w v1alpha1.WorkerStatus) bool {
+			return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessDead
+		})
+		r.Detect = append(r.Detect, time.Since(began))
+		h.check(a.publishState(pod, lifelinev1.Phase_PHASE_RUNNING)) // the node restarted it
+	}
+	for _, node := range nodes {
+		h.fleet.agents[node].reachable.Store(true)
+	}
+	h.progress("detection: %d deaths on cut-off nodes", len(r.Detect))
+}
+
+// measureMassCutoff cuts CutOff nodes off at once: their agents say they lost the API server, and kwok stops
+// renewing their Leases. It times until every status of their workers is in the agents' word, then waits for the
+// node lifecycle controller to mark them not Ready and checks the statuses kept the agents' word.
+func (h *harness) measureMassCutoff(ctx context.Context, r *Result) {
+	all := h.fleet.nodes()
+	cut := all[len(all)-h.cfg.CutOff:]
+	cutSet := map[string]bool{}
+	for _, n := range cut {
+		cutSet[n] = true
+	}
+	began := time.Now()
+	for _, n := range cut {
+		h.fleet.agents[n].reachable.Store(false)
+	}
+	h.check(h.forAll(len(cut), func(i int) error {
+		patch := []byte(`{"metadata":{"labels":{"` + KwokLabel + `":null}}}`)
+		_, err := h.kube.CoreV1().Nodes().Patch(ctx, cut[i], types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	}))
+	inAgentsWord := func() (bool, error) {
+		agent, total := h.cutOffRecords(cutSet)
+		r.CutOffWorkers = total
+		return total > 0 && agent == total, fmt.Errorf("%d of %d workers on cut-off nodes in their agent's word", agent, total)
+	}
+	h.waitFor(5*time.Minute, "every worker of the cut-off nodes in its agent's word", inAgentsWord)
+	r.MassCutoff = time.Since(began)
+	h.progress("mass cut-off: %d workers of %d nodes in their agents' word in %v", r.CutOffWorkers, len(cut), r.MassCutoff.Round(time.Millisecond))
+	h.waitFor(2*time.Minute+h.cfg.NodeGrace, "the node lifecycle controller to mark the cut-off nodes not Ready", func() (bool, error) {
+		list, err := h.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		down := 0
+		for _, n := range list.Items {
+			if cutSet[n.Name] && nodeReady(&n) != corev1.ConditionTrue {
+				down++
+			}
+		}
+		return down == len(cut), fmt.Errorf("%d of %d cut-off nodes not Ready", down, len(cut))
+	})
+	r.NodesUnknown = time.Since(began)
+	time.Sleep(2 * time.Second) // let the reconciles the Ready flips woke write their statuses
+	if ok, err := inAgentsWord(); !ok {
+		h.check(fmt.Errorf("after the nodes turned not Ready: %w", err))
+	}
+}
+
+// cutOffRecords counts the edge and trainer records on the given nodes, and those in their agent's word.
+func (h *harness) cutOffRecords(nodes map[string]bool) (agent, total int) {
+	ctx := context.Background()
+	jis := &v1alpha1.JointInferenceServiceList{}
+	fls := &v1alpha1.FederatedLearningJobList{}
+	if h.cache.List(ctx, jis, client.InNamespace(Namespace), client.UnsafeDisableDeepCopy) != nil || h.cache.List(ctx, fls, client.InNamespace(Namespace), client.UnsafeDisableDeepCopy) != nil {
+		return 0, -1
+	}
+	count := func(ws []v1alpha1.WorkerStatus) {
+		for _, w := range ws {
+			if nodes[w.Node] {
+				total++
+				if w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive {
+					agent++
+				}
+			}
+		}
+	}
+	for _, ji := range jis.Items {
+		count(ji.Status.Workers)
+	}
+	for _, fl := range fls.Items {
+		count(fl.Status.Workers)
+	}
+	return agent, total
+}
+
+// edgePod is the pod of the i-th JI's edge worker.
+func (h *harness) edgePod(ctx context.Context, i int) *corev1.Pod {
+	pods := &corev1.PodList{}
+	h.check(h.cache.List(ctx, pods, client.InNamespace(Namespace), client.MatchingLabels{contract.RoleLabel: "edge"}))
+	for j := range pods.Items {
+		if p := &pods.Items[j]; p.Spec.NodeName == EdgeNodeName(i) && p.DeletionTimestamp == nil {
+			return p
+		}
+	}
+	h.check(fmt.Errorf("no edge pod on %s", EdgeNodeName(i)))
+	return nil
+}
+
+// waitEdgeRecord waits, polling the harness's cache every 5 ms, until the i-th JI's edge worker record satisfies ok.
+func (h *harness) waitEdgeRecord(i int, what string, ok func(v1alpha1.WorkerStatus) bool) {
+	key := client.ObjectKey{Namespace: Namespace, Name: jiName(i)}
+	h.waitEvery(5*time.Millisecond, time.Minute, what+" of "+key.String(), func() (bool, error) {
+		ji := &v1alpha1.JointInferenceService{}
+		if err := h.cache.Get(context.Background(), key, ji); err != nil {
+			return false, err
+		}
+		for _, w := range ji.Status.Workers {
+			if w.Role == v1alpha1.WorkerRoleEdge {
+				return ok(w), fmt.Errorf("record %+v", w)
+			}
+		}
+		return false, fmt.Errorf("no edge record in %+v", ji.Status.Workers)
+	})
+}
+
+// measureRecreation deletes the first JI's edge Deployment again and again, and, as the anchor, the ReplicaSet of
+// the anchor's copy of that Deployment, which the Deployment controller re-creates.
+func (h *harness) measureRecreation(r *Result) {
+	r.RecreateJI = measureDeploymentRecreation(h.t, h.kube, Namespace, jointinference.DeploymentName(jiName(0), "edge"), h.cfg.Recreations)
+	r.RecreateRS = measureReplicaSetRecreation(h.t, h.kube, RawNamespace, jointinference.DeploymentName(jiName(0), "edge"), h.cfg.Recreations)
+	h.progress("re-creation: %d and %d samples", len(r.RecreateJI), len(r.RecreateRS))
+}
+
+// waitChildren waits until n children of namespace have been seen and returns when the last one appeared.
+func (h *harness) waitChildren(namespace string, n int) time.Time {
+	var last time.Time
+	h.waitFor(20*time.Minute, fmt.Sprintf("%d children in %s", n, namespace), func() (bool, error) {
+		got, at := h.seen.count(namespace)
+		last = at
+		return got >= n, fmt.Errorf("%d of %d children", got, n)
+	})
+	return last
+}
+
+func (h *harness) waitFor(timeout time.Duration, what string, cond func() (bool, error)) {
+	h.t.Helper()
+	h.waitEvery(100*time.Millisecond, timeout, what, cond)
+}
+
+func (h *harness) waitEvery(every, timeout time.Duration, what string, cond func() (bool, error)) {
+	h.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.check(fmt.Errorf("timed out after %v waiting for %s: %v", timeout, what, err))
+		}
+		time.Sleep(every)
+	}
+}
+
+// createAll creates the objects obj(0..n-1) with Parallelism requests in flight; one that exists already is fine.
+func (h *harness) createAll(ctx context.Context, n int, obj func(i int) client.Object) error {
+	return h.forAll(n, func(i int) error {
+		o := obj(i)
+		if err := h.c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+		}
+		return nil
+	})
+}
+
+// forAll runs do(0..n-1) with Parallelism calls at once and returns the first error.
+func (h *harness) forAll(n int, do func(i int) error) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	next := make(chan int)
+	for w := 0; w < h.cfg.Parallelism; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := do(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return first
+}
+
+// seenObjects remembers when each object was first seen, by namespace.
+type seenObjects struct {
+	mu    sync.Mutex
+	first map[string]time.Time // by kind/namespace/name
+	byNS  map[string]int
+	last  map[string]time.Time
+}
+
+func newSeenObjects() *seenObjects {
+	return &seenObjects{first: map[string]time.Time{}, byNS: map[string]int{}, last: map[string]time.Time{}}
+}
+
+func (s *seenObjects) add(o client.Object) {
+	key := fmt.Sprintf("%T/%s/%s", o, o.GetNamespace(), o.GetName())
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.first[key]; ok {
+		return
+	}
+	s.first[key] = now
+	s.byNS[o.GetNamespace()]++
+	s.last[o.GetNamespace()] = now
+}
+
+// count is how many objects of namespace were seen, and when the latest first appeared.
+func (s *seenObjects) count(namespace string) (int, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byNS[namespace], s.last[namespace]
+}
+
+func nodeReady(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// writeCredentials gives every edge node an MQTT password, as the controller's mounted Secret would.
+func writeCredentials(dir string, nodes []string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating the credentials directory: %w", err)
+	}
+	for _, n := range nodes {
+		secret := make([]byte, 16)
+		if _, err := rand.Read(secret); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(hex.EncodeToString(secret)), 0o600); err != nil {
+			return fmt.Errorf("writing the MQTT password of %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+var (
+	buildOnce  sync.Once
+	builtDir   string
+	builtPath  string
+	builtError error
+)
+
+// controllerBinary builds cmd/lifeline-controller of this tree once per process, so what is measured is the code
+// at hand, never a stale binary in bin/.
+func controllerBinary(root string) (string, error) {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "lifeline-scale-bin-")
+		if err != nil {
+			builtError = fmt.Errorf("creating a directory for the controller binary: %w", err)
+			return
+		}
+		builtDir, builtPath = dir, filepath.Join(dir, "lifeline-controller")
+		cmd := exec.Command("go", "build", "-o", builtPath, "./cmd/lifeline-controller")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			builtError = fmt.Errorf("building lifeline-controller: %w\n%s", err, out)
+		}
+	})
+	return builtPath, builtError
+}
+
+// RemoveBuilds removes what controllerBinary built; a TestMain calls it once the tests are done.
+func RemoveBuilds() {
+	if builtDir != "" {
+		_ = os.RemoveAll(builtDir)
+	}
+}
+
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// reportBody is a Sedna report of a JI edge worker's counters.
+func reportBody(ji string, inferences int) []byte {
+	body, _ := json.Marshal(lifelinev1.Report{Name: jointinference.DeploymentName(ji, "edge"), Namespace: Namespace,
+		OwnerName: ji, OwnerKind: "jointinferenceservice", Kind: "inference", Status: "running",
+		OwnerInfo: map[string]any{"inferenceNumber": inferences, "hardExampleNumber": inferences / 10, "uploadCloudRatio": 0.1}})
+	return body
+}

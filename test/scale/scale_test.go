@@ -1,0 +1,86 @@
+package scale
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lifeline-edge/lifeline/test/cluster"
+)
+
+var (
+	nodesFlag          = flag.String("scale.nodes", "100", "comma-separated fleet sizes BenchmarkScale runs at, one after the other")
+	controllerArgsFlag = flag.String("scale.controller-args", "", "space-separated extra flags for lifeline-controller")
+	profileDirFlag     = flag.String("scale.profile-dir", "", "directory that receives the controller's heap profile of each run")
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	RemoveBuilds()
+	os.Exit(code)
+}
+
+// TestScaleSmoke runs the whole harness on a small fleet and checks that each figure measures something real:
+// every child and status was seen, every death was detected in the agent's word, the controller was read from
+// /proc. It asserts no timing.
+func TestScaleSmoke(t *testing.T) {
+	cluster.SkipIfShort(t)
+	r := Run(t, Config{Nodes: 10, Recreations: 3, SteadyWindow: 3 * time.Second, NodeGrace: 12 * time.Second, Progress: os.Stderr})
+	if r.Children != 10*(3+2+TrainersPerJob) || r.ChildrenLifeline <= 0 || r.ChildrenRaw <= 0 {
+		t.Errorf("children: %d, Lifeline %v, raw %v", r.Children, r.ChildrenLifeline, r.ChildrenRaw)
+	}
+	if r.Reconciles["jointinferenceservice"] < 10 || r.Reconciles["federatedlearningjob"] < 10 {
+		t.Errorf("reconciles counted from the controller's metrics: %v", r.Reconciles)
+	}
+	if r.ControllerPeakRSS < 1<<20 || r.ControllerRSS <= 0 || r.ControllerCores <= 0 {
+		t.Errorf("controller: RSS %d, peak %d, %.3f cores", r.ControllerRSS, r.ControllerPeakRSS, r.ControllerCores)
+	}
+	// Ten agents heartbeat once a second, then also report every 2 s: a 3 s window holds one or two reports of each.
+	if r.MessagesPerSecond < 8 || r.ReportingMessagesPerSecond < r.MessagesPerSecond+2 {
+		t.Errorf("%.1f, then %.1f messages/s reached the controller's table, want the heartbeats', then the reports' too",
+			r.MessagesPerSecond, r.ReportingMessagesPerSecond)
+	}
+	if len(r.Detect) != 5 {
+		t.Errorf("%d deaths detected, want 5", len(r.Detect))
+	}
+	// Each cut-off node holds a JI edge worker and TrainersPerJob trainers.
+	if r.CutOffWorkers != 5*(1+TrainersPerJob) || r.MassCutoff <= 0 || r.NodesUnknown < r.MassCutoff {
+		t.Errorf("mass cut-off: %d workers in %v, nodes not Ready after %v", r.CutOffWorkers, r.MassCutoff, r.NodesUnknown)
+	}
+	if len(r.RecreateJI) != 3 || len(r.RecreateRS) != 3 {
+		t.Errorf("re-creations: %d and %d samples", len(r.RecreateJI), len(r.RecreateRS))
+	}
+	for _, line := range r.Lines() {
+		t.Log(line)
+	}
+}
+
+// BenchmarkScale runs the harness at each size of -scale.nodes and prints the figures (make bench-scale).
+func BenchmarkScale(b *testing.B) {
+	cluster.SkipIfShort(b)
+	for _, s := range strings.Split(*nodesFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 2 {
+			b.Fatalf("-scale.nodes: %q is not a fleet size", s)
+		}
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			r := Run(b, Config{Nodes: n, Progress: os.Stderr, ControllerArgs: strings.Fields(*controllerArgsFlag),
+				ProfileDir: *profileDirFlag})
+			r.report(b)
+			for _, line := range r.Lines() {
+				fmt.Println(line)
+			}
+		})
+	}
+}
+
+// report adds the figures to the benchmark's line.
+func (r *Result) report(b *testing.B) {
+	for _, m := range r.metrics() {
+		b.ReportMetric(m.value, m.unit)
+	}
+}
