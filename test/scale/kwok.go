@@ -25,11 +25,15 @@ const (
 // harness does.
 //
 // kwok renews Leases 4 at a time by default: at 1,000 nodes on a busy API server that falls behind the
-// renewals, and Nodes turn not Ready though nothing cut them off; 32 keep up.
+// renewals, and Nodes turn not Ready though nothing cut them off; 32 keep up. A configuration given to kwok is
+// not defaulted, so the other parallelisms are its defaults, spelled out.
 const kwokStages = `apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
 options:
   nodeLeaseParallelism: 32
+  nodePlayStageParallelism: 4
+  podPlayStageParallelism: 4
+  podsOnNodeSyncParallelism: 1
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
