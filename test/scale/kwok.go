@@ -23,7 +23,19 @@ const (
 // lease controller), and a Pod bound to a managed Node runs with its containers ready; a deleted Pod goes once
 // its finalizers are gone. Nothing else changes, so what the controller sees after start-up is only what the
 // harness does.
-const kwokStages = `apiVersion: kwok.x-k8s.io/v1alpha1
+//
+// kwok renews Leases 4 at a time by default: at 1,000 nodes on a busy API server that falls behind the
+// renewals, and Nodes turn not Ready though nothing cut them off; 32 keep up. A configuration given to kwok is
+// not defaulted, so the other parallelisms are its defaults, spelled out.
+const kwokStages = `apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  nodeLeaseParallelism: 32
+  nodePlayStageParallelism: 4
+  podPlayStageParallelism: 4
+  podsOnNodeSyncParallelism: 1
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
   name: scale-node-ready
