@@ -69,13 +69,14 @@ test-unit: ## Unit tests only (no control plane).
 test-integration: tools build ## Integration tests against the real control plane (and the unit tests beside them).
 	$(GO) test -race -count=1 ./...
 
-# The chaos run on the simulation (test/soak): SOAK_CYCLES cycles (make test runs its default, 20); a failing run
-# prints its seed, and SOAK_SEED=<seed> make soak replays it.
+# The chaos run on the simulation (test/soak): SOAK_CYCLES cycles from a new seed (make test runs 20 cycles of seed
+# 42); a failing run prints its seed, and SOAK_SEED=<seed> make soak replays it.
 SOAK_CYCLES ?= 200
+SOAK_SEED ?= random
 
 .PHONY: soak
 soak: tools build ## Seeded chaos on the simulation: partitions, kills, restarts, reboots, deletions; SOAK_SEED replays a run.
-	SOAK_CYCLES=$(SOAK_CYCLES) $(GO) test -count=1 -timeout 90m -v -run '^TestSoak$$' ./test/soak/
+	SOAK_CYCLES=$(SOAK_CYCLES) SOAK_SEED=$(SOAK_SEED) $(GO) test -count=1 -timeout 90m -v -run '^TestSoak$$' ./test/soak/
 
 # Packages that hold benchmarks; those that need it start their own control plane (test/e2e: the whole simulation).
 BENCH_PKGS := ./cloud/broker/ ./cloud/jointinference/ ./cloud/federatedlearning/ ./cloud/liveness/ ./edge/agent/ ./test/e2e/
