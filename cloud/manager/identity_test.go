@@ -44,15 +44,7 @@ func startController(t *testing.T, ca *pkitest.CA) *controller {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	runManager(t, mgr)
 	return &controller{addr: addr, roots: serverCA.Pool()}
 }
 

@@ -1,11 +1,13 @@
 package manager_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lifeline-edge/lifeline/cloud/manager"
@@ -17,6 +19,20 @@ var (
 	cp   *cluster.ControlPlane
 	kube client.Client
 )
+
+// runManager starts mgr until the test ends, and fails the test if it stops with an error.
+func runManager(t *testing.T, mgr ctrl.Manager) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+}
 
 func TestMain(m *testing.M) {
 	root, err := cluster.RepoRoot()

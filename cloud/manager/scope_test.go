@@ -69,15 +69,8 @@ func TestScopeLeavesOtherWorkloadsAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	runManager(t, mgr)
+	ctx := context.Background()
 
 	managed := map[string]string{"lifeline.sedna.io/managed": "true"}
 	selected := createJI(t, mine, "selected", managed)
