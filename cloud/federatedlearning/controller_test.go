@@ -512,6 +512,63 @@ func TestAggregatorSuccessCompletesTheJobForGood(t *testing.T) {
 	}
 }
 
+// endTrainers ends every trainer of a running job with success, as trainers do when the aggregator tells them the
+// training is over, and waits for the job's status to show it.
+func endTrainers(t testing.TB, job *v1alpha1.FederatedLearningJob) {
+	t.Helper()
+	pods := waitRunning(t, job, len(job.Spec.TrainingWorkers)+1)
+	for i := range job.Spec.TrainingWorkers {
+		endPod(t, pods[fl.TrainerName(job.Name, i)], corev1.PodSucceeded, 0)
+	}
+	eventually(t, within, "every trainer recorded as succeeded", func(ctx context.Context) (bool, error) {
+		got := getJob(t, job)
+		return got.Status.Succeeded == int32(len(job.Spec.TrainingWorkers)), nil
+	})
+}
+
+// An aggregator lost after every trainer finished is not rebuilt: a new one would wait for trainers that are gone.
+func TestAggregatorLostAfterTheTrainersFinishedEndsTheJob(t *testing.T) {
+	cluster.SkipIfShort(t)
+	job := startJob(t, "federated-learning.yaml", nil)
+	endTrainers(t, job)
+	agg := workerPods(t, job)[fl.AggregatorName(job.Name)]
+	if err := env.Client.Delete(context.Background(), agg); err != nil {
+		t.Fatal(err)
+	}
+	got := waitCondition(t, job, v1alpha1.FLConditionComplete, fl.ReasonCompleted)
+	if got.Status.Phase != v1alpha1.FLJobSucceeded {
+		t.Errorf("phase %s, want Succeeded", got.Status.Phase)
+	}
+	time.Sleep(2 * time.Second) // several passes: none may rebuild the aggregator
+	if p, ok := workerPods(t, job)[agg.Name]; ok && p.UID != agg.UID {
+		t.Errorf("the aggregator was rebuilt after the training was over (uid %s, was %s)", p.UID, agg.UID)
+	}
+	assertCreatedOnce(t, job, agg.Name, 1)
+}
+
+// An aggregator that runs on after every trainer finished has AggregatorGracePeriod to end; then the job
+// completes and stops it.
+func TestAggregatorOutlivingTheTrainersIsStoppedAfterTheGracePeriod(t *testing.T) {
+	cluster.SkipIfShort(t)
+	job := startJob(t, "federated-learning.yaml", nil)
+	endTrainers(t, job)
+	time.Sleep(time.Second)
+	if got := getJob(t, job); finished(got) {
+		t.Fatalf("the job finished within the grace period: %+v", got.Status.Conditions)
+	}
+	stepPast(t, job, env.Clock.Now().Add(fl.AggregatorGracePeriod))
+	waitCondition(t, job, v1alpha1.FLConditionComplete, fl.ReasonCompleted)
+	eventually(t, within, "the aggregator stopped", func(ctx context.Context) (bool, error) {
+		_, ok := workerPods(t, job)[fl.AggregatorName(job.Name)]
+		return !ok, nil
+	})
+}
+
+func finished(job *v1alpha1.FederatedLearningJob) bool {
+	return meta.IsStatusConditionTrue(job.Status.Conditions, v1alpha1.FLConditionComplete) ||
+		meta.IsStatusConditionTrue(job.Status.Conditions, v1alpha1.FLConditionFailed)
+}
+
 func TestActiveDeadlineFailsTheJob(t *testing.T) {
 	cluster.SkipIfShort(t)
 	job := startJob(t, "federated-learning.yaml", func(j *v1alpha1.FederatedLearningJob) {

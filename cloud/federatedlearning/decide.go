@@ -79,7 +79,7 @@ func decide(job *v1alpha1.FederatedLearningJob, workers []worker, p runPolicy, n
 	var charged, active, succeeded int32
 	var running bool
 	var failReason, failMessage string
-	aggregatorDone := false
+	aggregatorDone, aggregatorActive := false, false
 	s.Workers = s.Workers[:0:0]
 	for _, w := range workers {
 		rec := observeWorker(w, mnow)
@@ -104,6 +104,7 @@ func decide(job *v1alpha1.FederatedLearningJob, workers []worker, p runPolicy, n
 			default:
 				active++
 				running = running || pod.Status.Phase == corev1.PodRunning
+				aggregatorActive = aggregatorActive || w.id.role == v1alpha1.WorkerRoleAggregator
 			}
 		}
 		if rec.Phase == string(corev1.PodSucceeded) {
@@ -144,11 +145,34 @@ func decide(job *v1alpha1.FederatedLearningJob, workers []worker, p runPolicy, n
 		}
 	}
 
+	// Trainers exit 0 only when the aggregator tells them the training is over, so once every one has, an
+	// aggregator can no longer help: a new one would wait for trainers that are gone.
+	trainingEnded, trainingEndedAt := trainingEndedByTrainers(s.Workers)
+	if trainingEnded && !aggregatorDone {
+		out.create = withoutRole(out.create, v1alpha1.WorkerRoleAggregator)
+	}
+	var endedWithoutAggregator string
+	if trainingEnded && !aggregatorDone && !wasFinished {
+		graceEnd := trainingEndedAt.Add(AggregatorGracePeriod)
+		switch {
+		case !aggregatorActive:
+			endedWithoutAggregator = "every trainer finished; the aggregator's pod ended without success after the training was over"
+		case !now.Before(graceEnd):
+			endedWithoutAggregator = fmt.Sprintf("every trainer finished; the aggregator did not end within %s and was stopped", AggregatorGracePeriod)
+		default:
+			out.retryAt = earliest(out.retryAt, graceEnd)
+		}
+	}
+
 	switch {
 	case wasFinished:
-	case aggregatorDone:
+	case aggregatorDone || endedWithoutAggregator != "":
+		message := "the aggregator finished successfully"
+		if !aggregatorDone {
+			message = endedWithoutAggregator
+		}
 		conditions.Set(&s.Conditions, metav1.Condition{Type: v1alpha1.FLConditionComplete, Status: metav1.ConditionTrue,
-			Reason: ReasonCompleted, Message: "the aggregator finished successfully", ObservedGeneration: job.Generation}, mnow)
+			Reason: ReasonCompleted, Message: message, ObservedGeneration: job.Generation}, mnow)
 		s.CompletionTime = &mnow
 		out.events = append(out.events, event{corev1.EventTypeNormal, ReasonCompleted, "Job completed"})
 	case failReason != "":
@@ -177,6 +201,39 @@ func decide(job *v1alpha1.FederatedLearningJob, workers []worker, p runPolicy, n
 	}
 	conditions.Set(&s.Conditions, training, mnow)
 	return out
+}
+
+// AggregatorGracePeriod is how long the aggregator may run on once every trainer has finished — writing the
+// model, ending its rounds — before the job completes without it and stops it.
+const AggregatorGracePeriod = time.Minute
+
+// trainingEndedByTrainers tells whether every trainer has succeeded, and when the last of them was seen to.
+func trainingEndedByTrainers(records []v1alpha1.WorkerStatus) (bool, time.Time) {
+	var last time.Time
+	trainers := 0
+	for _, r := range records {
+		if r.Role != v1alpha1.WorkerRoleTrainer {
+			continue
+		}
+		trainers++
+		if r.Phase != string(corev1.PodSucceeded) {
+			return false, time.Time{}
+		}
+		if r.LastTransitionTime != nil && r.LastTransitionTime.After(last) {
+			last = r.LastTransitionTime.Time
+		}
+	}
+	return trainers > 0, last
+}
+
+func withoutRole(ids []identity, role v1alpha1.WorkerRole) []identity {
+	var kept []identity
+	for _, id := range ids {
+		if id.role != role {
+			kept = append(kept, id)
+		}
+	}
+	return kept
 }
 
 // observeWorker refreshes an identity's record from its pod, keeping what the pod cannot tell (failures, the

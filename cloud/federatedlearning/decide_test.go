@@ -50,6 +50,12 @@ func record(p plan, name string) v1alpha1.WorkerStatus {
 	return v1alpha1.WorkerStatus{}
 }
 
+func withTransition(r v1alpha1.WorkerStatus, at time.Time) v1alpha1.WorkerStatus {
+	t := metav1.NewTime(at)
+	r.LastTransitionTime = &t
+	return r
+}
+
 func names(pods []*corev1.Pod) []string {
 	var out []string
 	for _, p := range pods {
@@ -61,6 +67,9 @@ func names(pods []*corev1.Pod) []string {
 func TestDecide(t *testing.T) {
 	agg, tr := "j-aggworker", "j-trainworker-0"
 	failedAt := metav1.NewTime(t0.Add(-5 * time.Second))
+	trainerDoneAt := metav1.NewTime(t0.Add(-10 * time.Second))
+	trainerDone := v1alpha1.WorkerStatus{Name: tr, Role: v1alpha1.WorkerRoleTrainer, Phase: "Succeeded",
+		CountedPodUID: "t1", LastTransitionTime: &trainerDoneAt}
 	cases := []struct {
 		name   string
 		job    *v1alpha1.FederatedLearningJob
@@ -160,6 +169,39 @@ func TestDecide(t *testing.T) {
 				if id.name == tr {
 					t.Errorf("re-creating a succeeded trainer")
 				}
+			}
+		},
+	}, {
+		name: "every trainer finished and the aggregator's pod was lost: the job completes, nothing is rebuilt",
+		job:  testJob(v1alpha1.WorkerStatus{Name: agg, Role: v1alpha1.WorkerRoleAggregator, Phase: "Running"}, trainerDone),
+		check: func(t *testing.T, p plan) {
+			if p.status.Phase != v1alpha1.FLJobSucceeded || len(p.create) != 0 {
+				t.Errorf("phase %s create %v, want Succeeded and nothing created", p.status.Phase, p.create)
+			}
+		},
+	}, {
+		name: "every trainer finished and the aggregator runs: it has the grace period to end",
+		job:  testJob(v1alpha1.WorkerStatus{Name: agg, Role: v1alpha1.WorkerRoleAggregator, Phase: "Running"}, trainerDone),
+		pods: map[string]*corev1.Pod{agg: pod(agg, "a2", corev1.PodRunning, 0)},
+		check: func(t *testing.T, p plan) {
+			if finished(p.status) || len(p.remove) != 0 {
+				t.Errorf("finished %v remove %v within the grace period", finished(p.status), names(p.remove))
+			}
+			if want := trainerDoneAt.Add(AggregatorGracePeriod); !p.retryAt.Equal(want) {
+				t.Errorf("retry at %v, want the grace period's end %v", p.retryAt, want)
+			}
+		},
+	}, {
+		name: "every trainer finished long ago and the aggregator still runs: the job completes and stops it",
+		job: testJob(v1alpha1.WorkerStatus{Name: agg, Role: v1alpha1.WorkerRoleAggregator, Phase: "Running"},
+			withTransition(trainerDone, t0.Add(-AggregatorGracePeriod))),
+		pods: map[string]*corev1.Pod{agg: pod(agg, "a2", corev1.PodRunning, 0)},
+		check: func(t *testing.T, p plan) {
+			if p.status.Phase != v1alpha1.FLJobSucceeded {
+				t.Errorf("phase %s, want Succeeded", p.status.Phase)
+			}
+			if got := names(p.remove); len(got) != 1 || got[0] != agg {
+				t.Errorf("remove %v, want the aggregator", got)
 			}
 		},
 	}}
