@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/coalesce"
 	"github.com/lifeline-edge/lifeline/cloud/contract/nodewatch"
 )
 
@@ -85,7 +86,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.FederatedLearningJob{}).
 		Named("federatedlearningjob").
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
-		Owns(&corev1.Pod{}).
+		// A job's pods change in bursts as they start and end: their passes are folded, their losses are not.
+		Watches(&corev1.Pod{}, coalesce.Changes(handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(),
+			&v1alpha1.FederatedLearningJob{}, handler.OnlyControllerOwner()))).
 		Owns(&corev1.Service{}).
 		Watches(&v1alpha1.Model{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.jobsUsing(ctx, o.GetNamespace(), modelIndex, o.GetName())

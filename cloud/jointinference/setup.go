@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/coalesce"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/contract/nodewatch"
 )
@@ -59,10 +60,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.JointInferenceService{}).
 		Named("jointinferenceservice").
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
-		Owns(&appsv1.Deployment{}).
+		// A worker Deployment's status, and its pods, change in bursts as they roll out: their passes are folded; a
+		// deleted Deployment is rebuilt at once.
+		Watches(&appsv1.Deployment{}, coalesce.Changes(handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(),
+			&v1alpha1.JointInferenceService{}, handler.OnlyControllerOwner()))).
 		Owns(&corev1.Service{}).
 		Owns(&autoscalingv2.HorizontalPodAutoscaler{}).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToService)).
+		Watches(&corev1.Pod{}, coalesce.Changes(handler.EnqueueRequestsFromMapFunc(podToService))).
 		Watches(&v1alpha1.Model{}, handler.EnqueueRequestsFromMapFunc(r.modelToServices)).
 		// Secrets as metadata only: the controller never holds a credential's keys.
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToServices), builder.OnlyMetadata).

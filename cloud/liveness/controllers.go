@@ -6,7 +6,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -21,7 +23,15 @@ type Edge struct {
 	Commands Commands
 	// Nodes reads Node objects (the manager's cache).
 	Nodes client.Reader
+	// ReportPeriod is how long a workload's pass waits after one of its workers reported (or its Dataset was
+	// counted), so the reports that arrive meanwhile cost one status write; zero: at once. A change of a
+	// worker's liveness never waits.
+	ReportPeriod time.Duration
 }
+
+// DefaultReportPeriod is Edge.ReportPeriod unless configured: a third of the period at which Sedna's
+// joint-inference workers report (LC_PERIOD, 30 s).
+const DefaultReportPeriod = 10 * time.Second
 
 // Views returns the view of each pod by name; nil without a tracker.
 func (e *Edge) Views(ctx context.Context, pods []*corev1.Pod, now time.Time) map[string]View {
@@ -116,20 +126,32 @@ func (e *Edge) Source(pods client.Reader, podOwner handler.MapFunc, ownerKind st
 	if e == nil || e.Tracker == nil {
 		return nil
 	}
-	return source.Channel(e.Tracker.Subscribe(), handler.EnqueueRequestsFromMapFunc(
-		func(ctx context.Context, o client.Object) []reconcile.Request {
-			if _, isPod := o.(*corev1.Pod); !isPod {
-				if o.GetObjectKind().GroupVersionKind().Kind != ownerKind {
-					return nil
+	toRequests := func(ctx context.Context, o client.Object) []reconcile.Request {
+		pod := &corev1.Pod{}
+		if err := pods.Get(ctx, client.ObjectKeyFromObject(o), pod); err != nil {
+			return nil
+		}
+		return podOwner(ctx, pod)
+	}
+	return source.Channel(e.Tracker.Subscribe(), handler.Funcs{
+		GenericFunc: func(ctx context.Context, ev event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if _, isPod := ev.Object.(*corev1.Pod); isPod {
+				for _, r := range toRequests(ctx, ev.Object) {
+					q.Add(r)
 				}
-				return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(o)}}
+				return
 			}
-			pod := &corev1.Pod{}
-			if err := pods.Get(ctx, client.ObjectKeyFromObject(o), pod); err != nil {
-				return nil
+			if ev.Object.GetObjectKind().GroupVersionKind().Kind != ownerKind {
+				return
 			}
-			return podOwner(ctx, pod)
-		}))
+			r := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ev.Object)}
+			if e.ReportPeriod > 0 {
+				q.AddAfter(r, e.ReportPeriod)
+			} else {
+				q.Add(r)
+			}
+		},
+	})
 }
 
 // Reports returns the latest report of each worker of a workload; nil without a tracker.

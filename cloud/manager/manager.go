@@ -77,6 +77,9 @@ type Options struct {
 	// ConcurrentReconciles is how many workloads of each kind are reconciled at once; zero means
 	// DefaultConcurrentReconciles.
 	ConcurrentReconciles int
+	// ReportStatusPeriod is how long a workload's status write waits after one of its workers reported, folding
+	// the reports that arrive meanwhile; zero means liveness.DefaultReportPeriod, negative at once.
+	ReportStatusPeriod time.Duration
 	// Restartable lets one process build the manager more than once (controller names are otherwise unique
 	// per process), for tests that stop and start the controller.
 	Restartable bool
@@ -239,7 +242,14 @@ func addEdge(mgr ctrl.Manager, opts Options) (*liveness.Edge, error) {
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { tracker.Run(ctx); return nil })); err != nil {
 		return nil, err
 	}
-	return &liveness.Edge{Tracker: tracker, Commands: s, Nodes: mgr.GetClient()}, nil
+	period := opts.ReportStatusPeriod
+	switch {
+	case period == 0:
+		period = liveness.DefaultReportPeriod
+	case period < 0:
+		period = 0
+	}
+	return &liveness.Edge{Tracker: tracker, Commands: s, Nodes: mgr.GetClient(), ReportPeriod: period}, nil
 }
 
 // session is where the controller hears the agents and sends them commands.

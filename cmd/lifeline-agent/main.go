@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/lifeline-edge/lifeline/cmd/internal/memlimit"
 	"github.com/lifeline-edge/lifeline/edge/agent"
 	"github.com/lifeline-edge/lifeline/edge/agent/core"
 	"github.com/lifeline-edge/lifeline/edge/certfile"
@@ -81,6 +82,8 @@ func main() {
 		forwardTo  = flag.String("forward-unowned-reports-to", "",
 			"base URL of Sedna's local controller (e.g. http://127.0.0.1:9100): reports of workers not the node's are posted there instead of refused")
 	)
+	memoryFraction := flag.Float64("memory-limit-fraction", 0.9,
+		"share of the container's memory limit given to the Go runtime as its soft limit (GOMEMLIMIT wins when set; 0: none)")
 	verbosity := flag.Int("v", 0, "log verbosity: 2 logs actions, 4 details")
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
@@ -100,6 +103,11 @@ func main() {
 	if *node == "" {
 		fmt.Fprintln(os.Stderr, "lifeline-agent: --node-name (or $NODE_NAME) is required")
 		os.Exit(2)
+	}
+	if soft, why, err := memlimit.Set(os.DirFS("/"), *memoryFraction); err != nil {
+		log.Error(err, "no soft memory limit")
+	} else {
+		log.Info("soft memory limit", "bytes", soft, "from", why)
 	}
 	if *username == "" {
 		*username = *node

@@ -23,7 +23,9 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/broker"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/federatedlearning"
+	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
+	"github.com/lifeline-edge/lifeline/cmd/internal/memlimit"
 )
 
 // version and revision are stamped at build time (make images: -ldflags -X main.version=... -X main.revision=...).
@@ -72,6 +74,10 @@ func main() {
 	selector := flag.String("selector", "", "label selector of the JointInferenceServices and FederatedLearningJobs Lifeline reconciles; empty: all")
 	flag.IntVar(&opts.ConcurrentReconciles, "concurrent-reconciles", manager.DefaultConcurrentReconciles,
 		"JointInferenceServices, and FederatedLearningJobs, reconciled at once (never one twice)")
+	flag.DurationVar(&opts.ReportStatusPeriod, "report-status-period", liveness.DefaultReportPeriod,
+		"how long a workload's status write waits after its workers reported, so the reports meanwhile cost one write; 0: at once")
+	memoryFraction := flag.Float64("memory-limit-fraction", 0.9,
+		"share of the container's memory limit given to the Go runtime as its soft limit (GOMEMLIMIT wins when set; 0: none)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	showVersion := flag.Bool("version", false, "print the version and exit")
@@ -80,8 +86,16 @@ func main() {
 		fmt.Println(versionLine("lifeline-controller"))
 		return
 	}
+	if opts.ReportStatusPeriod == 0 {
+		opts.ReportStatusPeriod = -1 // the flag's 0 is "at once"; the option's is "the default"
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	ctrl.Log.Info("starting lifeline-controller", "version", version, "revision", revision)
+	if soft, why, err := memlimit.Set(os.DirFS("/"), *memoryFraction); err != nil {
+		ctrl.Log.Error(err, "no soft memory limit")
+	} else {
+		ctrl.Log.Info("soft memory limit", "bytes", soft, "from", why)
+	}
 	if err := mqttCredentials(&opts, *tlsCert, *tlsKey, *caFile, *passwordFile, *clientCAFile); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
 		os.Exit(1)

@@ -2,14 +2,9 @@ package agent
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lifeline-edge/lifeline/test/netproxy"
+	"github.com/lifeline-edge/lifeline/test/pkitest"
 )
 
 // The probe follows the link: a proxy that is cut still accepts connections and closes them, which must not
@@ -107,21 +103,7 @@ func TestEdgecoreProbeReachesCloudcoreWithoutAClientCertificate(t *testing.T) {
 func TestEdgecoreProbeChecksTheCloudsCA(t *testing.T) {
 	impostor := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer impostor.Close()
-	// A CA of its own: a freshly made self-signed certificate.
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "KubeEdge"}, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cloudCA, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cloudCA := pkitest.NewCA(t, "KubeEdge").Cert // not the impostor's
 	probe, _, err := EdgecoreProbe(writeEdgecoreConfig(t, impostor.URL, writeCertPEM(t, cloudCA)))
 	if err != nil {
 		t.Fatal(err)

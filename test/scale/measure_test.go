@@ -2,11 +2,14 @@ package scale
 
 import (
 	"math"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/lifeline-edge/lifeline/edge/journal"
 )
@@ -121,4 +124,23 @@ func TestMemJournalKeepsTheLatestStateOfAKey(t *testing.T) {
 
 func journalEntry(topic, key string) journal.Entry {
 	return journal.Entry{Topic: topic, Key: key, QoS: 1}
+}
+
+// The harness runs the controller as if under the chart's memory limit; the two must not drift apart.
+func TestChartMemoryLimitIsTheHarnessDefault(t *testing.T) {
+	data, err := os.ReadFile("../../deploy/chart/lifeline/values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values struct {
+		Controller struct {
+			Resources corev1.ResourceRequirements `json:"resources"`
+		} `json:"controller"`
+	}
+	if err := yaml.Unmarshal(data, &values); err != nil {
+		t.Fatal(err)
+	}
+	if got := values.Controller.Resources.Limits.Memory().Value(); got != ChartMemoryLimit {
+		t.Errorf("the chart limits the controller to %d bytes, the harness assumes %d", got, ChartMemoryLimit)
+	}
 }

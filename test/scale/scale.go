@@ -75,6 +75,10 @@ type Config struct {
 	ProfileDir string
 	// ControllerArgs are more flags for the controller, e.g. --concurrent-reconciles.
 	ControllerArgs []string
+	// MemoryLimit is the container memory limit the controller is run as if under, in bytes: it gets the soft
+	// limit it sets itself inside such a container (--memory-limit-fraction, 90 %) through GOMEMLIMIT. Default:
+	// the chart's limit, 256 MiB; negative: none.
+	MemoryLimit int64
 	// Progress receives one line per step (default: discarded).
 	Progress io.Writer
 }
@@ -101,9 +105,25 @@ func (c *Config) defaults() {
 	if c.SteadyWindow == 0 {
 		c.SteadyWindow = 20 * time.Second
 	}
+	if c.MemoryLimit == 0 {
+		c.MemoryLimit = ChartMemoryLimit
+	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
+}
+
+// ChartMemoryLimit is the controller's memory limit in the chart's values (deploy/chart/lifeline).
+const ChartMemoryLimit = 256 << 20
+
+// controllerEnv is the harness's environment with the soft memory limit the controller would set itself under
+// cfg.MemoryLimit; the harness's process has no such limit of its own to read.
+func (h *harness) controllerEnv() []string {
+	env := os.Environ()
+	if h.cfg.MemoryLimit > 0 {
+		env = append(env, fmt.Sprintf("GOMEMLIMIT=%d", int64(float64(h.cfg.MemoryLimit)*0.9)))
+	}
+	return env
 }
 
 // Result is what a run measured.
@@ -262,7 +282,7 @@ func (h *harness) start(ctx context.Context) {
 		"--mqtt-address=" + mqttAddr, "--mqtt-credentials-dir=" + credentials, "--cluster=" + mqttCluster,
 		// Every agent holds a connection, and the harness's own are few: the default of 1000 is too few at 1000 nodes.
 		"--mqtt-max-connections=" + strconv.Itoa(h.cfg.Nodes+100),
-	}, h.cfg.ControllerArgs...), nil)
+	}, h.cfg.ControllerArgs...), h.controllerEnv())
 	h.check(err)
 	h.waitFor(time.Minute, "the controller's metrics endpoint", func() (bool, error) {
 		_, err := scrapeHistograms(h.metricsURL, "controller_runtime_reconcile_time_seconds", "controller")

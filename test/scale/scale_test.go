@@ -15,6 +15,7 @@ import (
 var (
 	nodesFlag          = flag.String("scale.nodes", "100", "comma-separated fleet sizes BenchmarkScale runs at, one after the other")
 	controllerArgsFlag = flag.String("scale.controller-args", "", "space-separated extra flags for lifeline-controller")
+	memoryLimitFlag    = flag.Int64("scale.memory-limit-mib", ChartMemoryLimit>>20, "container memory limit the controller runs as if under (its soft limit is 90 %); 0: none")
 	profileDirFlag     = flag.String("scale.profile-dir", "", "directory that receives the controller's heap profile of each run")
 )
 
@@ -59,6 +60,14 @@ func TestScaleSmoke(t *testing.T) {
 	}
 }
 
+// memoryLimit turns -scale.memory-limit-mib into Config.MemoryLimit, where 0 means the default.
+func memoryLimit(mib int64) int64 {
+	if mib <= 0 {
+		return -1
+	}
+	return mib << 20
+}
+
 // BenchmarkScale runs the harness at each size of -scale.nodes and prints the figures (make bench-scale).
 func BenchmarkScale(b *testing.B) {
 	cluster.SkipIfShort(b)
@@ -69,7 +78,7 @@ func BenchmarkScale(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			r := Run(b, Config{Nodes: n, Progress: os.Stderr, ControllerArgs: strings.Fields(*controllerArgsFlag),
-				ProfileDir: *profileDirFlag})
+				ProfileDir: *profileDirFlag, MemoryLimit: memoryLimit(*memoryLimitFlag)})
 			r.report(b)
 			for _, line := range r.Lines() {
 				fmt.Println(line)
