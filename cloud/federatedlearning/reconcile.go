@@ -109,7 +109,8 @@ func (r *Reconciler) syncChildren(ctx context.Context, job *v1alpha1.FederatedLe
 // so none of its workers is created twice.
 func (r *Reconciler) observe(ctx context.Context, job *v1alpha1.FederatedLearningJob) ([]worker, error) {
 	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels(selectorLabels(job))); err != nil {
+	if err := r.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingFields{workloadIndex: nameLabelValue(job.Name)},
+		client.MatchingLabels(selectorLabels(job))); err != nil {
 		return nil, fmt.Errorf("listing worker pods: %w", err)
 	}
 	ids := identities(job)
@@ -371,8 +372,7 @@ func (r *Reconciler) releasePods(ctx context.Context, pods []*corev1.Pod) error 
 // the same name.
 func (r *Reconciler) releaseOrphans(ctx context.Context, key types.NamespacedName, job *v1alpha1.FederatedLearningJob) error {
 	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(key.Namespace),
-		client.MatchingLabels{contract.LabelPrefix(Kind) + "name": nameLabelValue(key.Name)}); err != nil {
+	if err := r.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingFields{workloadIndex: nameLabelValue(key.Name)}); err != nil {
 		return fmt.Errorf("listing pods of deleted job: %w", err)
 	}
 	var release []*corev1.Pod

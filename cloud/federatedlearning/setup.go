@@ -14,6 +14,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/coalesce"
+	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/contract/nodewatch"
 )
 
@@ -21,6 +22,8 @@ import (
 const (
 	// nodeIndex indexes worker pods by the node they are bound to.
 	nodeIndex = "federatedlearning.node"
+	// workloadIndex indexes worker pods by their job's name label.
+	workloadIndex = "federatedlearning.job"
 	// modelIndex indexes jobs by the Models they name (the aggregation worker's and the pretrained one).
 	modelIndex = "federatedlearning.models"
 	// datasetIndex indexes jobs by the Datasets their training workers name.
@@ -37,6 +40,9 @@ const (
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	ctx := context.Background()
 	indexer := mgr.GetFieldIndexer()
+	if err := indexer.IndexField(ctx, &corev1.Pod{}, workloadIndex, contract.IndexWorkloadPods(Kind)); err != nil {
+		return err
+	}
 	if err := indexer.IndexField(ctx, &v1alpha1.FederatedLearningJob{}, modelIndex, func(o client.Object) []string {
 		job := o.(*v1alpha1.FederatedLearningJob)
 		names := []string{job.Spec.AggregationWorker.Model.Name}

@@ -27,6 +27,8 @@ const (
 	credentialIndex = "model.credential"
 	// nodeIndex indexes worker pods by the node they are bound to.
 	nodeIndex = "jointinference.node"
+	// workloadIndex indexes worker pods by their service's name label.
+	workloadIndex = "jointinference.service"
 )
 
 // SetupWithManager registers the controller: it reconciles on changes of the service, of the children it owns,
@@ -35,6 +37,9 @@ const (
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	ctx := context.Background()
 	indexer := mgr.GetFieldIndexer()
+	if err := indexer.IndexField(ctx, &corev1.Pod{}, workloadIndex, contract.IndexWorkloadPods(Kind)); err != nil {
+		return err
+	}
 	if err := indexer.IndexField(ctx, &v1alpha1.JointInferenceService{}, modelIndex, func(o client.Object) []string {
 		ji := o.(*v1alpha1.JointInferenceService)
 		return []string{ji.Spec.EdgeWorker.Model.Name, ji.Spec.CloudWorker.Model.Name}

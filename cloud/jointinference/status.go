@@ -96,7 +96,7 @@ func (r *Reconciler) observeWorker(ctx context.Context, ji *v1alpha1.JointInfere
 		return obs, err
 	}
 	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(ji.Namespace),
+	if err := r.List(ctx, pods, client.InNamespace(ji.Namespace), client.MatchingFields{workloadIndex: ji.Name},
 		client.MatchingLabels(contract.Labels(Kind, ji.Name, ji.UID, workerType))); err != nil {
 		return obs, fmt.Errorf("listing %s worker pods: %w", workerType, err)
 	}
