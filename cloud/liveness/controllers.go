@@ -7,7 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -27,6 +29,23 @@ type Edge struct {
 	// counted), so the reports that arrive meanwhile cost one status write; zero: at once. A change of a
 	// worker's liveness never waits.
 	ReportPeriod time.Duration
+}
+
+// LivenessPriority is the work-queue priority of a pass an agent's word on a worker calls for: above that of
+// every other (0), so a death on a cut-off node is acted on ahead of the passes that creations, rollouts and
+// reports queued.
+const LivenessPriority = 10
+
+// addFirst queues reqs ahead of the rest when q is controller-runtime's priority queue (its default), at the
+// back of a plain one.
+func addFirst(q workqueue.TypedRateLimitingInterface[reconcile.Request], reqs []reconcile.Request) {
+	if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+		pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(LivenessPriority)}, reqs...)
+		return
+	}
+	for _, r := range reqs {
+		q.Add(r)
+	}
 }
 
 // DefaultReportPeriod is Edge.ReportPeriod unless configured: a third of the period at which Sedna's
@@ -136,9 +155,7 @@ func (e *Edge) Source(pods client.Reader, podOwner handler.MapFunc, ownerKind st
 	return source.Channel(e.Tracker.Subscribe(), handler.Funcs{
 		GenericFunc: func(ctx context.Context, ev event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			if _, isPod := ev.Object.(*corev1.Pod); isPod {
-				for _, r := range toRequests(ctx, ev.Object) {
-					q.Add(r)
-				}
+				addFirst(q, toRequests(ctx, ev.Object))
 				return
 			}
 			if ev.Object.GetObjectKind().GroupVersionKind().Kind != ownerKind {
