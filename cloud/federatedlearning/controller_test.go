@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -374,7 +375,7 @@ func assertCreatedOnce(t testing.TB, job *v1alpha1.FederatedLearningJob, name st
 	}
 	n := 0
 	for _, e := range evs.Items {
-		if e.Reason == fl.ReasonSuccessfulCreate && strings.HasSuffix(e.Note, "pod "+name) {
+		if e.Reason == fl.ReasonSuccessfulCreate && slices.Contains(createdNames(e.Note), name) {
 			n += int(max(e.DeprecatedCount, 1))
 			if e.Series != nil {
 				n += int(e.Series.Count) - 1
@@ -384,6 +385,17 @@ func assertCreatedOnce(t testing.TB, job *v1alpha1.FederatedLearningJob, name st
 	if n != times {
 		t.Errorf("%s was created %d times, want %d", name, n, times)
 	}
+}
+
+// createdNames are the pods a SuccessfulCreate note names: "Created pod a" or "Created pods a, b".
+func createdNames(note string) []string {
+	if rest, ok := strings.CutPrefix(note, "Created pods "); ok {
+		return strings.Split(rest, ", ")
+	}
+	if rest, ok := strings.CutPrefix(note, "Created pod "); ok {
+		return []string{rest}
+	}
+	return nil
 }
 
 // poke makes the controller look at the job now: a backoff, deadline or TTL the clock was stepped past falls

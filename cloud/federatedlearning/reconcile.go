@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -215,8 +217,9 @@ func (r *Reconciler) createWorkers(ctx context.Context, job *v1alpha1.FederatedL
 		pods = append(pods, pod)
 	}
 	var wg sync.WaitGroup
-	var mu sync.Mutex // guards errs and p.retryAt
+	var mu sync.Mutex // guards errs, created and p.retryAt
 	var errs []error
+	var created []*corev1.Pod
 	for _, pod := range pods {
 		wg.Add(1)
 		go func() {
@@ -231,12 +234,30 @@ func (r *Reconciler) createWorkers(ctx context.Context, job *v1alpha1.FederatedL
 				errs = append(errs, fmt.Errorf("creating worker %s: %w", pod.Name, err))
 			default:
 				log.FromContext(ctx).V(2).Info("created worker", "pod", pod.Name)
-				r.event(job, pod, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created pod %s", pod.Name)
+				created = append(created, pod)
 			}
 		}()
 	}
 	wg.Wait()
+	r.createdEvent(job, created)
 	return errors.Join(errs...)
+}
+
+// createdEvent tells of the pods one batch created in one Event, as the batch was one decision: a job's first
+// pass creates all its workers, and an Event each would double the requests its start costs the API server.
+func (r *Reconciler) createdEvent(job *v1alpha1.FederatedLearningJob, pods []*corev1.Pod) {
+	switch len(pods) {
+	case 0:
+	case 1:
+		r.event(job, pods[0], corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created pod %s", pods[0].Name)
+	default:
+		names := make([]string, len(pods))
+		for i, p := range pods {
+			names[i] = p.Name
+		}
+		slices.Sort(names)
+		r.event(job, nil, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created pods %s", strings.Join(names, ", "))
+	}
 }
 
 // readInputs reads the Models and Datasets the job names, and the metadata of their Secrets; the message says

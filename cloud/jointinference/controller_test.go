@@ -389,50 +389,75 @@ func TestRecreatingTheSameNameRightAfterDeletionWorks(t *testing.T) {
 	}
 }
 
+// A Service, or a Deployment, of someone else's under a name the service needs is reported and left alone. The
+// controller does not cache the cluster's other Deployments: it finds the foreign one when its creation is refused.
 func TestNameConflictIsReportedAndTheForeignObjectLeftAlone(t *testing.T) {
 	cluster.SkipIfShort(t)
-	ns := newNamespace(t)
-	ji := loadJI(t, "joint-inference.yaml", ns)
-	foreign := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: jointinference.ServiceName(ji.Name)},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "someone-else"},
-			Ports: []corev1.ServicePort{{Port: 80}}},
-	}
-	if err := env.Client.Create(context.Background(), foreign); err != nil {
-		t.Fatal(err)
-	}
-	createModel(t, ns, ji.Spec.EdgeWorker.Model.Name, "/models/little.pb")
-	createModel(t, ns, ji.Spec.CloudWorker.Model.Name, "/models/big.pb")
-	if err := env.Client.Create(context.Background(), ji); err != nil {
-		t.Fatal(err)
-	}
-	got := &v1alpha1.JointInferenceService{}
-	eventually(t, reconcileBound, "Ready=False NameConflict", func(ctx context.Context) (bool, error) {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ji), got); err != nil {
-			return false, err
-		}
-		c := readyCondition(got)
-		return c != nil && c.Reason == jointinference.ReasonNameConflict && strings.Contains(c.Message, foreign.Name), nil
-	})
-	after := &corev1.Service{}
-	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(foreign), after); err != nil {
-		t.Fatal(err)
-	}
-	if after.Spec.Selector["app"] != "someone-else" || len(after.OwnerReferences) != 0 || after.Spec.Ports[0].Port != 80 {
-		t.Errorf("foreign service was changed: %+v", after)
-	}
-	eventually(t, reconcileBound, "a NameConflict event", func(ctx context.Context) (bool, error) {
-		evs, err := env.Kube.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, e := range evs.Items {
-			if e.Reason == jointinference.ReasonNameConflict && e.Regarding.Name == ji.Name {
-				return true, nil
+	foreignService := func(ns, ji string) (client.Object, func(client.Object) bool) {
+		return &corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: jointinference.ServiceName(ji)},
+				Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "someone-else"},
+					Ports: []corev1.ServicePort{{Port: 80}}},
+			}, func(o client.Object) bool {
+				s := o.(*corev1.Service)
+				return s.Spec.Selector["app"] == "someone-else" && s.Spec.Ports[0].Port == 80
 			}
-		}
-		return false, nil
-	})
+	}
+	foreignDeployment := func(ns, ji string) (client.Object, func(client.Object) bool) {
+		labels := map[string]string{"app": "someone-else"}
+		return &appsv1.Deployment{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: jointinference.DeploymentName(ji, "edge")},
+				Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+					Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+						Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "someone/else"}}}}},
+			}, func(o client.Object) bool {
+				d := o.(*appsv1.Deployment)
+				return d.Spec.Template.Spec.Containers[0].Image == "someone/else" && len(d.Spec.Template.Spec.Containers) == 1
+			}
+	}
+	for name, make := range map[string]func(ns, ji string) (client.Object, func(client.Object) bool){
+		"service": foreignService, "deployment": foreignDeployment} {
+		t.Run(name, func(t *testing.T) {
+			ns := newNamespace(t)
+			ji := loadJI(t, "joint-inference.yaml", ns)
+			foreign, untouched := make(ns, ji.Name)
+			if err := env.Client.Create(context.Background(), foreign); err != nil {
+				t.Fatal(err)
+			}
+			createModel(t, ns, ji.Spec.EdgeWorker.Model.Name, "/models/little.pb")
+			createModel(t, ns, ji.Spec.CloudWorker.Model.Name, "/models/big.pb")
+			if err := env.Client.Create(context.Background(), ji); err != nil {
+				t.Fatal(err)
+			}
+			got := &v1alpha1.JointInferenceService{}
+			eventually(t, reconcileBound, "Ready=False NameConflict", func(ctx context.Context) (bool, error) {
+				if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ji), got); err != nil {
+					return false, err
+				}
+				c := readyCondition(got)
+				return c != nil && c.Reason == jointinference.ReasonNameConflict && strings.Contains(c.Message, foreign.GetName()), nil
+			})
+			after := foreign.DeepCopyObject().(client.Object)
+			if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(foreign), after); err != nil {
+				t.Fatal(err)
+			}
+			if !untouched(after) || len(after.GetOwnerReferences()) != 0 {
+				t.Errorf("the foreign %s was changed: %+v", name, after)
+			}
+			eventually(t, reconcileBound, "a NameConflict event", func(ctx context.Context) (bool, error) {
+				evs, err := env.Kube.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return false, err
+				}
+				for _, e := range evs.Items {
+					if e.Reason == jointinference.ReasonNameConflict && e.Regarding.Name == ji.Name {
+						return true, nil
+					}
+				}
+				return false, nil
+			})
+		})
+	}
 }
 
 // TestSednaChildrenAreAdoptedWithoutRestart makes the children the way Sedna does, with the controller down,

@@ -231,10 +231,18 @@ func (r *Reconciler) syncChild(ctx context.Context, ji *v1alpha1.JointInferenceS
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := r.Create(ctx, desired); err != nil {
-			if apierrors.IsAlreadyExists(err) {
+			if !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating %s %s: %w", kind, desired.GetName(), err)
+			}
+			// The cache holds only Deployments and HPAs with a service's label: one of someone else's under
+			// this name is read from the API server, and left alone below. Otherwise the cache is behind.
+			if err := r.apiReader().Get(ctx, client.ObjectKeyFromObject(desired), observed); err != nil {
+				return fmt.Errorf("creating %s %s: it exists, and reading it: %w", kind, desired.GetName(), err)
+			}
+			if owner := metav1.GetControllerOf(observed); owner != nil && owner.Kind == Kind && owner.APIVersion == v1alpha1.GroupVersion.String() {
 				return fmt.Errorf("creating %s %s: cache is behind: %w", kind, desired.GetName(), err)
 			}
-			return fmt.Errorf("creating %s %s: %w", kind, desired.GetName(), err)
+			break
 		}
 		logger.V(2).Info("created child", "kind", kind, "name", desired.GetName())
 		r.event(ji, desired, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Create", "Created %s %s", kind, desired.GetName())

@@ -31,8 +31,8 @@ type Edge struct {
 	ReportPeriod time.Duration
 }
 
-// LivenessPriority is the work-queue priority of a pass an agent's word on a worker calls for: above that of
-// every other (0), so a death on a cut-off node is acted on ahead of the passes that creations, rollouts and
+// LivenessPriority is the work-queue priority of a pass an agent's word on a worker of a cut-off node calls for:
+// above that of every other (0), so a death there is acted on ahead of the passes that creations, rollouts and
 // reports queued.
 const LivenessPriority = 10
 
@@ -145,17 +145,26 @@ func (e *Edge) Source(pods client.Reader, podOwner handler.MapFunc, ownerKind st
 	if e == nil || e.Tracker == nil {
 		return nil
 	}
-	toRequests := func(ctx context.Context, o client.Object) []reconcile.Request {
+	// A worker on a cut-off node is in its agent's word alone: its pass goes first. Elsewhere the agent only
+	// confirms the API server, and its pass waits its turn behind the creations it would otherwise starve.
+	toRequests := func(ctx context.Context, o client.Object) ([]reconcile.Request, bool) {
 		pod := &corev1.Pod{}
 		if err := pods.Get(ctx, client.ObjectKeyFromObject(o), pod); err != nil {
-			return nil
+			return nil, false
 		}
-		return podOwner(ctx, pod)
+		return podOwner(ctx, pod), e.Tracker.SpeaksFor(pod.Spec.NodeName, time.Now())
 	}
 	return source.Channel(e.Tracker.Subscribe(), handler.Funcs{
 		GenericFunc: func(ctx context.Context, ev event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			if _, isPod := ev.Object.(*corev1.Pod); isPod {
-				addFirst(q, toRequests(ctx, ev.Object))
+				reqs, urgent := toRequests(ctx, ev.Object)
+				if urgent {
+					addFirst(q, reqs)
+					return
+				}
+				for _, r := range reqs {
+					q.Add(r)
+				}
 				return
 			}
 			if ev.Object.GetObjectKind().GroupVersionKind().Kind != ownerKind {

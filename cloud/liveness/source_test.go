@@ -84,33 +84,38 @@ func TestSourceFoldsReportsAndNeverDelaysLiveness(t *testing.T) {
 	waitLen(1) // no step of the clock: at once
 }
 
-// On controller-runtime's priority queue, a pass for an agent's word on a worker goes ahead of those queued for
-// anything else.
-func TestLivenessJumpsTheQueue(t *testing.T) {
-	b := newBench(t)
-	pod := b.addPod("edge1", "default", "svc-edge-x", "e")
-	b.pods[podRef{"default", "svc-edge-x"}] = PodInfo{Node: "edge1", UID: "e", Worker: "svc-edge", OwnerKind: "JointInferenceService", OwnerName: "svc"}
-	now := time.Unix(1000, 0)
-	b.birth("edge1", 1, "s", now)
-	svc := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "svc"}}
-	src := (&Edge{Tracker: b.tr}).Source(podsByName{pod.Name: pod}, func(context.Context, client.Object) []reconcile.Request {
-		return []reconcile.Request{svc}
-	}, "JointInferenceService")
-	q := priorityqueue.New[reconcile.Request]("test")
-	defer q.ShutDown()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := src.Start(ctx, q); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 50 { // a creation burst's passes, queued first
-		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: fmt.Sprintf("other-%d", i)}})
-	}
-	b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: pod.Name, Uid: "e", Seq: 1, Phase: lifelinev1.Phase_PHASE_FAILED}, now)
-	for deadline := time.Now().Add(5 * time.Second); q.Len() < 51 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if first, _ := q.Get(); first != svc {
-		t.Errorf("first pass %v, want the one for the agent's word, %v", first, svc)
+// On controller-runtime's priority queue, a pass for an agent's word on a worker of a cut-off node goes ahead
+// of those queued for anything else; the word of an agent whose node reaches the API server waits its turn.
+func TestCutOffLivenessJumpsTheQueue(t *testing.T) {
+	for _, cutOff := range []bool{true, false} {
+		t.Run(fmt.Sprintf("cut off %v", cutOff), func(t *testing.T) {
+			b := newBench(t)
+			pod := b.addPod("edge1", "default", "svc-edge-x", "e")
+			b.pods[podRef{"default", "svc-edge-x"}] = PodInfo{Node: "edge1", UID: "e", Worker: "svc-edge", OwnerKind: "JointInferenceService", OwnerName: "svc"}
+			now := time.Now() // SpeaksFor asks whether the agent is heard now
+			b.birth("edge1", 1, "s", now)
+			b.heartbeat("edge1", 1, 1, !cutOff, now)
+			svc := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "svc"}}
+			src := (&Edge{Tracker: b.tr}).Source(podsByName{pod.Name: pod}, func(context.Context, client.Object) []reconcile.Request {
+				return []reconcile.Request{svc}
+			}, "JointInferenceService")
+			q := priorityqueue.New[reconcile.Request]("test")
+			defer q.ShutDown()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if err := src.Start(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 50 { // a creation burst's passes, queued first
+				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: fmt.Sprintf("other-%d", i)}})
+			}
+			b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: pod.Name, Uid: "e", Seq: 1, Phase: lifelinev1.Phase_PHASE_FAILED}, now)
+			for deadline := time.Now().Add(5 * time.Second); q.Len() < 51 && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if first, _ := q.Get(); (first == svc) != cutOff {
+				t.Errorf("first pass %v; the agent's word first: %v, want %v", first, first == svc, cutOff)
+			}
+		})
 	}
 }

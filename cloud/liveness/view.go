@@ -65,6 +65,15 @@ func (t *Tracker) ViewOf(pod *corev1.Pod, nodeReady bool, now time.Time) View {
 	return v
 }
 
+// SpeaksFor tells whether the agent of node is the truth for its workers now: heard, and cut off from the API
+// server.
+func (t *Tracker) SpeaksFor(node string, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.nodes[node]
+	return t.isOnline(n, now) && !n.apiReachable
+}
+
 // Apply sets what the view decides on a worker's status record, after workerstatus.FromPod filled it from the
 // pod: under the agent's truth, liveness, phase, readiness, restarts and last seen come from the agent.
 func Apply(ws *v1alpha1.WorkerStatus, v View) {

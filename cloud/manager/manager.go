@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -175,9 +177,14 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 // cacheOptions scopes the cache: worker pods only, in opts.Namespaces (all when empty), and of the workloads
 // those opts.Selector selects. What the cache does not hold, no controller ever reads or acts on.
 func cacheOptions(opts Options, workerPods labels.Selector) cache.Options {
-	c := cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: workerPods}},
-		// Nothing reads who manages which field; the cache holds every Deployment and Service of the cluster, and
-		// their managedFields are a large part of each.
+	// Deployments and HPAs are JointInferenceServices' alone: only those with a service's name label (Lifeline's,
+	// or Sedna's GM's to adopt) are cached, not every one of the cluster. One of another owner under a name Lifeline
+	// needs is found when its creation is refused (jointinference.syncChild).
+	jiChildren := labels.NewSelector().Add(must(labels.NewRequirement(contract.LabelPrefix(jointinference.Kind)+"name", selection.Exists, nil)))
+	c := cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: workerPods},
+		&appsv1.Deployment{}: {Label: jiChildren}, &autoscalingv2.HorizontalPodAutoscaler{}: {Label: jiChildren}},
+		// Nothing reads who manages which field; the cache holds every Service of the cluster, and managedFields
+		// are a large part of each object.
 		DefaultTransform: cache.TransformStripManagedFields()}
 	if len(opts.Namespaces) > 0 {
 		c.DefaultNamespaces = map[string]cache.Config{}
@@ -190,6 +197,13 @@ func cacheOptions(opts Options, workerPods labels.Selector) cache.Options {
 		c.ByObject[&v1alpha1.FederatedLearningJob{}] = cache.ByObject{Label: opts.Selector}
 	}
 	return c
+}
+
+func must(r *labels.Requirement, err error) labels.Requirement {
+	if err != nil {
+		panic(err) // the requirement is a constant's
+	}
+	return *r
 }
 
 // addEdge adds the liveness tracker and the broker session (embedded broker, or an external broker's client) to

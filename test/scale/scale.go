@@ -692,9 +692,36 @@ func (h *harness) waitEdgeRecord(i int, what string, ok func(v1alpha1.WorkerStat
 // measureRecreation deletes the first JI's edge Deployment again and again, and, as the anchor, the ReplicaSet of
 // the anchor's copy of that Deployment, which the Deployment controller re-creates.
 func (h *harness) measureRecreation(r *Result) {
+	h.waitDeploymentControllerIdle()
 	r.RecreateJI = measureDeploymentRecreation(h.t, h.kube, Namespace, jointinference.DeploymentName(jiName(0), "edge"), h.cfg.Recreations)
 	r.RecreateRS = measureReplicaSetRecreation(h.t, h.kube, RawNamespace, jointinference.DeploymentName(jiName(0), "edge"), h.cfg.Recreations)
 	h.progress("re-creation: %d and %d samples", len(r.RecreateJI), len(r.RecreateRS))
+}
+
+// waitDeploymentControllerIdle waits until kube-controller-manager's Deployment controller has caught up with
+// every Deployment (at 20 requests a second, the ReplicaSets and pods of thousands of Deployments take it
+// minutes), so that the anchor times a re-creation, not the controller's backlog.
+func (h *harness) waitDeploymentControllerIdle() {
+	h.waitEvery(time.Second, 20*time.Minute, "the Deployment controller to catch up with every Deployment", func() (bool, error) {
+		behind := 0
+		for _, ns := range []string{Namespace, RawNamespace} {
+			list, err := h.kube.AppsV1().Deployments(ns).List(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, d := range list.Items {
+				want := int32(1)
+				if d.Spec.Replicas != nil {
+					want = *d.Spec.Replicas
+				}
+				if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas != want || d.Status.AvailableReplicas != want {
+					behind++
+				}
+			}
+		}
+		return behind == 0, fmt.Errorf("%d Deployments not yet rolled out", behind)
+	})
+	h.progress("the Deployment controller has caught up")
 }
 
 // waitChildren waits until n children of namespace have been seen and returns when the last one appeared.
