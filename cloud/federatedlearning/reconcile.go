@@ -91,12 +91,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // syncChildren makes the children what the plan decided: the aggregator's Service, the missing workers, and the
 // pods to delete or let go.
 func (r *Reconciler) syncChildren(ctx context.Context, job *v1alpha1.FederatedLearningJob, p *plan) error {
-	if !finished(p.status) {
-		if err := r.ensureService(ctx, job, p); err != nil {
-			return err
+	// The Service and the workers are created at once: under load a Service's creation is the slowest request
+	// of a job's start (its cluster IP is allocated), and the pass need not wait for it before the pods'.
+	service, done := make(chan serviceOutcome, 1), finished(p.status)
+	go func() {
+		if done {
+			service <- serviceOutcome{}
+			return
 		}
+		service <- r.ensureService(ctx, job)
+	}()
+	workersErr := r.createWorkers(ctx, job, p)
+	so := <-service
+	if !so.retryAt.IsZero() {
+		p.retryAt = earliest(p.retryAt, so.retryAt)
 	}
-	if err := r.createWorkers(ctx, job, p); err != nil {
+	if so.conflict != "" {
+		conditions.Set(&p.status.Conditions, metav1.Condition{Type: v1alpha1.FLConditionTraining, Status: metav1.ConditionFalse,
+			Reason: ReasonNameConflict, Message: so.conflict, ObservedGeneration: job.Generation}, metav1.NewTime(r.now()))
+	}
+	if err := errors.Join(so.err, workersErr); err != nil {
 		return err
 	}
 	if err := r.removePods(ctx, job, p.remove); err != nil {
@@ -310,9 +324,16 @@ func (r *Reconciler) readInputs(ctx context.Context, job *v1alpha1.FederatedLear
 	return in, ""
 }
 
+// serviceOutcome is what ensureService did and found, for the plan.
+type serviceOutcome struct {
+	retryAt  time.Time // when to look again: a stale Service was removed
+	conflict string    // a Service of someone else's holds the name
+	err      error
+}
+
 // ensureService creates the aggregator's Service when it is missing. Its content depends only on the job's
 // name and UID, which never change, so it is never updated.
-func (r *Reconciler) ensureService(ctx context.Context, job *v1alpha1.FederatedLearningJob, p *plan) error {
+func (r *Reconciler) ensureService(ctx context.Context, job *v1alpha1.FederatedLearningJob) serviceOutcome {
 	want := renderAggregationService(job)
 	got := &corev1.Service{}
 	err := r.Get(ctx, client.ObjectKeyFromObject(want), got)
@@ -320,33 +341,29 @@ func (r *Reconciler) ensureService(ctx context.Context, job *v1alpha1.FederatedL
 	case apierrors.IsNotFound(err):
 		created, err := outcome.Of(r.Create(ctx, want), apierrors.IsAlreadyExists)
 		if err != nil {
-			return fmt.Errorf("creating service %s: %w", want.Name, err)
+			return serviceOutcome{err: fmt.Errorf("creating service %s: %w", want.Name, err)}
 		}
 		if created {
 			r.event(job, want, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created service %s", want.Name)
 		}
-		return nil
+		return serviceOutcome{}
 	case err != nil:
-		return fmt.Errorf("reading service %s: %w", want.Name, err)
+		return serviceOutcome{err: fmt.Errorf("reading service %s: %w", want.Name, err)}
 	}
 	owner := metav1.GetControllerOf(got)
 	switch {
 	case owner != nil && owner.UID == job.UID:
-		return nil
+		return serviceOutcome{}
 	case owner != nil && owner.Kind == Kind && owner.Name == job.Name:
 		// Left by a deleted job of the same name; remove it and create ours on the next pass.
 		uid := got.UID
 		if err := r.Delete(ctx, got, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting stale service %s: %w", got.Name, err)
+			return serviceOutcome{err: fmt.Errorf("deleting stale service %s: %w", got.Name, err)}
 		}
-		p.retryAt = earliest(p.retryAt, r.now().Add(200*time.Millisecond))
-		return nil
+		return serviceOutcome{retryAt: r.now().Add(200 * time.Millisecond)}
 	default:
-		conditions.Set(&p.status.Conditions, metav1.Condition{Type: v1alpha1.FLConditionTraining, Status: metav1.ConditionFalse,
-			Reason: ReasonNameConflict, Message: fmt.Sprintf("service %s exists and is not owned by this job", got.Name),
-			ObservedGeneration: job.Generation}, metav1.NewTime(r.now()))
 		r.event(job, got, corev1.EventTypeWarning, ReasonNameConflict, "Service %s exists and is not owned by this job", got.Name)
-		return nil
+		return serviceOutcome{conflict: fmt.Sprintf("service %s exists and is not owned by this job", got.Name)}
 	}
 }
 

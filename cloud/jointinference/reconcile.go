@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -176,27 +177,31 @@ type syncOutcome struct {
 	removedStale bool     // a child of an earlier service of the same name was deleted
 }
 
+// syncChildren syncs the Deployments and the Service at once (under load a Service's creation is the slowest
+// request of a service's start: its cluster IP is allocated), then the HPAs, which name the Deployments.
 func (r *Reconciler) syncChildren(ctx context.Context, ji *v1alpha1.JointInferenceService, want desiredChildren) (syncOutcome, error) {
-	var out syncOutcome
+	syncs := make([]func(*syncOutcome) error, 0, len(want.deployments)+1)
 	for _, d := range want.deployments {
 		keepReplicas := d.Spec.Replicas == nil // the HPA owns the count
-		err := r.syncChild(ctx, ji, d, &appsv1.Deployment{}, &out, func(observed client.Object) {
-			o := observed.(*appsv1.Deployment)
-			replicas := o.Spec.Replicas
-			o.Spec = *d.Spec.DeepCopy()
-			if keepReplicas {
-				o.Spec.Replicas = replicas
-			}
+		syncs = append(syncs, func(out *syncOutcome) error {
+			return r.syncChild(ctx, ji, d, &appsv1.Deployment{}, out, func(observed client.Object) {
+				o := observed.(*appsv1.Deployment)
+				replicas := o.Spec.Replicas
+				o.Spec = *d.Spec.DeepCopy()
+				if keepReplicas {
+					o.Spec.Replicas = replicas
+				}
+			})
 		})
-		if err != nil {
-			return out, err
-		}
 	}
-	err := r.syncChild(ctx, ji, want.service, &corev1.Service{}, &out, func(observed client.Object) {
-		o := observed.(*corev1.Service)
-		o.Spec.Selector = want.service.Spec.Selector
-		o.Spec.Ports = want.service.Spec.Ports
+	syncs = append(syncs, func(out *syncOutcome) error {
+		return r.syncChild(ctx, ji, want.service, &corev1.Service{}, out, func(observed client.Object) {
+			o := observed.(*corev1.Service)
+			o.Spec.Selector = want.service.Spec.Selector
+			o.Spec.Ports = want.service.Spec.Ports
+		})
 	})
+	out, err := syncAtOnce(syncs)
 	if err != nil {
 		return out, err
 	}
@@ -215,6 +220,23 @@ func (r *Reconciler) syncChildren(ctx context.Context, ji *v1alpha1.JointInferen
 		}
 	}
 	return out, nil
+}
+
+// syncAtOnce runs syncs concurrently, each with an outcome of its own, and merges what they found.
+func syncAtOnce(syncs []func(*syncOutcome) error) (syncOutcome, error) {
+	outs := make([]syncOutcome, len(syncs))
+	errs := make([]error, len(syncs))
+	var wg sync.WaitGroup
+	for i, s := range syncs {
+		wg.Go(func() { errs[i] = s(&outs[i]) })
+	}
+	wg.Wait()
+	var out syncOutcome
+	for _, o := range outs {
+		out.conflicts = append(out.conflicts, o.conflicts...)
+		out.removedStale = out.removedStale || o.removedStale
+	}
+	return out, errors.Join(errs...)
 }
 
 // syncChild makes one child match desired: create it when absent; update it (through apply, which copies the
