@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -44,9 +45,12 @@ type Config struct {
 	BootID             string
 	// StateDir keeps the birth sequence across restarts [P-BIRTH-2].
 	StateDir string
-	// RetryInterval is the wait between connection attempts (default 1 s).
+	// RetryInterval is the mean wait between connection attempts (default 1 s); each wait is drawn between half
+	// and one and a half of it, so nodes that lost the broker together do not all come back in the same instant.
 	RetryInterval time.Duration
-	// AckTimeout bounds the wait for the broker's acknowledgement of one message (default 5 s).
+	// AckTimeout is how long an acknowledgement may take before the wait for it is logged (default 5 s), and
+	// bounds the wait for the death a clean stop publishes. A slow acknowledgement never ends the session: the
+	// keepalive tells a dead link, and a new session would only add its birth and replay to an overloaded broker.
 	AckTimeout time.Duration
 	// OnCommand, when set, receives the payload of every message on the node's commands topic, the only topic
 	// an agent subscribes to.
@@ -124,7 +128,7 @@ func (p *Publisher) Run(ctx context.Context) {
 		lost, err := p.connect(ctx)
 		if err != nil {
 			p.cfg.Log.V(2).Info("broker unreachable", "broker", p.cfg.Broker, "error", err.Error())
-			sleep(ctx, p.cfg.RetryInterval)
+			sleep(ctx, jittered(p.cfg.RetryInterval))
 			continue
 		}
 		p.drainUntilLost(ctx, lost)
@@ -179,14 +183,14 @@ func (p *Publisher) connect(ctx context.Context) (<-chan struct{}, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := p.wait(client.Publish(p.topic(lifelinev1.KindBirth), 1, true, birth)); err != nil {
+	if err := p.waitAcked(ctx, client.Publish(p.topic(lifelinev1.KindBirth), 1, true, birth), lost); err != nil {
 		client.Disconnect(0)
 		return nil, fmt.Errorf("publishing birth: %w", err)
 	}
 	if p.cfg.OnCommand != nil {
 		topic := lifelinev1.AgentCommandTopic(p.cfg.Cluster, p.cfg.Node)
 		handler := func(_ mqtt.Client, m mqtt.Message) { p.cfg.OnCommand(m.Payload()) }
-		if err := p.wait(client.Subscribe(topic, 1, handler)); err != nil {
+		if err := p.waitAcked(ctx, client.Subscribe(topic, 1, handler), lost); err != nil {
 			client.Disconnect(0)
 			return nil, fmt.Errorf("subscribing to %s: %w", topic, err)
 		}
@@ -202,7 +206,7 @@ func (p *Publisher) connect(ctx context.Context) (<-chan struct{}, error) {
 // send, until the session is lost or ctx ends.
 func (p *Publisher) drainUntilLost(ctx context.Context, lost <-chan struct{}) {
 	for {
-		if err := p.drain(); err != nil {
+		if err := p.drain(ctx, lost); err != nil {
 			p.cfg.Log.V(2).Info("sending stopped", "error", err.Error())
 			return
 		}
@@ -217,7 +221,7 @@ func (p *Publisher) drainUntilLost(ctx context.Context, lost <-chan struct{}) {
 	}
 }
 
-func (p *Publisher) drain() error {
+func (p *Publisher) drain(ctx context.Context, lost <-chan struct{}) error {
 	pending, err := p.journal.Pending()
 	if err != nil {
 		return err
@@ -226,7 +230,7 @@ func (p *Publisher) drain() error {
 	client := p.client
 	p.mu.Unlock()
 	for _, e := range pending {
-		if err := p.wait(client.Publish(e.Topic, e.QoS, e.Retained, e.Payload)); err != nil {
+		if err := p.waitAcked(ctx, client.Publish(e.Topic, e.QoS, e.Retained, e.Payload), lost); err != nil {
 			return fmt.Errorf("publishing %s: %w", e.Topic, err)
 		}
 		if err := p.journal.Ack(e.Seq); err != nil {
@@ -241,6 +245,24 @@ func (p *Publisher) sayGoodbye(client mqtt.Client) {
 	death, err := proto.Marshal(&lifelinev1.NodeDeath{Node: p.cfg.Node, BirthSeq: p.BirthSeq()})
 	if err == nil {
 		_ = p.wait(client.Publish(p.topic(lifelinev1.KindDeath), 1, true, death))
+	}
+}
+
+// waitAcked waits for t as long as the session lives, logging once when the broker is slower than AckTimeout.
+func (p *Publisher) waitAcked(ctx context.Context, t mqtt.Token, lost <-chan struct{}) error {
+	slow := time.NewTimer(p.cfg.AckTimeout)
+	defer slow.Stop()
+	for {
+		select {
+		case <-t.Done():
+			return t.Error()
+		case <-lost:
+			return errors.New("session lost before the broker acknowledged")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-slow.C:
+			p.cfg.Log.V(2).Info("broker slow to acknowledge; waiting on", "after", p.cfg.AckTimeout)
+		}
 	}
 }
 
@@ -331,6 +353,11 @@ func (p *Publisher) now() time.Time {
 		return p.cfg.Now()
 	}
 	return time.Now()
+}
+
+// jittered is d scaled by a factor drawn uniformly from [0.5, 1.5).
+func jittered(d time.Duration) time.Duration {
+	return d/2 + mrand.N(d)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lifeline-edge/lifeline/edge/journal"
@@ -151,5 +154,68 @@ func TestJournalIsReplayedInOrderAfterAnOutage_P_JRN_1(t *testing.T) {
 	_, _, deaths = collect(t, received, -1, time.Second)
 	if len(deaths) == 0 || deaths[len(deaths)-1] != p.BirthSeq() {
 		t.Errorf("a clean stop published deaths %v, want one for birth %d", deaths, p.BirthSeq())
+	}
+}
+
+// slowAcks holds back the broker's acknowledgement of the first report by delay: mochi acknowledges a QoS 1
+// publish only once its hooks have run.
+type slowAcks struct {
+	mochi.HookBase
+	delay time.Duration
+	once  sync.Once
+}
+
+func (h *slowAcks) ID() string           { return "slow-acks" }
+func (h *slowAcks) Provides(b byte) bool { return b == mochi.OnPublish }
+
+func (h *slowAcks) OnPublish(_ *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if topic, err := lifelinev1.ParseTopic(pk.TopicName); err == nil && topic.Kind == lifelinev1.KindReport {
+		h.once.Do(func() { time.Sleep(h.delay) })
+	}
+	return pk, nil
+}
+
+// [P-JRN-1] A broker slower to acknowledge than AckTimeout keeps its session: the agent waits, and sends on in
+// the same session, rather than adding a new birth and a replay to a broker that is behind.
+func TestASlowAcknowledgementKeepsTheSession_P_JRN_1(t *testing.T) {
+	broker := mqtttest.StartBroker(t, &slowAcks{delay: 2 * time.Second})
+	received := mqtttest.Subscribe(t, broker, "c", "controller")
+	dir := t.TempDir()
+	j, err := journal.Open(filepath.Join(dir, "journal.db"), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	p := New(Config{Broker: "tcp://" + broker, Cluster: "c", Node: "edge-1", StateDir: dir, BootID: "boot-1",
+		RetryInterval: 100 * time.Millisecond, AckTimeout: 300 * time.Millisecond, Log: logr.Discard()}, j)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+
+	for i := 1; i <= 5; i++ {
+		if err := p.Enqueue(report(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reports, births, deaths := collect(t, received, 5, 10*time.Second)
+	if fmt.Sprint(reports) != fmt.Sprint(seq(1, 5)) {
+		t.Errorf("reports %v, want 1..5 in order", reports)
+	}
+	if fmt.Sprint(births) != "[1]" || len(deaths) != 0 {
+		t.Errorf("births %v, deaths %v: want the one session [1], never ended", births, deaths)
+	}
+}
+
+func TestJitteredRetryStaysWithinHalfAndOneAndAHalf(t *testing.T) {
+	seen := map[bool]bool{}
+	for range 1000 {
+		d := jittered(time.Second)
+		if d < 500*time.Millisecond || d >= 1500*time.Millisecond {
+			t.Fatalf("jittered(1s) = %v, want in [0.5s, 1.5s)", d)
+		}
+		seen[d < time.Second] = true
+	}
+	if len(seen) != 2 {
+		t.Errorf("1,000 draws all on one side of the interval: %v", seen)
 	}
 }

@@ -20,8 +20,9 @@ import (
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
-// StartBroker runs a broker that allows everyone on a free loopback port and returns its address.
-func StartBroker(t testing.TB) string {
+// StartBroker runs a broker that allows everyone on a free loopback port, with the given hooks besides, and
+// returns its address.
+func StartBroker(t testing.TB, hooks ...mochi.Hook) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -30,8 +31,10 @@ func StartBroker(t testing.TB) string {
 	addr := l.Addr().String()
 	l.Close()
 	server := mochi.New(&mochi.Options{InlineClient: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err := server.AddHook(new(auth.AllowHook), nil); err != nil {
-		t.Fatal(err)
+	for _, h := range append([]mochi.Hook{new(auth.AllowHook)}, hooks...) {
+		if err := server.AddHook(h, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := server.AddListener(listeners.NewTCP(listeners.Config{ID: "tcp", Address: addr})); err != nil {
 		t.Fatal(err)
