@@ -82,8 +82,7 @@ func main() {
 		forwardTo  = flag.String("forward-unowned-reports-to", "",
 			"base URL of Sedna's local controller (e.g. http://127.0.0.1:9100): reports of workers not the node's are posted there instead of refused")
 	)
-	memoryFraction := flag.Float64("memory-limit-fraction", 0.9,
-		"share of the container's memory limit given to the Go runtime as its soft limit (GOMEMLIMIT wins when set; 0: none)")
+	memoryFraction := memlimit.FractionFlag(flag.CommandLine)
 	verbosity := flag.Int("v", 0, "log verbosity: 2 logs actions, 4 details")
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()

@@ -76,8 +76,7 @@ func main() {
 		"JointInferenceServices, and FederatedLearningJobs, reconciled at once (never one twice)")
 	flag.DurationVar(&opts.ReportStatusPeriod, "report-status-period", liveness.DefaultReportPeriod,
 		"how long a workload's status write waits after its workers reported, so the reports meanwhile cost one write; 0: at once")
-	memoryFraction := flag.Float64("memory-limit-fraction", 0.9,
-		"share of the container's memory limit given to the Go runtime as its soft limit (GOMEMLIMIT wins when set; 0: none)")
+	memoryFraction := memlimit.FractionFlag(flag.CommandLine)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	showVersion := flag.Bool("version", false, "print the version and exit")

@@ -5,6 +5,7 @@ package memlimit
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"io/fs"
 	"math"
@@ -14,6 +15,12 @@ import (
 	"strconv"
 	"strings"
 )
+
+// FractionFlag defines the flag, shared by every Lifeline daemon, that Set's fraction comes from.
+func FractionFlag(fs *flag.FlagSet) *float64 {
+	return fs.Float64("memory-limit-fraction", 0.9,
+		"share of the container's memory limit given to the Go runtime as its soft limit (GOMEMLIMIT wins when set; 0: none)")
+}
 
 // Set sets the runtime's soft limit to fraction of the container's memory limit, read from the cgroup file
 // system under root (normally os.DirFS("/")). It leaves the limit alone, and says why, when GOMEMLIMIT is set,
