@@ -3,13 +3,11 @@ package publisher
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 
-	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/test/mqtttest"
 	"github.com/lifeline-edge/lifeline/test/netproxy"
 )
@@ -32,12 +30,7 @@ notifications false
 `, bridgeLink.Addr()))
 	received := mqtttest.Subscribe(t, cloud, "c", "controller")
 
-	dir := t.TempDir()
-	j, err := journal.Open(filepath.Join(dir, "journal.db"), 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
+	dir, j := openJournal(t)
 	p := New(Config{Broker: "tcp://" + edge, Cluster: "c", Node: "edge-1", StateDir: dir,
 		RetryInterval: 100 * time.Millisecond, Log: logr.Discard()}, j)
 	ctx, cancel := context.WithCancel(context.Background())

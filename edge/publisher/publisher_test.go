@@ -63,6 +63,18 @@ func collect(t *testing.T, ch <-chan mqtttest.Message, last int, timeout time.Du
 	}
 }
 
+// openJournal opens a journal of 1,000 reports in a fresh state directory, closed when the test ends.
+func openJournal(t *testing.T) (string, *journal.Journal) {
+	t.Helper()
+	dir := t.TempDir()
+	j, err := journal.Open(filepath.Join(dir, "journal.db"), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	return dir, j
+}
+
 func seq(from, to int) []int {
 	var out []int
 	for i := from; i <= to; i++ {
@@ -82,12 +94,7 @@ func TestJournalIsReplayedInOrderAfterAnOutage_P_JRN_1(t *testing.T) {
 	defer link.Close()
 	received := mqtttest.Subscribe(t, broker, "c", "controller")
 
-	dir := t.TempDir()
-	j, err := journal.Open(filepath.Join(dir, "journal.db"), 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
+	dir, j := openJournal(t)
 	p := New(Config{Broker: "tcp://" + link.Addr(), Cluster: "c", Node: "edge-1", StateDir: dir, BootID: "boot-1",
 		RetryInterval: 100 * time.Millisecond, AckTimeout: time.Second, Log: logr.Discard()}, j)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -180,12 +187,7 @@ func (h *slowAcks) OnPublish(_ *mochi.Client, pk packets.Packet) (packets.Packet
 func TestASlowAcknowledgementKeepsTheSession_P_JRN_1(t *testing.T) {
 	broker := mqtttest.StartBroker(t, &slowAcks{delay: 2 * time.Second})
 	received := mqtttest.Subscribe(t, broker, "c", "controller")
-	dir := t.TempDir()
-	j, err := journal.Open(filepath.Join(dir, "journal.db"), 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
+	dir, j := openJournal(t)
 	p := New(Config{Broker: "tcp://" + broker, Cluster: "c", Node: "edge-1", StateDir: dir, BootID: "boot-1",
 		RetryInterval: 100 * time.Millisecond, AckTimeout: 300 * time.Millisecond, Log: logr.Discard()}, j)
 	ctx, cancel := context.WithCancel(context.Background())
