@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -90,6 +92,9 @@ func apply(t testing.TB, file string, edits ...func(client.Object)) client.Objec
 	for _, edit := range edits {
 		edit(main)
 	}
+	if _, ok := main.(*v1alpha1.FederatedLearningJob); ok {
+		waitAggregationPortFree(t)
+	}
 	if err := s.Client.Create(ctx, main); err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +103,24 @@ func apply(t testing.TB, file string, edits ...func(client.Object)) client.Objec
 		t.Cleanup(func() { deleteAndWait(t, main.DeepCopyObject().(client.Object)) })
 	}
 	return main
+}
+
+// waitAggregationPortFree waits until no earlier job's aggregator holds the aggregation port: the cloud node's
+// pods share the host's ports, and an aggregator still finishing (it answers "done" for 3 s before it exits)
+// would tell this job's trainers that the training is over.
+func waitAggregationPortFree(t testing.TB) {
+	t.Helper()
+	addr := net.JoinHostPort("", strconv.Itoa(fl.AggregationPort))
+	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
+		l, err := net.Listen("tcp", addr)
+		if err == nil {
+			_ = l.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("an earlier job's aggregator still holds port %d after %v: %v", fl.AggregationPort, within, err)
+		}
+	}
 }
 
 // deleteAndWait deletes a job in the foreground and waits until it is gone, and so its pods (a hollow
