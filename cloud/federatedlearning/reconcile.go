@@ -93,14 +93,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 func (r *Reconciler) syncChildren(ctx context.Context, job *v1alpha1.FederatedLearningJob, p *plan) error {
 	// The Service and the workers are created at once: under load a Service's creation is the slowest request
 	// of a job's start (its cluster IP is allocated), and the pass need not wait for it before the pods'.
-	service, done := make(chan serviceOutcome, 1), finished(p.status)
-	go func() {
-		if done {
-			service <- serviceOutcome{}
-			return
-		}
-		service <- r.ensureService(ctx, job)
-	}()
+	service := make(chan serviceOutcome, 1)
+	if finished(p.status) {
+		service <- serviceOutcome{}
+	} else {
+		go func() { service <- r.ensureService(ctx, job) }()
+	}
 	workersErr := r.createWorkers(ctx, job, p)
 	so := <-service
 	if !so.retryAt.IsZero() {

@@ -1,12 +1,9 @@
 package publisher
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/go-logr/logr"
 
 	"github.com/lifeline-edge/lifeline/test/mqtttest"
 	"github.com/lifeline-edge/lifeline/test/netproxy"
@@ -30,27 +27,14 @@ notifications false
 `, bridgeLink.Addr()))
 	received := mqtttest.Subscribe(t, cloud, "c", "controller")
 
-	dir, j := openJournal(t)
-	p := New(Config{Broker: "tcp://" + edge, Cluster: "c", Node: "edge-1", StateDir: dir,
-		RetryInterval: 100 * time.Millisecond, Log: logr.Discard()}, j)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
+	p := startPublisher(t, Config{Broker: "tcp://" + edge, RetryInterval: 100 * time.Millisecond})
 
-	for i := 1; i <= 5; i++ {
-		if err := p.Enqueue(report(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	enqueueReports(t, p, 1, 5)
 	if reports, _, _ := collect(t, received, 5, 15*time.Second); fmt.Sprint(reports) != fmt.Sprint(seq(1, 5)) {
 		t.Fatalf("through the bridge: %v", reports)
 	}
 	bridgeLink.Cut()
-	for i := 6; i <= 30; i++ {
-		if err := p.Enqueue(report(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	enqueueReports(t, p, 6, 30)
 	time.Sleep(time.Second)
 	bridgeLink.Restore()
 	if reports, _, _ := collect(t, received, 30, 20*time.Second); fmt.Sprint(reports) != fmt.Sprint(seq(6, 30)) {

@@ -75,6 +75,29 @@ func openJournal(t *testing.T) (string, *journal.Journal) {
 	return dir, j
 }
 
+// startPublisher runs a publisher of node edge-1 in cluster c, with cfg's broker and timings and a fresh
+// journal and state directory, until the test ends.
+func startPublisher(t *testing.T, cfg Config) *Publisher {
+	t.Helper()
+	dir, j := openJournal(t)
+	cfg.Cluster, cfg.Node, cfg.StateDir, cfg.Log = "c", "edge-1", dir, logr.Discard()
+	p := New(cfg, j)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go p.Run(ctx)
+	return p
+}
+
+// enqueueReports journals the reports numbered from to to.
+func enqueueReports(t *testing.T, p *Publisher, from, to int) {
+	t.Helper()
+	for i := from; i <= to; i++ {
+		if err := p.Enqueue(report(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func seq(from, to int) []int {
 	var out []int
 	for i := from; i <= to; i++ {
@@ -101,11 +124,7 @@ func TestJournalIsReplayedInOrderAfterAnOutage_P_JRN_1(t *testing.T) {
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()
 
-	for i := 1; i <= 5; i++ {
-		if err := p.Enqueue(report(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	enqueueReports(t, p, 1, 5)
 	reports, births, _ := collect(t, received, 5, 10*time.Second)
 	if fmt.Sprint(reports) != fmt.Sprint(seq(1, 5)) || fmt.Sprint(births) != "[1]" {
 		t.Fatalf("before the outage: reports %v births %v", reports, births)
@@ -122,11 +141,7 @@ func TestJournalIsReplayedInOrderAfterAnOutage_P_JRN_1(t *testing.T) {
 	}
 
 	link.Cut()
-	for i := 6; i <= 50; i++ {
-		if err := p.Enqueue(report(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	enqueueReports(t, p, 6, 50)
 	time.Sleep(500 * time.Millisecond)
 	link.Restore()
 	reports, births, deaths := collect(t, received, 50, 15*time.Second)
@@ -187,18 +202,10 @@ func (h *slowAcks) OnPublish(_ *mochi.Client, pk packets.Packet) (packets.Packet
 func TestASlowAcknowledgementKeepsTheSession_P_JRN_1(t *testing.T) {
 	broker := mqtttest.StartBroker(t, &slowAcks{delay: 2 * time.Second})
 	received := mqtttest.Subscribe(t, broker, "c", "controller")
-	dir, j := openJournal(t)
-	p := New(Config{Broker: "tcp://" + broker, Cluster: "c", Node: "edge-1", StateDir: dir, BootID: "boot-1",
-		RetryInterval: 100 * time.Millisecond, AckTimeout: 300 * time.Millisecond, Log: logr.Discard()}, j)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
+	p := startPublisher(t, Config{Broker: "tcp://" + broker, BootID: "boot-1", RetryInterval: 100 * time.Millisecond,
+		AckTimeout: 300 * time.Millisecond})
 
-	for i := 1; i <= 5; i++ {
-		if err := p.Enqueue(report(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	enqueueReports(t, p, 1, 5)
 	reports, births, deaths := collect(t, received, 5, 10*time.Second)
 	if fmt.Sprint(reports) != fmt.Sprint(seq(1, 5)) {
 		t.Errorf("reports %v, want 1..5 in order", reports)

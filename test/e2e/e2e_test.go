@@ -92,13 +92,14 @@ func apply(t testing.TB, file string, edits ...func(client.Object)) client.Objec
 	for _, edit := range edits {
 		edit(main)
 	}
-	if _, ok := main.(*v1alpha1.FederatedLearningJob); ok {
+	_, isJob := main.(*v1alpha1.FederatedLearningJob)
+	if isJob {
 		waitAggregationPortFree(t)
 	}
 	if err := s.Client.Create(ctx, main); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := main.(*v1alpha1.FederatedLearningJob); ok {
+	if isJob {
 		// JI tests go on with the service a previous one made; jobs end with their test.
 		t.Cleanup(func() { deleteAndWait(t, main.DeepCopyObject().(client.Object)) })
 	}
