@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,14 +29,14 @@ func sampleProc(pid int) (procSample, error) {
 	s := procSample{at: time.Now()}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return s, fmt.Errorf("reading the controller's CPU time: %w", err)
+		return s, fmt.Errorf("reading the CPU time of process %d: %w", pid, err)
 	}
 	if s.cpu, err = parseStatCPU(string(stat)); err != nil {
 		return s, err
 	}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return s, fmt.Errorf("reading the controller's memory: %w", err)
+		return s, fmt.Errorf("reading the memory of process %d: %w", pid, err)
 	}
 	s.rss, s.hwm = parseStatusKiB(string(status), "VmRSS:")*1024, parseStatusKiB(string(status), "VmHWM:")*1024
 	return s, nil
@@ -92,7 +93,7 @@ type histogram map[float64]float64
 
 // scrapeHistograms reads the buckets of the histogram metric name from a Prometheus text endpoint, one
 // histogram per value of the label key (e.g. controller).
-func scrapeHistograms(url, name, key string) (map[string]histogram, error) {
+func scrapeHistograms(url, name, key string, where ...string) (map[string]histogram, error) {
 	resp, err := http.Get(url)
 	if err != nil {
 		return nil, fmt.Errorf("scraping %s: %w", url, err)
@@ -101,10 +102,12 @@ func scrapeHistograms(url, name, key string) (map[string]histogram, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("scraping %s: %s", url, resp.Status)
 	}
-	return parseHistograms(resp.Body, name, key)
+	return parseHistograms(resp.Body, name, key, where...)
 }
 
-func parseHistograms(r io.Reader, name, key string) (map[string]histogram, error) {
+// parseHistograms reads the histograms name from Prometheus text, one per value of the label key, of the series
+// whose labels hold every where ("label=value").
+func parseHistograms(r io.Reader, name, key string, where ...string) (map[string]histogram, error) {
 	out := map[string]histogram{}
 	s := bufio.NewScanner(r)
 	s.Buffer(make([]byte, 0, 64*1024), 1024*1024)
@@ -125,9 +128,13 @@ func parseHistograms(r io.Reader, name, key string) (map[string]histogram, error
 		}
 		var group string
 		le := math.NaN()
+		matched := 0
 		for _, l := range strings.Split(labels, ",") {
 			k, val, _ := strings.Cut(l, "=")
 			val = strings.Trim(val, `"`)
+			if slices.Contains(where, k+"="+val) {
+				matched++
+			}
 			switch k {
 			case key:
 				group = val
@@ -137,7 +144,7 @@ func parseHistograms(r io.Reader, name, key string) (map[string]histogram, error
 				}
 			}
 		}
-		if math.IsNaN(le) {
+		if math.IsNaN(le) || matched < len(where) {
 			continue
 		}
 		if out[group] == nil {
@@ -217,4 +224,42 @@ func sumCounter(r io.Reader, name string) (float64, error) {
 		sum += v
 	}
 	return sum, s.Err()
+}
+
+// scrapeGauges reads the gauge name from a Prometheus text endpoint, summed by the value of the label key (e.g.
+// a work queue's depth over its priorities).
+func scrapeGauges(url, name, key string) (map[string]float64, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	return parseGauges(resp.Body, name, key)
+}
+
+func parseGauges(r io.Reader, name, key string) (map[string]float64, error) {
+	out := map[string]float64{}
+	s := bufio.NewScanner(r)
+	s.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for s.Scan() {
+		line := s.Text()
+		rest, ok := strings.CutPrefix(line, name+"{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.Fields(value)[0], 64)
+		if err != nil {
+			return nil, fmt.Errorf("unparsable sample %q: %w", line, err)
+		}
+		for _, l := range strings.Split(labels, ",") {
+			if k, val, _ := strings.Cut(l, "="); k == key {
+				out[strings.Trim(val, `"`)] += v
+			}
+		}
+	}
+	return out, s.Err()
 }

@@ -69,6 +69,18 @@ controller_runtime_reconcile_total{controller="ji",result="success"} 10
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("parseHistograms (-want +got):\n%s", diff)
 	}
+	const apiserver = `apiserver_request_duration_seconds_bucket{component="apiserver",resource="pods",subresource="",verb="PATCH",le="0.1"} 7
+apiserver_request_duration_seconds_bucket{component="apiserver",resource="pods",subresource="status",verb="PATCH",le="0.1"} 3
+apiserver_request_duration_seconds_bucket{component="apiserver",resource="pods",subresource="status",verb="GET",le="0.1"} 5
+apiserver_request_duration_seconds_bucket{component="apiserver",resource="nodes",subresource="status",verb="PATCH",le="0.1"} 2
+`
+	got, err = parseHistograms(strings.NewReader(apiserver), "apiserver_request_duration_seconds", "resource", "verb=PATCH", "subresource=status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]histogram{"pods": {0.1: 3}, "nodes": {0.1: 2}}, got); diff != "" {
+		t.Errorf("parseHistograms of PATCH status only (-want +got):\n%s", diff)
+	}
 	if n, err := sumCounter(strings.NewReader(text), "controller_runtime_reconcile_total"); err != nil || n != 10 {
 		t.Errorf("sumCounter = %v, %v; want 10", n, err)
 	}
@@ -142,5 +154,41 @@ func TestChartMemoryLimitIsTheHarnessDefault(t *testing.T) {
 	}
 	if got := values.Controller.Resources.Limits.Memory().Value(); got != ChartMemoryLimit {
 		t.Errorf("the chart limits the controller to %d bytes, the harness assumes %d", got, ChartMemoryLimit)
+	}
+}
+
+func TestParseMachineStat(t *testing.T) {
+	const before = "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0 0 0\ncpu1 50 0 25 400 25 0 0 0 0 0\nintr 1\n"
+	const after = "cpu  250 0 100 1000 50 0 0 0 0 0\ncpu0 125 0 50 500 25 0 0 0 0 0\ncpu1 125 0 50 500 25 0 0 0 0 0\nintr 2\n"
+	b, err := parseMachineStat(before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := parseMachineStat(after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 200 busy ticks of 400 on 2 CPUs: one core.
+	if a.cpus != 2 || a.busyCores(b) != 1 {
+		t.Errorf("got %d CPUs, %v busy cores; want 2, 1", a.cpus, a.busyCores(b))
+	}
+	if _, err := parseMachineStat("intr 1\n"); err == nil {
+		t.Error("a /proc/stat without a cpu line parsed")
+	}
+}
+
+func TestParseGaugesSumsOverOtherLabels(t *testing.T) {
+	const text = `# TYPE workqueue_depth gauge
+workqueue_depth{controller="jointinferenceservice",name="jointinferenceservice",priority=""} 3
+workqueue_depth{controller="jointinferenceservice",name="jointinferenceservice",priority="10"} 1
+workqueue_depth{controller="federatedlearningjob",name="federatedlearningjob",priority=""} 0
+workqueue_depth_other{name="jointinferenceservice"} 7
+`
+	got, err := parseGauges(strings.NewReader(text), "workqueue_depth", "name")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]float64{"jointinferenceservice": 4, "federatedlearningjob": 0}, got); diff != "" {
+		t.Errorf("parseGauges (-want +got):\n%s", diff)
 	}
 }

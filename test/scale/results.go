@@ -29,6 +29,8 @@ func (r *Result) metrics() []metric {
 		{r.ReportingMessagesPerSecond, "reporting-msgs/s"},
 		{ms(controllertest.Percentile(r.Detect, 50)), "detect-p50-ms"},
 		{ms(controllertest.Percentile(r.Detect, 99)), "detect-p99-ms"},
+		{ms(controllertest.Percentile(r.DetectBehindReports, 50)), "detect-behind-reports-p50-ms"},
+		{ms(controllertest.Percentile(r.DetectBehindReports, 99)), "detect-behind-reports-p99-ms"},
 		{r.MassCutoff.Seconds(), "mass-cutoff-s"},
 		{ms(jiP50), "recreate-ji-p50-ms"},
 		{ms(rsP50), "recreate-rs-p50-ms"},

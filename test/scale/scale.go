@@ -41,6 +41,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/manager"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/controllertest"
 )
 
 // Namespaces: Lifeline's workloads, and the anchor's copies of their children.
@@ -144,8 +145,9 @@ type Result struct {
 	ReportingCores, ReportingMessagesPerSecond float64
 	// ControllerRSS is the controller's resident set at the end, ControllerPeakRSS its peak (bytes).
 	ControllerRSS, ControllerPeakRSS int64
-	// Detect holds, per worker death on a cut-off node, the time from the agent's state until the status showed it.
-	Detect []time.Duration
+	// Detect holds, per worker death on a cut-off node, the time from the agent's state until the status showed
+	// it, once the controller's queues were empty; DetectBehindReports the same right after the reporting window.
+	Detect, DetectBehindReports []time.Duration
 	// MassCutoff is from cutting CutOff nodes off at once until every status of their workers is in the agents'
 	// word; CutOffWorkers counts those workers; NodesUnknown is until the node lifecycle controller marked every
 	// one of them not Ready, after which the statuses were checked again.
@@ -195,8 +197,13 @@ func Run(t testing.TB, cfg Config) *Result {
 	}()
 	h.measureCreation(ctx, r)
 	h.measureRaw(ctx, r)
+	h.waitDeploymentControllerIdle() // the windows below measure Lifeline, not the backlog the anchor left
 	h.measureSteady(r)
-	h.measureDetection(ctx, r)
+	// Right after the reporting window, the passes its reports called for are still queued: a death waits for a
+	// worker to come free of them.
+	r.DetectBehindReports = h.measureDetection(ctx, "detection behind the reports' passes")
+	h.waitQueuesDrained()
+	r.Detect = h.measureDetection(ctx, "detection")
 	h.measureMassCutoff(ctx, r)
 	h.measureRecreation(r)
 	end, err := sampleProc(h.controller.Pid())
@@ -558,7 +565,8 @@ func (h *harness) messages() (float64, error) {
 
 // measureDetection kills, one after the other, the JI edge workers of nodes cut off from the API server while
 // every node publishes, and times each death until the status shows it.
-func (h *harness) measureDetection(ctx context.Context, r *Result) {
+func (h *harness) measureDetection(ctx context.Context, step string) []time.Duration {
+	var detect []time.Duration
 	nodes := h.fleet.nodes()[:h.cfg.DetectSamples]
 	for _, node := range nodes {
 		h.fleet.agents[node].reachable.Store(false)
@@ -568,6 +576,7 @@ func (h *harness) measureDetection(ctx context.Context, r *Result) {
 			return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
 		})
 	}
+	costs := h.openCostWindow()
 	for i, node := range nodes {
 		pod := h.edgePod(ctx, i)
 		a := h.fleet.agents[node]
@@ -576,13 +585,32 @@ func (h *harness) measureDetection(ctx context.Context, r *Result) {
 		h.waitEdgeRecord(i, "the edge worker Dead in its agent's word", func(w v1alpha1.WorkerStatus) bool {
 			return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessDead
 		})
-		r.Detect = append(r.Detect, time.Since(began))
+		detect = append(detect, time.Since(began))
 		h.check(a.publishState(pod, lifelinev1.Phase_PHASE_RUNNING)) // the node restarted it
 	}
 	for _, node := range nodes {
 		h.fleet.agents[node].reachable.Store(true)
 	}
-	h.progress("detection: %d deaths on cut-off nodes", len(r.Detect))
+	h.progress("%s: %d deaths on cut-off nodes, p50 %v, p99 %v", step, len(detect),
+		controllertest.Percentile(detect, 50).Round(time.Millisecond), controllertest.Percentile(detect, 99).Round(time.Millisecond))
+	for _, line := range costs.close() {
+		h.progress("%s: %s", step, line)
+	}
+	return detect
+}
+
+// waitQueuesDrained waits until neither controller has a pass queued: what the workloads' creation and the
+// reporting window called for is done, and the next step meets only what it sets off and the heartbeats.
+func (h *harness) waitQueuesDrained() {
+	h.waitEvery(time.Second, 20*time.Minute, "the controller's work queues to drain", func() (bool, error) {
+		depth, err := scrapeGauges(h.metricsURL, "workqueue_depth", "name")
+		if err != nil {
+			return false, err
+		}
+		queued := depth["jointinferenceservice"] + depth["federatedlearningjob"]
+		return queued == 0, fmt.Errorf("%.0f passes queued", queued)
+	})
+	h.progress("the controller's work queues are empty")
 }
 
 // measureMassCutoff cuts CutOff nodes off at once: their agents say they lost the API server, and kwok stops
@@ -595,6 +623,7 @@ func (h *harness) measureMassCutoff(ctx context.Context, r *Result) {
 	for _, n := range cut {
 		cutSet[n] = true
 	}
+	costs := h.openCostWindow()
 	began := time.Now()
 	for _, n := range cut {
 		h.fleet.agents[n].reachable.Store(false)
@@ -612,6 +641,9 @@ func (h *harness) measureMassCutoff(ctx context.Context, r *Result) {
 	h.waitFor(5*time.Minute, "every worker of the cut-off nodes in its agent's word", inAgentsWord)
 	r.MassCutoff = time.Since(began)
 	h.progress("mass cut-off: %d workers of %d nodes in their agents' word in %v", r.CutOffWorkers, len(cut), r.MassCutoff.Round(time.Millisecond))
+	for _, line := range costs.close() {
+		h.progress("mass cut-off: %s", line)
+	}
 	h.waitFor(2*time.Minute+h.cfg.NodeGrace, "the node lifecycle controller to mark the cut-off nodes not Ready", func() (bool, error) {
 		list, err := h.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -692,15 +724,16 @@ func (h *harness) waitEdgeRecord(i int, what string, ok func(v1alpha1.WorkerStat
 // measureRecreation deletes the first JI's edge Deployment again and again, and, as the anchor, the ReplicaSet of
 // the anchor's copy of that Deployment, which the Deployment controller re-creates.
 func (h *harness) measureRecreation(r *Result) {
-	h.waitDeploymentControllerIdle()
+	h.waitDeploymentControllerIdle() // the cut-off nodes' pods turned not ready
 	r.RecreateJI = measureDeploymentRecreation(h.t, h.kube, Namespace, jointinference.DeploymentName(jiName(0), "edge"), h.cfg.Recreations)
 	r.RecreateRS = measureReplicaSetRecreation(h.t, h.kube, RawNamespace, jointinference.DeploymentName(jiName(0), "edge"), h.cfg.Recreations)
 	h.progress("re-creation: %d and %d samples", len(r.RecreateJI), len(r.RecreateRS))
 }
 
 // waitDeploymentControllerIdle waits until kube-controller-manager's Deployment controller has caught up with
-// every Deployment (at 20 requests a second, the ReplicaSets and pods of thousands of Deployments take it
-// minutes), so that the anchor times a re-creation, not the controller's backlog.
+// every Deployment. At 20 requests a second, the ReplicaSets and pods of thousands of Deployments take it
+// minutes; on a small machine its backlog competes with everything measured after the children, and the anchor
+// would time a re-creation queued behind it.
 func (h *harness) waitDeploymentControllerIdle() {
 	h.waitEvery(time.Second, 20*time.Minute, "the Deployment controller to catch up with every Deployment", func() (bool, error) {
 		behind := 0

@@ -45,8 +45,8 @@ func TestScaleSmoke(t *testing.T) {
 		t.Errorf("%.1f, then %.1f messages/s reached the controller's table, want the heartbeats', then the reports' too",
 			r.MessagesPerSecond, r.ReportingMessagesPerSecond)
 	}
-	if len(r.Detect) != 5 {
-		t.Errorf("%d deaths detected, want 5", len(r.Detect))
+	if len(r.Detect) != 5 || len(r.DetectBehindReports) != 5 {
+		t.Errorf("%d and %d deaths detected, want 5 and 5", len(r.DetectBehindReports), len(r.Detect))
 	}
 	// Each cut-off node holds a JI edge worker and TrainersPerJob trainers.
 	if r.CutOffWorkers != 5*(1+TrainersPerJob) || r.MassCutoff <= 0 || r.NodesUnknown < r.MassCutoff {

@@ -1,0 +1,155 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// costWindow records, over one step, what each process of the run used of the machine, and the waits a status
+// goes through: the controller's work queue, its passes, and the API server's status writes. It tells which of
+// them bounds a latency the step measures.
+type costWindow struct {
+	h         *harness
+	procs     map[string]procSample
+	machine   machineSample
+	queue     map[string]histogram // by controller: time a request waited in the work queue
+	work      map[string]histogram // by controller: time a pass took
+	apiserver map[string]histogram // by resource: the API server's status PATCHes
+}
+
+// openCostWindow samples the start of a step.
+func (h *harness) openCostWindow() *costWindow {
+	w := &costWindow{h: h}
+	w.queue, w.work, w.apiserver = h.waitHistograms() // first: rendering the API server's metrics costs it CPU
+	var err error
+	w.procs, err = h.sampleComponents()
+	h.check(err)
+	w.machine, err = sampleMachine()
+	h.check(err)
+	return w
+}
+
+// close samples the end of the step and describes it, one line each: the cores each process used, then the
+// waits' p50 and p99.
+func (w *costWindow) close() []string {
+	h := w.h
+	procs, err := h.sampleComponents()
+	h.check(err)
+	machine, err := sampleMachine()
+	h.check(err)
+	queue, work, apiserver := h.waitHistograms()
+
+	names := make([]string, 0, len(procs))
+	for name := range procs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var used []string
+	for _, name := range names {
+		used = append(used, fmt.Sprintf("%s %.2f", name, cores(w.procs[name], procs[name])))
+	}
+	lines := []string{fmt.Sprintf("cores: machine %.2f busy of %d; %s", machine.busyCores(w.machine), machine.cpus, strings.Join(used, ", "))}
+	describe := func(what string, before, after map[string]histogram, group string) {
+		d := after[group].minus(before[group])
+		lines = append(lines, fmt.Sprintf("%s: %.0f, p50 %.0f ms, p99 %.0f ms", what, d.count(), 1000*d.quantile(0.5), 1000*d.quantile(0.99)))
+	}
+	describe("JI work-queue waits", w.queue, queue, "jointinferenceservice")
+	describe("JI passes", w.work, work, "jointinferenceservice")
+	describe("API server JI status writes", w.apiserver, apiserver, "jointinferenceservices")
+	return lines
+}
+
+// waitHistograms scrapes the controller's work-queue histograms and the API server's status-write latencies.
+func (h *harness) waitHistograms() (queue, work, apiserver map[string]histogram) {
+	var err error
+	queue, err = scrapeHistograms(h.metricsURL, "workqueue_queue_duration_seconds", "name")
+	h.check(err)
+	work, err = scrapeHistograms(h.metricsURL, "controller_runtime_reconcile_time_seconds", "controller")
+	h.check(err)
+	body, err := h.kube.CoreV1().RESTClient().Get().AbsPath("/metrics").Stream(context.Background())
+	h.check(err)
+	defer body.Close()
+	apiserver, err = parseHistograms(body, "apiserver_request_duration_seconds", "resource", "verb=PATCH", "subresource=status")
+	h.check(err)
+	return queue, work, apiserver
+}
+
+// sampleComponents samples every process of the run: the control plane's, kwok, the controller, and this one
+// (the harness and the agents it plays).
+func (h *harness) sampleComponents() (map[string]procSample, error) {
+	out := map[string]procSample{}
+	for _, p := range h.cp.Components() {
+		s, err := sampleProc(p.Pid())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p.Name(), err)
+		}
+		out[p.Name()] = s
+	}
+	s, err := sampleProc(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	out["harness"] = s
+	return out, nil
+}
+
+// machineSample is the machine's CPU time, busy and all, from /proc/stat.
+type machineSample struct {
+	busy, total int64 // clock ticks
+	cpus        int
+}
+
+func sampleMachine() (machineSample, error) {
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineSample{}, fmt.Errorf("reading the machine's CPU time: %w", err)
+	}
+	return parseMachineStat(string(stat))
+}
+
+// parseMachineStat reads the "cpu" line of /proc/stat: user nice system idle iowait irq softirq steal; idle and
+// iowait are the time not busy. It counts the "cpuN" lines.
+func parseMachineStat(stat string) (machineSample, error) {
+	var s machineSample
+	found := false
+	for _, line := range strings.Split(stat, "\n") {
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) == 0:
+		case fields[0] == "cpu":
+			if len(fields) < 9 {
+				return s, fmt.Errorf("short /proc/stat line %q", line)
+			}
+			for i, f := range fields[1:9] {
+				v, err := strconv.ParseInt(f, 10, 64)
+				if err != nil {
+					return s, fmt.Errorf("unparsable /proc/stat line %q: %w", line, err)
+				}
+				s.total += v
+				if i != 3 && i != 4 {
+					s.busy += v
+				}
+			}
+			found = true
+		case strings.HasPrefix(fields[0], "cpu"):
+			s.cpus++
+		}
+	}
+	if !found {
+		return s, fmt.Errorf("no cpu line in /proc/stat")
+	}
+	return s, nil
+}
+
+// busyCores is how many of the machine's cores were busy, on average, since before.
+func (s machineSample) busyCores(before machineSample) float64 {
+	total := s.total - before.total
+	if total <= 0 {
+		return 0
+	}
+	return float64(s.cpus) * float64(s.busy-before.busy) / float64(total)
+}
