@@ -109,23 +109,7 @@ func scrapeHistograms(url, name, key string, where ...string) (map[string]histog
 // whose labels hold every where ("label=value").
 func parseHistograms(r io.Reader, name, key string, where ...string) (map[string]histogram, error) {
 	out := map[string]histogram{}
-	s := bufio.NewScanner(r)
-	s.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	prefix := name + "_bucket{"
-	for s.Scan() {
-		line := s.Text()
-		rest, ok := strings.CutPrefix(line, prefix)
-		if !ok {
-			continue
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.Fields(value)[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("unparsable sample %q: %w", line, err)
-		}
+	err := eachSample(r, name+"_bucket", func(line, labels string, v float64) error {
 		var group string
 		le := math.NaN()
 		matched := 0
@@ -139,20 +123,22 @@ func parseHistograms(r io.Reader, name, key string, where ...string) (map[string
 			case key:
 				group = val
 			case "le":
+				var err error
 				if le, err = strconv.ParseFloat(val, 64); err != nil {
-					return nil, fmt.Errorf("unparsable bucket %q: %w", line, err)
+					return fmt.Errorf("unparsable bucket %q: %w", line, err)
 				}
 			}
 		}
 		if math.IsNaN(le) || matched < len(where) {
-			continue
+			return nil
 		}
 		if out[group] == nil {
 			out[group] = histogram{}
 		}
 		out[group][le] += v
-	}
-	return out, s.Err()
+		return nil
+	})
+	return out, err
 }
 
 // minus is what the histogram counted since before.
@@ -239,6 +225,20 @@ func scrapeGauges(url, name, key string) (map[string]float64, error) {
 
 func parseGauges(r io.Reader, name, key string) (map[string]float64, error) {
 	out := map[string]float64{}
+	err := eachSample(r, name, func(_, labels string, v float64) error {
+		for _, l := range strings.Split(labels, ",") {
+			if k, val, _ := strings.Cut(l, "="); k == key {
+				out[strings.Trim(val, `"`)] += v
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// eachSample calls fn with each labelled sample of the series name in Prometheus text: the line, its labels
+// (between the braces) and its value.
+func eachSample(r io.Reader, name string, fn func(line, labels string, v float64) error) error {
 	s := bufio.NewScanner(r)
 	s.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	for s.Scan() {
@@ -253,13 +253,11 @@ func parseGauges(r io.Reader, name, key string) (map[string]float64, error) {
 		}
 		v, err := strconv.ParseFloat(strings.Fields(value)[0], 64)
 		if err != nil {
-			return nil, fmt.Errorf("unparsable sample %q: %w", line, err)
+			return fmt.Errorf("unparsable sample %q: %w", line, err)
 		}
-		for _, l := range strings.Split(labels, ",") {
-			if k, val, _ := strings.Cut(l, "="); k == key {
-				out[strings.Trim(val, `"`)] += v
-			}
+		if err := fn(line, labels, v); err != nil {
+			return err
 		}
 	}
-	return out, s.Err()
+	return s.Err()
 }
