@@ -223,83 +223,45 @@ func TestOwnReconnectTakesOverTheOldSession(t *testing.T) {
 	}
 }
 
-// [P-RETAIN-1] Only births, deaths and worker states are retained. A retain flag elsewhere is cleared and
-// counted: the message still reaches the controller, and the broker keeps nothing of it.
-func TestRetainedHeartbeatIsNotRetained_P_RETAIN_1(t *testing.T) {
+// [P-RETAIN-2] The embedded broker retains nothing, not even what the protocol has agents retain: every message,
+// the last will too, reaches the controller and the broker keeps none of it. A retain flag where the protocol
+// never retains is counted [P-RETAIN-1].
+func TestEmbeddedBrokerRetainsNothing_P_RETAIN_2(t *testing.T) {
 	r := startRig(t, nil)
 	delivered := r.delivered(t)
 	edge1, err := r.connect("edge1", "pw1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer edge1.Disconnect(0)
-	for _, tc := range []struct {
-		kind   lifelinev1.Kind
-		retain bool
-	}{
-		{lifelinev1.KindHeartbeat, false},
-		{lifelinev1.KindReport, false},
-		{lifelinev1.KindResult, false},
-		{lifelinev1.KindBirth, true},
-		{lifelinev1.KindWorkerState, true},
-	} {
-		topic := lifelinev1.NodeTopic("c", "edge1", tc.kind).String()
-		if tc.kind == lifelinev1.KindWorkerState {
+	var published []string
+	for _, kind := range []lifelinev1.Kind{lifelinev1.KindHeartbeat, lifelinev1.KindReport, lifelinev1.KindResult,
+		lifelinev1.KindBirth, lifelinev1.KindWorkerState} {
+		topic := lifelinev1.NodeTopic("c", "edge1", kind).String()
+		if kind == lifelinev1.KindWorkerState {
 			topic = lifelinev1.WorkerTopic("c", "edge1", "default", "w").String()
 		}
 		edge1.Publish(topic, 1, true, []byte{0x08, 0x01}).WaitTimeout(5 * time.Second)
 		eventually(t, topic+" delivered", func() bool { return delivered(topic) == 1 })
-		if r.retained(topic) != tc.retain {
-			t.Errorf("%s: retained %t, want %t", tc.kind, r.retained(topic), tc.retain)
-		}
+		published = append(published, topic)
 	}
 	if n := r.count(dropped, RefusedRetain); n != 3 {
 		t.Errorf("%v retain flags counted, want 3", n)
 	}
-}
 
-// [P-RETAIN-2] A node retains at most MaxRetainedWorkers worker topics: states of further workers still reach
-// the controller, are not retained and are counted; retained workers update as before, and other nodes have
-// their own allowance.
-func TestPerNodeRetainedWorkerCap_P_RETAIN_2(t *testing.T) {
-	r := startRigWith(t, nil, Limits{MaxRetainedWorkers: 3})
-	delivered := r.delivered(t)
-	edge1, err := r.connect("edge1", "pw1", "")
-	if err != nil {
+	death := lifelinev1.NodeTopic("c", "edge2", lifelinev1.KindDeath).String()
+	if _, err := r.connect("edge2", "pw2", death); err != nil { // its will is retained
 		t.Fatal(err)
 	}
-	defer edge1.Disconnect(0)
-	state := func(c mqtt.Client, node, pod string, seq uint64) string {
-		topic := lifelinev1.WorkerTopic("c", node, "default", pod).String()
-		payload, _ := proto.Marshal(&lifelinev1.WorkerState{Namespace: "default", Name: pod, Uid: pod, Seq: seq, Phase: lifelinev1.Phase_PHASE_RUNNING})
-		c.Publish(topic, 1, true, payload).WaitTimeout(5 * time.Second)
-		return topic
+	if !r.broker.CloseNode("edge2") {
+		t.Fatal("edge2 had no session to end")
 	}
-	for i := range 5 {
-		topic := state(edge1, "edge1", fmt.Sprintf("w%d", i), uint64(i+1))
-		eventually(t, topic+" delivered", func() bool { return delivered(topic) == 1 })
-		if want := i < 3; r.retained(topic) != want {
-			t.Errorf("worker %d: retained %t, want %t", i, !want, want)
+	eventually(t, "edge2's will delivered", func() bool { return delivered(death) == 1 })
+	for _, topic := range append(published, death) {
+		if r.retained(topic) {
+			t.Errorf("%s retained", topic)
 		}
 	}
-	if n := r.count(dropped, RefusedRetainCap); n != 2 {
-		t.Errorf("%v states over the cap counted, want 2", n)
-	}
-	w0 := state(edge1, "edge1", "w0", 6)
-	eventually(t, "the update of a retained worker delivered", func() bool { return delivered(w0) == 2 })
-	var ws lifelinev1.WorkerState
-	if got, _ := r.broker.server.Topics.Retained.Get(w0); proto.Unmarshal(got.Payload, &ws) != nil || ws.Seq != 6 {
-		t.Errorf("retained state of w0 has seq %d, want 6", ws.Seq)
-	}
-
-	edge2, err := r.connect("edge2", "pw2", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer edge2.Disconnect(0)
-	if topic := state(edge2, "edge2", "w9", 1); !r.retained(topic) {
-		t.Error("edge2's first worker was not retained")
-	}
+	edge1.Disconnect(0)
 }
 
 // A payload over its kind's cap is acknowledged and discarded (never delivered nor retained) and counted, and
@@ -339,37 +301,34 @@ func TestOversizedPublishIsRefused_P_RETAIN_1(t *testing.T) {
 	}
 }
 
-// Every reason to refuse a publish, decided without a broker.
+// Every reason to refuse or count a publish, decided without a broker.
 func TestPublishVerdict(t *testing.T) {
 	for _, tc := range []struct {
-		name          string
-		kind          lifelinev1.Kind
-		size          int
-		retain, here  bool
-		retained, max int
-		want          verdict
-		wantReason    string
+		name        string
+		kind        lifelinev1.Kind
+		size        int
+		retain      bool
+		wantDeliver bool
+		wantReason  string
 	}{
-		{"heartbeat", lifelinev1.KindHeartbeat, 30, false, false, 0, 3, deliver, ""},
-		{"retained heartbeat", lifelinev1.KindHeartbeat, 30, true, false, 0, 3, deliverUnretained, RefusedRetain},
-		{"retained report", lifelinev1.KindReport, 30, true, false, 0, 3, deliverUnretained, RefusedRetain},
-		{"retained result", lifelinev1.KindResult, 30, true, false, 0, 3, deliverUnretained, RefusedRetain},
-		{"birth", lifelinev1.KindBirth, 60, true, false, 0, 3, deliver, ""},
-		{"death", lifelinev1.KindDeath, 20, true, false, 0, 3, deliver, ""},
-		{"new worker below the cap", lifelinev1.KindWorkerState, 130, true, false, 2, 3, deliver, ""},
-		{"new worker at the cap", lifelinev1.KindWorkerState, 130, true, false, 3, 3, deliverUnretained, RefusedRetainCap},
-		{"retained worker at the cap", lifelinev1.KindWorkerState, 130, true, true, 3, 3, deliver, ""},
-		{"clearing a retained worker at the cap", lifelinev1.KindWorkerState, 0, true, true, 3, 3, deliver, ""},
-		{"oversized worker", lifelinev1.KindWorkerState, 4<<10 + 1, true, true, 0, 3, refuse, RefusedTooLarge},
-		{"oversized birth", lifelinev1.KindBirth, 1<<10 + 1, true, false, 0, 3, refuse, RefusedTooLarge},
-		{"oversized heartbeat", lifelinev1.KindHeartbeat, 257, false, false, 0, 3, refuse, RefusedTooLarge},
-		{"largest report", lifelinev1.KindReport, maxReportBody + 1<<10, false, false, 0, 3, deliver, ""},
-		{"oversized report", lifelinev1.KindReport, maxReportBody + 1<<10 + 1, false, false, 0, 3, refuse, RefusedTooLarge},
+		{"heartbeat", lifelinev1.KindHeartbeat, 30, false, true, ""},
+		{"retained heartbeat", lifelinev1.KindHeartbeat, 30, true, true, RefusedRetain},
+		{"retained report", lifelinev1.KindReport, 30, true, true, RefusedRetain},
+		{"retained result", lifelinev1.KindResult, 30, true, true, RefusedRetain},
+		{"birth", lifelinev1.KindBirth, 60, true, true, ""},
+		{"death", lifelinev1.KindDeath, 20, true, true, ""},
+		{"worker", lifelinev1.KindWorkerState, 130, true, true, ""},
+		{"clearing a worker", lifelinev1.KindWorkerState, 0, true, true, ""},
+		{"oversized worker", lifelinev1.KindWorkerState, 4<<10 + 1, true, false, RefusedTooLarge},
+		{"oversized birth", lifelinev1.KindBirth, 1<<10 + 1, true, false, RefusedTooLarge},
+		{"oversized heartbeat", lifelinev1.KindHeartbeat, 257, false, false, RefusedTooLarge},
+		{"largest report", lifelinev1.KindReport, maxReportBody + 1<<10, false, true, ""},
+		{"oversized report", lifelinev1.KindReport, maxReportBody + 1<<10 + 1, false, false, RefusedTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v, reason := publishVerdict(tc.kind, tc.size, tc.retain, tc.here, tc.retained, tc.max)
-			if v != tc.want || reason != tc.wantReason {
-				t.Errorf("got %v %q, want %v %q", v, reason, tc.want, tc.wantReason)
+			deliver, reason := publishVerdict(tc.kind, tc.size, tc.retain)
+			if deliver != tc.wantDeliver || reason != tc.wantReason {
+				t.Errorf("got %t %q, want %t %q", deliver, reason, tc.wantDeliver, tc.wantReason)
 			}
 		})
 	}
@@ -467,7 +426,7 @@ func TestCommandsToAnAgentThatDoesNotAcknowledgeAreBounded(t *testing.T) {
 	}
 }
 
-// A last will is the node's death, retained for as long as the node lives: one over the death's maximum payload
+// A last will is the node's death, held for as long as its session lives: one over the death's maximum payload
 // is refused at CONNECT, and counted.
 func TestOversizedLastWillIsRefused(t *testing.T) {
 	r := startRig(t, nil)

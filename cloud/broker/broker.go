@@ -84,12 +84,21 @@ func Start(cfg Config) (*Broker, error) {
 		serverTLS.ClientAuth = tls.RequestClientCert
 		serverTLS.ClientCAs = cfg.ClientCerts.CAs
 	}
-	server := mochi.New(&mochi.Options{InlineClient: true, Logger: logger, Capabilities: capabilities()})
+	server := mochi.New(&mochi.Options{InlineClient: true, Logger: logger, Capabilities: capabilities(),
+		SysTopicResendInterval: sysTopicInterval})
 	access := &nodeAccess{cluster: cfg.Cluster, dir: cfg.CredentialsDir, tracker: cfg.Tracker,
-		maxRetainedWorkers: limits.MaxRetainedWorkers, topics: server.Topics,
 		certs: cfg.ClientCerts, revoked: &revocations{file: cfg.ClientCerts.RevokedFile}, nodes: cfg.Nodes, clock: clockOr(cfg.Clock)}
 	if err := server.AddHook(access, nil); err != nil {
 		return nil, fmt.Errorf("adding the access hook: %w", err)
+	}
+	// The controller subscribes before the first node can connect, and the broker lives and dies with it: no one
+	// would ever read a retained message, so the broker retains none [P-RETAIN-2]. Inline handlers run on the
+	// publishing client's goroutine: a node's messages reach the tracker in order.
+	err = server.Subscribe(lifelinev1.ControllerFilter(cfg.Cluster), 1, func(_ *mochi.Client, _ packets.Subscription, pk packets.Packet) {
+		cfg.Tracker.Ingest(pk.TopicName, pk.Payload, time.Now())
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribing to the agents' topics: %w", err)
 	}
 	listener := &guardedListener{id: "agents", address: cfg.Address, tls: serverTLS, maxConns: limits.MaxConnections,
 		connectTimeout: limits.ConnectTimeout, refuse: cfg.Tracker.Drop}
@@ -97,15 +106,8 @@ func Start(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	if err := server.Serve(); err != nil {
-		return nil, fmt.Errorf("serving MQTT: %w", err)
-	}
-	// Inline handlers run on the publishing client's goroutine: a node's messages reach the tracker in order.
-	err = server.Subscribe(lifelinev1.ControllerFilter(cfg.Cluster), 1, func(_ *mochi.Client, _ packets.Subscription, pk packets.Packet) {
-		cfg.Tracker.Ingest(pk.TopicName, pk.Payload, time.Now())
-	})
-	if err != nil {
 		server.Close()
-		return nil, fmt.Errorf("subscribing to the agents' topics: %w", err)
+		return nil, fmt.Errorf("serving MQTT: %w", err)
 	}
 	b := &Broker{server: server, listener: listener, tracker: cfg.Tracker, access: access, cluster: cfg.Cluster, stop: make(chan struct{})}
 	interval := cfg.RecheckInterval
@@ -184,23 +186,21 @@ func (b *Broker) Close() error {
 }
 
 // nodeAccess authenticates nodes, binds each session to its node, enforces the ACL and bounds what a node
-// retains. The controller's own inline client bypasses it.
+// publishes. The controller's own inline client bypasses it.
 type nodeAccess struct {
 	mochi.HookBase
-	cluster, dir       string
-	tracker            *liveness.Tracker
-	maxRetainedWorkers int
-	topics             *mochi.TopicsIndex // the server's, where retained messages are
-	certs              ClientCerts
-	revoked            *revocations
-	nodes              Nodes // nil: no Node check
-	clock              clock.PassiveClock
+	cluster, dir string
+	tracker      *liveness.Tracker
+	certs        ClientCerts
+	revoked      *revocations
+	nodes        Nodes // nil: no Node check
+	clock        clock.PassiveClock
 }
 
 func (h *nodeAccess) ID() string { return "lifeline-node-access" }
 
 func (h *nodeAccess) Provides(b byte) bool {
-	return b == mochi.OnConnectAuthenticate || b == mochi.OnACLCheck || b == mochi.OnPublish
+	return b == mochi.OnConnectAuthenticate || b == mochi.OnACLCheck || b == mochi.OnPublish || b == mochi.OnWill
 }
 
 // OnConnectAuthenticate admits a node by its certificate [P-AUTH-5] or its password, under its own client id
@@ -320,7 +320,7 @@ func (h *nodeAccess) OnACLCheck(cl *mochi.Client, topic string, write bool) bool
 
 // OnPublish applies publishVerdict to a node's message, after the ACL admitted its topic. A refused message is
 // acknowledged and discarded (MQTT 3.1.1 cannot refuse one message without ending the session, and the agent
-// would send it again), and counted.
+// would send it again), and counted. What is delivered is delivered unretained.
 func (h *nodeAccess) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	if cl.Net.Inline {
 		return pk, nil
@@ -329,49 +329,32 @@ func (h *nodeAccess) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pac
 	if err != nil { // the ACL refused it already
 		return pk, packets.CodeSuccessIgnore
 	}
-	retainedWorkers, retainedHere := 0, false
-	if tp.Kind == lifelinev1.KindWorkerState && pk.FixedHeader.Retain {
-		_, retainedHere = h.topics.Retained.Get(pk.TopicName)
-		if !retainedHere {
-			retainedWorkers = len(h.topics.Messages(lifelinev1.WorkerTopic(tp.Cluster, tp.Node, "+", "+").String()))
-		}
-	}
-	verdict, reason := publishVerdict(tp.Kind, len(pk.Payload), pk.FixedHeader.Retain, retainedHere, retainedWorkers, h.maxRetainedWorkers)
+	deliver, reason := publishVerdict(tp.Kind, len(pk.Payload), pk.FixedHeader.Retain)
 	if reason != "" {
 		h.tracker.Drop(reason, fmt.Sprintf("%s: %d bytes, retain %t", pk.TopicName, len(pk.Payload), pk.FixedHeader.Retain))
 	}
-	switch verdict {
-	case refuse:
+	if !deliver {
 		return pk, packets.CodeSuccessIgnore
-	case deliverUnretained:
-		pk.FixedHeader.Retain = false
 	}
+	pk.FixedHeader.Retain = false
 	return pk, nil
 }
 
-// verdict is what the broker does with a node's message.
-type verdict int
-
-const (
-	deliver           verdict = iota // as published
-	deliverUnretained                // to the controller, but not retained
-	refuse                           // not at all
-)
+// OnWill delivers a node's last will, its death, unretained, as every other message.
+func (h *nodeAccess) OnWill(_ *mochi.Client, will mochi.Will) (mochi.Will, error) {
+	will.Retain = false
+	return will, nil
+}
 
 // publishVerdict decides on a node's message of kind, with a payload of size bytes: over its kind's cap it is
-// refused; a retain flag is honoured only where the protocol retains (birth, death, worker states), and for a
-// worker topic not yet retained (retainedHere false) only while the node has fewer than maxRetained
-// (retainedWorkers counts them). An empty retained payload deletes a retained message and is always allowed.
-func publishVerdict(kind lifelinev1.Kind, size int, retain, retainedHere bool, retainedWorkers, maxRetained int) (verdict, string) {
+// refused; a retain flag where the protocol never retains (anything but births, deaths and worker states) is
+// counted, and the message delivered.
+func publishVerdict(kind lifelinev1.Kind, size int, retain bool) (deliver bool, reason string) {
 	switch {
 	case size > maxPayload[kind]:
-		return refuse, RefusedTooLarge
-	case !retain || size == 0:
-		return deliver, ""
-	case kind != lifelinev1.KindBirth && kind != lifelinev1.KindDeath && kind != lifelinev1.KindWorkerState:
-		return deliverUnretained, RefusedRetain
-	case kind == lifelinev1.KindWorkerState && !retainedHere && retainedWorkers >= maxRetained:
-		return deliverUnretained, RefusedRetainCap
+		return false, RefusedTooLarge
+	case retain && size > 0 && kind != lifelinev1.KindBirth && kind != lifelinev1.KindDeath && kind != lifelinev1.KindWorkerState:
+		return true, RefusedRetain
 	}
-	return deliver, ""
+	return true, ""
 }

@@ -16,8 +16,7 @@ const (
 	RefusedMalformed      = "malformed"       // garbage or a failed TLS handshake before the CONNECT
 	RefusedTooLarge       = "too-large"       // a packet over maxPacketBytes, or a payload over its kind's cap
 	RefusedClientID       = "client-id"       // a client id other than lifeline-agent-<user>
-	RefusedRetain         = "retain"          // a retain flag on a kind that is never retained: cleared
-	RefusedRetainCap      = "retain-cap"      // a new worker topic beyond Limits.MaxRetainedWorkers: not retained
+	RefusedRetain         = "retain"          // a retain flag on a kind the protocol never retains
 	RefusedSlowClient     = "slow-client"     // a command to an agent that has not acknowledged the last 64: refused
 	RefusedCertificate    = "certificate"     // a client certificate that does not verify (CA, validity, usage) or names no node [P-AUTH-5]
 	RefusedRevoked        = "revoked"         // a client certificate whose serial is revoked, or while the revocation list is unreadable
@@ -53,20 +52,17 @@ type Limits struct {
 	// ConnectTimeout: a connection that has not completed its CONNECT (TLS handshake included) this long after
 	// it opened is closed.
 	ConnectTimeout time.Duration
-	// MaxRetainedWorkers is how many worker-state topics one node may have retained; the state of a further
-	// worker still reaches the controller, but is not retained.
-	MaxRetainedWorkers int
 }
 
 // DefaultLimits fit a 256 MiB controller with up to a few hundred edge nodes.
 func DefaultLimits() Limits {
-	return Limits{MaxConnections: 1000, ConnectTimeout: 5 * time.Second, MaxRetainedWorkers: 256}
+	return Limits{MaxConnections: 1000, ConnectTimeout: 5 * time.Second}
 }
 
 // withDefaults fills zero fields and rejects negative ones.
 func (l Limits) withDefaults() (Limits, error) {
 	d := DefaultLimits()
-	if l.MaxConnections < 0 || l.ConnectTimeout < 0 || l.MaxRetainedWorkers < 0 {
+	if l.MaxConnections < 0 || l.ConnectTimeout < 0 {
 		return l, fmt.Errorf("broker limits must not be negative: %+v", l)
 	}
 	if l.MaxConnections == 0 {
@@ -74,9 +70,6 @@ func (l Limits) withDefaults() (Limits, error) {
 	}
 	if l.ConnectTimeout == 0 {
 		l.ConnectTimeout = d.ConnectTimeout
-	}
-	if l.MaxRetainedWorkers == 0 {
-		l.MaxRetainedWorkers = d.MaxRetainedWorkers
 	}
 	return l, nil
 }
@@ -93,9 +86,10 @@ func capabilities() *mochi.Capabilities {
 	c.MaximumQos = 1                  // the protocol uses QoS 0 and 1; QoS 2 only adds state
 	// Sessions end with their connection (agents use clean sessions): nothing is kept for a client that left.
 	c.MaximumSessionExpiryInterval = 0
-	// No forced expiry: mochi's default removes retained messages a day after they were published, so a node up
-	// for longer would lose its retained birth and its long-running workers' states for a controller that
-	// connects later. Retained messages are bounded in number and size instead (maxPayload, MaxRetainedWorkers).
-	c.MaximumMessageExpiryInterval = 0
+	c.MaximumMessageExpiryInterval = 0 // nothing is held long enough to expire: no retained messages, no sessions
 	return c
 }
+
+// sysTopicInterval is how often, in seconds, mochi publishes its $SYS topics (default every second, each
+// retained, with a read of the runtime's memory statistics): no client may read them, so once a day.
+const sysTopicInterval = 24 * 60 * 60

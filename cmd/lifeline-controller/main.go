@@ -61,8 +61,7 @@ func main() {
 		"TCP connections the embedded broker holds at once, authenticated or not; leave room above the number of edge nodes")
 	flag.DurationVar(&opts.MQTTLimits.ConnectTimeout, "mqtt-connect-timeout", limits.ConnectTimeout,
 		"a connection to the embedded broker that has not completed its MQTT CONNECT (TLS included) within this is closed")
-	flag.IntVar(&opts.MQTTLimits.MaxRetainedWorkers, "mqtt-max-retained-workers", limits.MaxRetainedWorkers,
-		"worker-state topics one edge node may have retained on the embedded broker; further ones are delivered, not retained")
+	flag.Int("mqtt-max-retained-workers", 0, "deprecated and ignored: the embedded broker retains no message")
 	tlsCert := flag.String("mqtt-tls-cert", "", "certificate of the MQTT listener (PEM); with --mqtt-tls-key, the listener is TLS")
 	tlsKey := flag.String("mqtt-tls-key", "", "private key of the MQTT listener (PEM)")
 	flag.StringVar(&opts.MQTTBrokerURL, "mqtt-broker-url", "", "use this external broker (tcp:// or ssl://) instead of the embedded one; it must enforce the nodes' ACL")

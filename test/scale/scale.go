@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -72,7 +73,9 @@ type Config struct {
 	NodeGrace time.Duration
 	// SteadyWindow is how long controller CPU is measured with every agent heartbeating (default 20 s).
 	SteadyWindow time.Duration
-	// ProfileDir, when set, receives the controller's heap profile at the end of the run (heap-<nodes>.pprof).
+	// ProfileDir, when set, receives the controller's heap profile at the end of the run (heap-<nodes>.pprof, and
+	// as text heap-<nodes>.txt) and its CPU profiles of the steady windows (cpu-heartbeats-<nodes>.pprof,
+	// cpu-reports-<nodes>.pprof).
 	ProfileDir string
 	// ControllerArgs are more flags for the controller, e.g. --concurrent-reconciles.
 	ControllerArgs []string
@@ -210,6 +213,8 @@ func Run(t testing.TB, cfg Config) *Result {
 	h.check(err)
 	if cfg.ProfileDir != "" {
 		h.check(h.saveProfile("heap", filepath.Join(cfg.ProfileDir, fmt.Sprintf("heap-%d.pprof", cfg.Nodes))))
+		// The text form ends with the runtime's memory statistics: stacks and the collector's figures.
+		h.check(h.saveProfile("heap?debug=1", filepath.Join(cfg.ProfileDir, fmt.Sprintf("heap-%d.txt", cfg.Nodes))))
 	}
 	r.ControllerRSS, r.ControllerPeakRSS = end.rss, end.hwm
 	if err := h.cp.Healthy(); err != nil {
@@ -345,7 +350,7 @@ func (h *harness) observed(o any) {
 	}
 }
 
-// saveProfile writes one of the controller's pprof profiles to path.
+// saveProfile writes one of the controller's pprof profiles to path; name may carry a query.
 func (h *harness) saveProfile(name, path string) error {
 	resp, err := http.Get(h.pprofURL + name)
 	if err != nil {
@@ -363,7 +368,7 @@ func (h *harness) saveProfile(name, path string) error {
 		f.Close()
 		return fmt.Errorf("saving the controller's %s profile: %w", name, err)
 	}
-	h.progress("controller %s profile in %s", name, path)
+	h.progress("controller profile %s", path)
 	return f.Close()
 }
 
@@ -460,6 +465,7 @@ func (h *harness) measureRaw(ctx context.Context, r *Result) {
 	for i := range deployments.Items {
 		d := deployments.Items[i].DeepCopy()
 		rawMeta(&d.ObjectMeta)
+		dropSednaLabels(d.Labels)
 		d.Status = appsv1.DeploymentStatus{}
 		delete(d.Spec.Template.Labels, contract.RoleLabel)
 		if d.Spec.Selector != nil {
@@ -470,6 +476,7 @@ func (h *harness) measureRaw(ctx context.Context, r *Result) {
 	for i := range services.Items {
 		s := services.Items[i].DeepCopy()
 		rawMeta(&s.ObjectMeta)
+		dropSednaLabels(s.Labels)
 		s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Status = "", nil, corev1.ServiceStatus{}
 		delete(s.Spec.Selector, contract.RoleLabel)
 		objs = append(objs, s)
@@ -503,16 +510,27 @@ func rawMeta(m *metav1.ObjectMeta) {
 	delete(m.Labels, contract.RoleLabel)
 }
 
+// dropSednaLabels removes Sedna's labels (<kind>.sedna.io/…) from a copy's own labels, not from its selector or
+// pod template: another user's Deployments and Services carry none, and the controller's cache then holds them as
+// it holds any of theirs (a Deployment not at all, a Service as every Service of the cluster).
+func dropSednaLabels(labels map[string]string) {
+	for k := range labels {
+		if strings.Contains(k, ".sedna.io/") {
+			delete(labels, k)
+		}
+	}
+}
+
 // measureSteady measures the controller's CPU while only heartbeats flow, then while every JI edge worker also
 // reports its counters every ReportInterval, each report changing its service's status.
 func (h *harness) measureSteady(r *Result) {
 	time.Sleep(h.cfg.SteadyWindow / 4) // let the anchor's pods and what they wake go by
-	r.IngestionCores, r.MessagesPerSecond = h.window()
+	r.IngestionCores, r.MessagesPerSecond = h.window("heartbeats")
 	h.progress("heartbeats: %.3f cores at %.0f messages/s", r.IngestionCores, r.MessagesPerSecond)
 	stop := h.reportEvery(ReportInterval)
 	defer stop()
 	time.Sleep(ReportInterval) // the first reports' status writes
-	r.ReportingCores, r.ReportingMessagesPerSecond = h.window()
+	r.ReportingCores, r.ReportingMessagesPerSecond = h.window("reports")
 	h.progress("heartbeats and reports: %.3f cores at %.0f messages/s", r.ReportingCores, r.ReportingMessagesPerSecond)
 }
 
@@ -520,12 +538,19 @@ func (h *harness) measureSteady(r *Result) {
 const ReportInterval = 2 * time.Second
 
 // window is the controller's CPU, in cores, and the messages per second its table accepted, over SteadyWindow.
-func (h *harness) window() (float64, float64) {
+// With a profile directory, the controller's CPU profile of the window is saved there as cpu-<name>-<nodes>.pprof.
+func (h *harness) window(name string) (float64, float64) {
 	m0, err := h.messages()
 	h.check(err)
 	p0, err := sampleProc(h.controller.Pid())
 	h.check(err)
-	time.Sleep(h.cfg.SteadyWindow)
+	if h.cfg.ProfileDir != "" {
+		path := filepath.Join(h.cfg.ProfileDir, fmt.Sprintf("cpu-%s-%d.pprof", name, h.cfg.Nodes))
+		profile := fmt.Sprintf("profile?seconds=%d", int(h.cfg.SteadyWindow.Seconds()))
+		h.check(h.saveProfile(profile, path)) // it takes the window's time
+	} else {
+		time.Sleep(h.cfg.SteadyWindow)
+	}
 	p1, err := sampleProc(h.controller.Pid())
 	h.check(err)
 	m1, err := h.messages()
