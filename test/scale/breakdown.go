@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -19,12 +20,13 @@ type costWindow struct {
 	queue     map[string]histogram // by controller: time a request waited in the work queue
 	work      map[string]histogram // by controller: time a pass took
 	apiserver map[string]histogram // by resource: the API server's status PATCHes
+	requests  map[string]float64   // by resource: every request the API server answered
 }
 
 // openCostWindow samples the start of a step.
 func (h *harness) openCostWindow() *costWindow {
 	w := &costWindow{h: h}
-	w.queue, w.work, w.apiserver = h.waitHistograms() // first: rendering the API server's metrics costs it CPU
+	w.queue, w.work, w.apiserver, w.requests = h.waitHistograms() // first: rendering the API server's metrics costs it CPU
 	var err error
 	w.procs, err = h.sampleComponents()
 	h.check(err)
@@ -41,7 +43,7 @@ func (w *costWindow) close() []string {
 	h.check(err)
 	machine, err := sampleMachine()
 	h.check(err)
-	queue, work, apiserver := h.waitHistograms()
+	queue, work, apiserver, requests := h.waitHistograms()
 
 	names := make([]string, 0, len(procs))
 	for name := range procs {
@@ -60,22 +62,47 @@ func (w *costWindow) close() []string {
 	describe("JI work-queue waits", w.queue, queue, "jointinferenceservice")
 	describe("JI passes", w.work, work, "jointinferenceservice")
 	describe("API server JI status writes", w.apiserver, apiserver, "jointinferenceservices")
+	lines = append(lines, "API server requests: "+busiest(w.requests, requests, 8))
 	return lines
 }
 
-// waitHistograms scrapes the controller's work-queue histograms and the API server's status-write latencies.
-func (h *harness) waitHistograms() (queue, work, apiserver map[string]histogram) {
+// busiest describes the n keys whose counts grew the most from before to after, the most first.
+func busiest(before, after map[string]float64, n int) string {
+	type grown struct {
+		key string
+		by  float64
+	}
+	var all []grown
+	total := 0.0
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			all = append(all, grown{k, d})
+			total += d
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].by > all[j].by || all[i].by == all[j].by && all[i].key < all[j].key })
+	parts := []string{fmt.Sprintf("%.0f", total)}
+	for _, g := range all[:min(n, len(all))] {
+		parts = append(parts, fmt.Sprintf("%s %.0f", g.key, g.by))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// waitHistograms scrapes the controller's work-queue histograms, the API server's status-write latencies and
+// its requests by resource.
+func (h *harness) waitHistograms() (queue, work, apiserver map[string]histogram, requests map[string]float64) {
 	var err error
 	queue, err = scrapeHistograms(h.metricsURL, "workqueue_queue_duration_seconds", "name")
 	h.check(err)
 	work, err = scrapeHistograms(h.metricsURL, "controller_runtime_reconcile_time_seconds", "controller")
 	h.check(err)
-	body, err := h.kube.CoreV1().RESTClient().Get().AbsPath("/metrics").Stream(context.Background())
+	metrics, err := h.kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	h.check(err)
-	defer body.Close()
-	apiserver, err = parseHistograms(body, "apiserver_request_duration_seconds", "resource", "verb=PATCH", "subresource=status")
+	apiserver, err = parseHistograms(bytes.NewReader(metrics), "apiserver_request_duration_seconds", "resource", "verb=PATCH", "subresource=status")
 	h.check(err)
-	return queue, work, apiserver
+	requests, err = parseGauges(bytes.NewReader(metrics), "apiserver_request_total", "resource")
+	h.check(err)
+	return queue, work, apiserver, requests
 }
 
 // sampleComponents samples every process of the run: the control plane's, kwok, the controller, and this one

@@ -192,3 +192,12 @@ workqueue_depth_other{name="jointinferenceservice"} 7
 		t.Errorf("parseGauges (-want +got):\n%s", diff)
 	}
 }
+
+// The keys that grew the most come first, with the total of all growth.
+func TestBusiest(t *testing.T) {
+	before := map[string]float64{"pods": 10, "services": 5, "leases": 100}
+	after := map[string]float64{"pods": 40, "services": 25, "leases": 100, "events": 20}
+	if got, want := busiest(before, after, 2), "70, pods 30, events 20"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

@@ -387,6 +387,7 @@ func (h *harness) measureCreation(ctx context.Context, r *Result) {
 	h.check(err)
 	h0, err := scrapeHistograms(h.metricsURL, "controller_runtime_reconcile_time_seconds", "controller")
 	h.check(err)
+	costs := h.openCostWindow()
 	began := time.Now()
 	h.check(h.createAll(ctx, 2*n, func(i int) client.Object {
 		if i%2 == 0 {
@@ -400,6 +401,9 @@ func (h *harness) measureCreation(ctx context.Context, r *Result) {
 	last := h.waitChildren(Namespace, r.Children)
 	r.ChildrenLifeline = last.Sub(began)
 	h.progress("Lifeline: %d children of %d workloads in %v", r.Children, 2*n, r.ChildrenLifeline.Round(time.Millisecond))
+	for _, line := range costs.close() {
+		h.progress("Lifeline's children: %s", line)
+	}
 
 	h.waitFor(time.Minute+time.Duration(n)*600*time.Millisecond, "every worker Alive in its workload's status", func() (bool, error) {
 		alive, others := h.aliveWorkers()
@@ -494,10 +498,14 @@ func (h *harness) measureRaw(ctx context.Context, r *Result) {
 	if len(objs) != r.Children {
 		h.check(fmt.Errorf("the workloads' namespace holds %d children, want %d", len(objs), r.Children))
 	}
+	costs := h.openCostWindow()
 	began := time.Now()
 	h.check(h.createAll(ctx, len(objs), func(i int) client.Object { return objs[i] }))
 	r.ChildrenRaw = h.waitChildren(RawNamespace, len(objs)).Sub(began)
 	h.progress("anchor: %d children created by a client in %v", len(objs), r.ChildrenRaw.Round(time.Millisecond))
+	for _, line := range costs.close() {
+		h.progress("anchor's children: %s", line)
+	}
 }
 
 // rawMeta makes the metadata of a child Lifeline made that of an object a user creates in RawNamespace. Without
