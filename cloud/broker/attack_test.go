@@ -233,6 +233,7 @@ func TestEmbeddedBrokerRetainsNothing_P_RETAIN_2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer edge1.Disconnect(0)
 	var published []string
 	for _, kind := range []lifelinev1.Kind{lifelinev1.KindHeartbeat, lifelinev1.KindReport, lifelinev1.KindResult,
 		lifelinev1.KindBirth, lifelinev1.KindWorkerState} {
@@ -261,7 +262,6 @@ func TestEmbeddedBrokerRetainsNothing_P_RETAIN_2(t *testing.T) {
 			t.Errorf("%s retained", topic)
 		}
 	}
-	edge1.Disconnect(0)
 }
 
 // A payload over its kind's cap is acknowledged and discarded (never delivered nor retained) and counted, and

@@ -35,8 +35,15 @@ func (h *harness) openCostWindow() *costWindow {
 	return w
 }
 
-// close samples the end of the step and describes it, one line each: the cores each process used, then the
-// waits' p50 and p99.
+// report samples the end of the step and prints, one line each under the step's name: the cores each process
+// used, the waits' p50 and p99, and the API server's busiest resources.
+func (w *costWindow) report(step string) {
+	for _, line := range w.close() {
+		w.h.progress("%s: %s", step, line)
+	}
+}
+
+// close samples the end of the step and describes it.
 func (w *costWindow) close() []string {
 	h := w.h
 	procs, err := h.sampleComponents()

@@ -401,9 +401,7 @@ func (h *harness) measureCreation(ctx context.Context, r *Result) {
 	last := h.waitChildren(Namespace, r.Children)
 	r.ChildrenLifeline = last.Sub(began)
 	h.progress("Lifeline: %d children of %d workloads in %v", r.Children, 2*n, r.ChildrenLifeline.Round(time.Millisecond))
-	for _, line := range costs.close() {
-		h.progress("Lifeline's children: %s", line)
-	}
+	costs.report("Lifeline's children")
 
 	h.waitFor(time.Minute+time.Duration(n)*600*time.Millisecond, "every worker Alive in its workload's status", func() (bool, error) {
 		alive, others := h.aliveWorkers()
@@ -503,9 +501,7 @@ func (h *harness) measureRaw(ctx context.Context, r *Result) {
 	h.check(h.createAll(ctx, len(objs), func(i int) client.Object { return objs[i] }))
 	r.ChildrenRaw = h.waitChildren(RawNamespace, len(objs)).Sub(began)
 	h.progress("anchor: %d children created by a client in %v", len(objs), r.ChildrenRaw.Round(time.Millisecond))
-	for _, line := range costs.close() {
-		h.progress("anchor's children: %s", line)
-	}
+	costs.report("anchor's children")
 }
 
 // rawMeta makes the metadata of a child Lifeline made that of an object a user creates in RawNamespace. Without
@@ -626,9 +622,7 @@ func (h *harness) measureDetection(ctx context.Context, step string) []time.Dura
 	}
 	h.progress("%s: %d deaths on cut-off nodes, p50 %v, p99 %v", step, len(detect),
 		controllertest.Percentile(detect, 50).Round(time.Millisecond), controllertest.Percentile(detect, 99).Round(time.Millisecond))
-	for _, line := range costs.close() {
-		h.progress("%s: %s", step, line)
-	}
+	costs.report(step)
 	return detect
 }
 
@@ -674,9 +668,7 @@ func (h *harness) measureMassCutoff(ctx context.Context, r *Result) {
 	h.waitFor(5*time.Minute, "every worker of the cut-off nodes in its agent's word", inAgentsWord)
 	r.MassCutoff = time.Since(began)
 	h.progress("mass cut-off: %d workers of %d nodes in their agents' word in %v", r.CutOffWorkers, len(cut), r.MassCutoff.Round(time.Millisecond))
-	for _, line := range costs.close() {
-		h.progress("mass cut-off: %s", line)
-	}
+	costs.report("mass cut-off")
 	h.waitFor(2*time.Minute+h.cfg.NodeGrace, "the node lifecycle controller to mark the cut-off nodes not Ready", func() (bool, error) {
 		list, err := h.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
