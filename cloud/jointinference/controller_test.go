@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -243,6 +244,52 @@ func TestDeletedChildrenComeBack(t *testing.T) {
 		})
 	}
 	waitReady(t, ji)
+}
+
+// TestCreationsAreToldInOneEventPerPass expects a new service's first pass to tell of its three children in one
+// SuccessfulCreate Event, and a pass that rebuilds one child to name it as the Event's related object.
+func TestCreationsAreToldInOneEventPerPass(t *testing.T) {
+	cluster.SkipIfShort(t)
+	ji := createService(t, "joint-inference.yaml")
+	waitReady(t, ji)
+	creations := func(ctx context.Context) ([]eventsv1.Event, error) {
+		evs, err := env.Kube.EventsV1().Events(ji.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		var out []eventsv1.Event
+		for _, e := range evs.Items {
+			if e.Reason == jointinference.ReasonSuccessfulCreate && e.Regarding.Name == ji.Name {
+				out = append(out, e)
+			}
+		}
+		return out, nil
+	}
+	var first []eventsv1.Event
+	eventually(t, reconcileBound, "a SuccessfulCreate event", func(ctx context.Context) (bool, error) {
+		var err error
+		first, err = creations(ctx)
+		return len(first) > 0, err
+	})
+	want := []string{"Deployment " + jointinference.DeploymentName(ji.Name, "cloud"), "Deployment " + jointinference.DeploymentName(ji.Name, "edge"),
+		"Service " + jointinference.ServiceName(ji.Name)}
+	if len(first) != 1 || first[0].Note != "Created "+strings.Join(want, ", ") || first[0].Related != nil {
+		t.Fatalf("creation events %+v, want one telling of %v", first, want)
+	}
+
+	service := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ji.Namespace, Name: jointinference.ServiceName(ji.Name)}}
+	if err := env.Client.Delete(context.Background(), service); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, reconcileBound, "a SuccessfulCreate event of the rebuilt Service", func(ctx context.Context) (bool, error) {
+		evs, err := creations(ctx)
+		for _, e := range evs {
+			if e.Related != nil && e.Related.Kind == "Service" && e.Related.Name == service.Name && e.Note == "Created "+want[2] {
+				return true, err
+			}
+		}
+		return false, err
+	})
 }
 
 // TestTemplateEditRollsTheWorker edits the edge template and expects a new ReplicaSet whose pod has the edit.

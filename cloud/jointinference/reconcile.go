@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,6 +85,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// Neither a child that cannot be synced nor a status that cannot be written stops the agents from healing the
 	// workers; the pass then fails, to be retried, with every error it met.
 	outcome, syncErr := r.syncChildren(ctx, ji, want)
+	r.createdEvent(ji, outcome.created)
 	workers, err := r.observeWorkers(ctx, ji)
 	if err != nil {
 		return ctrl.Result{}, errors.Join(syncErr, err)
@@ -173,8 +176,15 @@ func render(in inputs) (desiredChildren, error) {
 
 // syncOutcome is what syncChildren did and found.
 type syncOutcome struct {
-	conflicts    []string // children under our names owned by someone else
-	removedStale bool     // a child of an earlier service of the same name was deleted
+	created      []createdChild // children this pass created
+	conflicts    []string       // children under our names owned by someone else
+	removedStale bool           // a child of an earlier service of the same name was deleted
+}
+
+// createdChild is a child a pass created, with its kind: the object the API server returned has none.
+type createdChild struct {
+	kind string
+	obj  client.Object
 }
 
 // syncChildren syncs the Deployments and the Service at once (under load a Service's creation is the slowest
@@ -233,6 +243,7 @@ func syncAtOnce(syncs []func(*syncOutcome) error) (syncOutcome, error) {
 	wg.Wait()
 	var out syncOutcome
 	for _, o := range outs {
+		out.created = append(out.created, o.created...)
 		out.conflicts = append(out.conflicts, o.conflicts...)
 		out.removedStale = out.removedStale || o.removedStale
 	}
@@ -267,7 +278,7 @@ func (r *Reconciler) syncChild(ctx context.Context, ji *v1alpha1.JointInferenceS
 			break
 		}
 		logger.V(2).Info("created child", "kind", kind, "name", desired.GetName())
-		r.event(ji, desired, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Create", "Created %s %s", kind, desired.GetName())
+		out.created = append(out.created, createdChild{kind, desired})
 		return nil
 	case err != nil:
 		return fmt.Errorf("reading %s %s: %w", kind, desired.GetName(), err)
@@ -313,6 +324,25 @@ func (r *Reconciler) syncChild(ctx context.Context, ji *v1alpha1.JointInferenceS
 	logger.V(2).Info("updated child", "kind", kind, "name", observed.GetName())
 	r.event(ji, observed, corev1.EventTypeNormal, ReasonSuccessfulUpdate, "Update", "Updated %s %s", kind, observed.GetName())
 	return nil
+}
+
+// createdEvent tells of the children one pass created in one Event, as they were one decision: a service's first
+// pass creates its two Deployments and its Service, and an Event each would add two requests to the three its
+// start costs the API server.
+func (r *Reconciler) createdEvent(ji *v1alpha1.JointInferenceService, created []createdChild) {
+	switch len(created) {
+	case 0:
+	case 1:
+		c := created[0]
+		r.event(ji, c.obj, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Create", "Created %s %s", c.kind, c.obj.GetName())
+	default:
+		names := make([]string, len(created))
+		for i, c := range created {
+			names[i] = c.kind + " " + c.obj.GetName()
+		}
+		slices.Sort(names)
+		r.event(ji, nil, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Create", "Created %s", strings.Join(names, ", "))
+	}
 }
 
 // deleteOwned deletes a child this service owns, e.g. an HPA whose spec was removed.

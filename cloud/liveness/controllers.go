@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/lifeline-edge/lifeline/cloud/coalesce"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -146,7 +147,8 @@ func (e *Edge) Source(pods client.Reader, podOwner handler.MapFunc, ownerKind st
 		return nil
 	}
 	// A worker on a cut-off node is in its agent's word alone: its pass goes first. Elsewhere the agent only
-	// confirms the API server, and its pass waits its turn behind the creations it would otherwise starve.
+	// confirms the API server, and its pass, as a report's, only refreshes a status: it waits behind the passes
+	// that make or rebuild children, which it would otherwise delay.
 	toRequests := func(ctx context.Context, o client.Object) ([]reconcile.Request, bool) {
 		pod := &corev1.Pod{}
 		if err := pods.Get(ctx, client.ObjectKeyFromObject(o), pod); err != nil {
@@ -163,19 +165,14 @@ func (e *Edge) Source(pods client.Reader, podOwner handler.MapFunc, ownerKind st
 					return
 				}
 				for _, r := range reqs {
-					q.Add(r)
+					coalesce.AddRefresh(q, r, 0)
 				}
 				return
 			}
 			if ev.Object.GetObjectKind().GroupVersionKind().Kind != ownerKind {
 				return
 			}
-			r := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ev.Object)}
-			if e.ReportPeriod > 0 {
-				q.AddAfter(r, e.ReportPeriod)
-			} else {
-				q.Add(r)
-			}
+			coalesce.AddRefresh(q, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ev.Object)}, max(e.ReportPeriod, 0))
 		},
 	})
 }

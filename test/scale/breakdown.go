@@ -20,13 +20,14 @@ type costWindow struct {
 	queue     map[string]histogram // by controller: time a request waited in the work queue
 	work      map[string]histogram // by controller: time a pass took
 	apiserver map[string]histogram // by resource: the API server's status PATCHes
-	requests  map[string]float64   // by resource: every request the API server answered
+	creates   map[string]histogram // by resource: the API server's creations
+	requests  map[string]float64   // by verb/resource/subresource: every request the API server answered
 }
 
 // openCostWindow samples the start of a step.
 func (h *harness) openCostWindow() *costWindow {
 	w := &costWindow{h: h}
-	w.queue, w.work, w.apiserver, w.requests = h.waitHistograms() // first: rendering the API server's metrics costs it CPU
+	w.queue, w.work, w.apiserver, w.creates, w.requests = h.waitHistograms() // first: rendering the API server's metrics costs it CPU
 	var err error
 	w.procs, err = h.sampleComponents()
 	h.check(err)
@@ -50,7 +51,7 @@ func (w *costWindow) close() []string {
 	h.check(err)
 	machine, err := sampleMachine()
 	h.check(err)
-	queue, work, apiserver, requests := h.waitHistograms()
+	queue, work, apiserver, creates, requests := h.waitHistograms()
 
 	names := make([]string, 0, len(procs))
 	for name := range procs {
@@ -69,7 +70,12 @@ func (w *costWindow) close() []string {
 	describe("JI work-queue waits", w.queue, queue, "jointinferenceservice")
 	describe("JI passes", w.work, work, "jointinferenceservice")
 	describe("API server JI status writes", w.apiserver, apiserver, "jointinferenceservices")
-	lines = append(lines, "API server requests: "+busiest(w.requests, requests, 8))
+	for _, resource := range []string{"services", "deployments", "pods"} {
+		if creates[resource].minus(w.creates[resource]).count() > 0 {
+			describe("API server "+resource+" created", w.creates, creates, resource)
+		}
+	}
+	lines = append(lines, "API server requests: "+busiest(w.requests, requests, 16))
 	return lines
 }
 
@@ -95,9 +101,9 @@ func busiest(before, after map[string]float64, n int) string {
 	return strings.Join(parts, ", ")
 }
 
-// waitHistograms scrapes the controller's work-queue histograms, the API server's status-write latencies and
-// its requests by resource.
-func (h *harness) waitHistograms() (queue, work, apiserver map[string]histogram, requests map[string]float64) {
+// waitHistograms scrapes the controller's work-queue histograms, the API server's status-write and creation
+// latencies and its requests by verb, resource and subresource.
+func (h *harness) waitHistograms() (queue, work, apiserver, creates map[string]histogram, requests map[string]float64) {
 	var err error
 	queue, err = scrapeHistograms(h.metricsURL, "workqueue_queue_duration_seconds", "name")
 	h.check(err)
@@ -107,9 +113,11 @@ func (h *harness) waitHistograms() (queue, work, apiserver map[string]histogram,
 	h.check(err)
 	apiserver, err = parseHistograms(bytes.NewReader(metrics), "apiserver_request_duration_seconds", "resource", "verb=PATCH", "subresource=status")
 	h.check(err)
-	requests, err = parseGauges(bytes.NewReader(metrics), "apiserver_request_total", "resource")
+	creates, err = parseHistograms(bytes.NewReader(metrics), "apiserver_request_duration_seconds", "resource", "verb=POST", "subresource=")
 	h.check(err)
-	return queue, work, apiserver, requests
+	requests, err = parseGauges(bytes.NewReader(metrics), "apiserver_request_total", "verb", "resource", "subresource")
+	h.check(err)
+	return queue, work, apiserver, creates, requests
 }
 
 // sampleComponents samples every process of the run: the control plane's, kwok, the controller, and this one

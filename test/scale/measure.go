@@ -223,13 +223,28 @@ func scrapeGauges(url, name, key string) (map[string]float64, error) {
 	return parseGauges(resp.Body, name, key)
 }
 
-func parseGauges(r io.Reader, name, key string) (map[string]float64, error) {
+// parseGauges sums the samples of name by the values of the labels keys, joined by "/" in the keys' order (a
+// label a sample lacks, or has empty, is left out: "create/pods", "patch/pods/status").
+func parseGauges(r io.Reader, name string, keys ...string) (map[string]float64, error) {
 	out := map[string]float64{}
 	err := eachSample(r, name, func(_, labels string, v float64) error {
+		values := map[string]string{}
 		for _, l := range strings.Split(labels, ",") {
-			if k, val, _ := strings.Cut(l, "="); k == key {
-				out[strings.Trim(val, `"`)] += v
+			if k, val, ok := strings.Cut(l, "="); ok {
+				values[k] = strings.Trim(val, `"`)
 			}
+		}
+		var group []string
+		found := false
+		for _, k := range keys {
+			val, ok := values[k]
+			found = found || ok
+			if val != "" {
+				group = append(group, val)
+			}
+		}
+		if found {
+			out[strings.Join(group, "/")] += v
 		}
 		return nil
 	})

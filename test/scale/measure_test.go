@@ -193,6 +193,22 @@ workqueue_depth_other{name="jointinferenceservice"} 7
 	}
 }
 
+func TestParseGaugesGroupsBySeveralLabels(t *testing.T) {
+	const text = `apiserver_request_total{code="201",resource="pods",subresource="",verb="POST"} 5
+apiserver_request_total{code="409",resource="pods",subresource="",verb="POST"} 2
+apiserver_request_total{code="200",resource="pods",subresource="status",verb="PATCH"} 3
+apiserver_request_total{code="200",resource="services",verb="POST"} 1
+`
+	got, err := parseGauges(strings.NewReader(text), "apiserver_request_total", "verb", "resource", "subresource")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"POST/pods": 7, "PATCH/pods/status": 3, "POST/services": 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("parseGauges (-want +got):\n%s", diff)
+	}
+}
+
 // The keys that grew the most come first, with the total of all growth.
 func TestBusiest(t *testing.T) {
 	before := map[string]float64{"pods": 10, "services": 5, "leases": 100}

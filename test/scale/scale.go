@@ -395,6 +395,7 @@ func (h *harness) measureCreation(ctx context.Context, r *Result) {
 		}
 		return newFL(Namespace, i/2, n, h.cfg.CloudNodes)
 	}))
+	h.progress("Lifeline: %d workloads created in %v", 2*n, time.Since(began).Round(time.Millisecond))
 	// Per JI: the edge and cloud Deployments and the cloud Service; per FL job: the aggregator, the trainers and
 	// the aggregation Service.
 	r.Children = n * (3 + 2 + TrainersPerJob)
