@@ -22,6 +22,7 @@ type costWindow struct {
 	apiserver map[string]histogram // by resource: the API server's status PATCHes
 	creates   map[string]histogram // by resource: the API server's creations
 	requests  map[string]float64   // by verb/resource/subresource: every request the API server answered
+	own       map[string]float64   // by method: the requests the controller sent, its Events' among them
 }
 
 // openCostWindow samples the start of a step.
@@ -29,6 +30,8 @@ func (h *harness) openCostWindow() *costWindow {
 	w := &costWindow{h: h}
 	w.queue, w.work, w.apiserver, w.creates, w.requests = h.waitHistograms() // first: rendering the API server's metrics costs it CPU
 	var err error
+	w.own, err = scrapeGauges(h.metricsURL, "rest_client_requests_total", "method")
+	h.check(err)
 	w.procs, err = h.sampleComponents()
 	h.check(err)
 	w.machine, err = sampleMachine()
@@ -52,6 +55,8 @@ func (w *costWindow) close() []string {
 	machine, err := sampleMachine()
 	h.check(err)
 	queue, work, apiserver, creates, requests := h.waitHistograms()
+	own, err := scrapeGauges(h.metricsURL, "rest_client_requests_total", "method")
+	h.check(err)
 
 	names := make([]string, 0, len(procs))
 	for name := range procs {
@@ -76,6 +81,7 @@ func (w *costWindow) close() []string {
 		}
 	}
 	lines = append(lines, "API server requests: "+busiest(w.requests, requests, 16))
+	lines = append(lines, "the controller's requests: "+busiest(w.own, own, 8))
 	return lines
 }
 
