@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -14,9 +16,14 @@ import (
 // goes through: the controller's work queue, its passes, and the API server's status writes. It tells which of
 // them bounds a latency the step measures.
 type costWindow struct {
-	h         *harness
-	procs     map[string]procSample
-	machine   machineSample
+	h       *harness
+	procs   map[string]procSample
+	machine machineSample
+	start   waits
+}
+
+// waits is what the controller's and the API server's metrics say at one moment.
+type waits struct {
 	queue     map[string]histogram // by controller: time a request waited in the work queue
 	work      map[string]histogram // by controller: time a pass took
 	apiserver map[string]histogram // by resource: the API server's status PATCHes
@@ -27,11 +34,8 @@ type costWindow struct {
 
 // openCostWindow samples the start of a step.
 func (h *harness) openCostWindow() *costWindow {
-	w := &costWindow{h: h}
-	w.queue, w.work, w.apiserver, w.creates, w.requests = h.waitHistograms() // first: rendering the API server's metrics costs it CPU
+	w := &costWindow{h: h, start: h.sampleWaits()} // first: rendering the API server's metrics costs it CPU
 	var err error
-	w.own, err = scrapeGauges(h.metricsURL, "rest_client_requests_total", "method")
-	h.check(err)
 	w.procs, err = h.sampleComponents()
 	h.check(err)
 	w.machine, err = sampleMachine()
@@ -54,9 +58,7 @@ func (w *costWindow) close() []string {
 	h.check(err)
 	machine, err := sampleMachine()
 	h.check(err)
-	queue, work, apiserver, creates, requests := h.waitHistograms()
-	own, err := scrapeGauges(h.metricsURL, "rest_client_requests_total", "method")
-	h.check(err)
+	end := h.sampleWaits()
 
 	names := make([]string, 0, len(procs))
 	for name := range procs {
@@ -72,16 +74,16 @@ func (w *costWindow) close() []string {
 		d := after[group].minus(before[group])
 		lines = append(lines, fmt.Sprintf("%s: %.0f, p50 %.0f ms, p99 %.0f ms", what, d.count(), 1000*d.quantile(0.5), 1000*d.quantile(0.99)))
 	}
-	describe("JI work-queue waits", w.queue, queue, "jointinferenceservice")
-	describe("JI passes", w.work, work, "jointinferenceservice")
-	describe("API server JI status writes", w.apiserver, apiserver, "jointinferenceservices")
+	describe("JI work-queue waits", w.start.queue, end.queue, "jointinferenceservice")
+	describe("JI passes", w.start.work, end.work, "jointinferenceservice")
+	describe("API server JI status writes", w.start.apiserver, end.apiserver, "jointinferenceservices")
 	for _, resource := range []string{"services", "deployments", "pods"} {
-		if creates[resource].minus(w.creates[resource]).count() > 0 {
-			describe("API server "+resource+" created", w.creates, creates, resource)
+		if end.creates[resource].minus(w.start.creates[resource]).count() > 0 {
+			describe("API server "+resource+" created", w.start.creates, end.creates, resource)
 		}
 	}
-	lines = append(lines, "API server requests: "+busiest(w.requests, requests, 16))
-	lines = append(lines, "the controller's requests: "+busiest(w.own, own, 8))
+	lines = append(lines, "API server requests: "+busiest(w.start.requests, end.requests, 16))
+	lines = append(lines, "the controller's requests: "+busiest(w.start.own, end.own, 8))
 	return lines
 }
 
@@ -107,23 +109,32 @@ func busiest(before, after map[string]float64, n int) string {
 	return strings.Join(parts, ", ")
 }
 
-// waitHistograms scrapes the controller's work-queue histograms, the API server's status-write and creation
-// latencies and its requests by verb, resource and subresource.
-func (h *harness) waitHistograms() (queue, work, apiserver, creates map[string]histogram, requests map[string]float64) {
-	var err error
-	queue, err = scrapeHistograms(h.metricsURL, "workqueue_queue_duration_seconds", "name")
+// sampleWaits reads the controller's metrics and the API server's, once each.
+func (h *harness) sampleWaits() waits {
+	resp, err := http.Get(h.metricsURL)
 	h.check(err)
-	work, err = scrapeHistograms(h.metricsURL, "controller_runtime_reconcile_time_seconds", "controller")
+	controller, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
 	h.check(err)
-	metrics, err := h.kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if resp.StatusCode != http.StatusOK {
+		h.check(fmt.Errorf("scraping %s: %s", h.metricsURL, resp.Status))
+	}
+	apiserver, err := h.kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	h.check(err)
-	apiserver, err = parseHistograms(bytes.NewReader(metrics), "apiserver_request_duration_seconds", "resource", "verb=PATCH", "subresource=status")
+	var w waits
+	w.queue, err = parseHistograms(bytes.NewReader(controller), "workqueue_queue_duration_seconds", "name")
 	h.check(err)
-	creates, err = parseHistograms(bytes.NewReader(metrics), "apiserver_request_duration_seconds", "resource", "verb=POST", "subresource=")
+	w.work, err = parseHistograms(bytes.NewReader(controller), "controller_runtime_reconcile_time_seconds", "controller")
 	h.check(err)
-	requests, err = parseGauges(bytes.NewReader(metrics), "apiserver_request_total", "verb", "resource", "subresource")
+	w.own, err = parseGauges(bytes.NewReader(controller), "rest_client_requests_total", "method")
 	h.check(err)
-	return queue, work, apiserver, creates, requests
+	w.apiserver, err = parseHistograms(bytes.NewReader(apiserver), "apiserver_request_duration_seconds", "resource", "verb=PATCH", "subresource=status")
+	h.check(err)
+	w.creates, err = parseHistograms(bytes.NewReader(apiserver), "apiserver_request_duration_seconds", "resource", "verb=POST", "subresource=")
+	h.check(err)
+	w.requests, err = parseGauges(bytes.NewReader(apiserver), "apiserver_request_total", "verb", "resource", "subresource")
+	h.check(err)
+	return w
 }
 
 // sampleComponents samples every process of the run: the control plane's, kwok, the controller, and this one

@@ -224,7 +224,7 @@ func scrapeGauges(url, name, key string) (map[string]float64, error) {
 }
 
 // parseGauges sums the samples of name by the values of the labels keys, joined by "/" in the keys' order (a
-// label a sample lacks, or has empty, is left out: "create/pods", "patch/pods/status").
+// label a sample lacks, or has empty, is left out: "POST/pods", "PATCH/pods/status").
 func parseGauges(r io.Reader, name string, keys ...string) (map[string]float64, error) {
 	out := map[string]float64{}
 	err := eachSample(r, name, func(_, labels string, v float64) error {
