@@ -81,6 +81,14 @@ func main() {
 		dsInterval = flag.Duration("dataset-count-interval", reportapi.DatasetInterval, "how often the trainers' Dataset index files are counted (Sedna's LC: 60 s)")
 		forwardTo  = flag.String("forward-unowned-reports-to", "",
 			"base URL of Sedna's local controller (e.g. http://127.0.0.1:9100): reports of workers not the node's are posted there instead of refused")
+		reportConns = flag.Int("report-max-connections", reportapi.DefaultMaxConnections,
+			"connections the report API serves at once; further ones wait in the kernel's backlog")
+		reportRate = flag.Float64("report-rate", reportapi.DefaultReportRate,
+			"reports a second each worker gets into the journal; beyond it (and the burst) reports are refused with 429; 0: no limit")
+		reportBurst  = flag.Int("report-burst", reportapi.DefaultReportBurst, "reports a worker may post at once above --report-rate")
+		dsMaxBytes   = flag.Int64("dataset-index-max-bytes", reportapi.DefaultMaxIndexBytes, "a Dataset index file larger than this is not counted")
+		dsCountLimit = flag.Duration("dataset-count-timeout", reportapi.DefaultCountTimeout,
+			"a Dataset index file not read within this is not counted, nor read again until that read ends")
 	)
 	memoryFraction := memlimit.FractionFlag(flag.CommandLine)
 	verbosity := flag.Int("v", 0, "log verbosity: 2 logs actions, 4 details")
@@ -194,6 +202,7 @@ func main() {
 	reg := prometheus.NewRegistry()
 	reports := reportapi.New(*cluster, *node, pub, workers, pub.BirthSeq, *queue, reg, log.WithName("reports"))
 	reports.Counter = j
+	reports.MaxConnections, reports.ReportRate, reports.ReportBurst = *reportConns, *reportRate, *reportBurst
 	if *forwardTo != "" {
 		reports.ForwardUnowned(*forwardTo, *queue)
 	}
@@ -210,7 +219,8 @@ func main() {
 	go func() { pub.Run(ctx); close(published) }()
 	go reports.Run(ctx)
 	datasets := &reportapi.DatasetCounter{Cluster: *cluster, Node: *node, Sink: pub, Workers: workers.Workers, BirthSeq: pub.BirthSeq,
-		Counter: j, HostRoot: *hostRoot, Log: log.WithName("datasets")}
+		Counter: j, HostRoot: *hostRoot, StateDir: *stateDir, MaxIndexBytes: *dsMaxBytes, CountTimeout: *dsCountLimit,
+		Log: log.WithName("datasets")}
 	go datasets.Run(ctx, *dsInterval)
 	go workers.Run(ctx, time.Second)
 	go edgeAgent.Run(ctx)

@@ -4,6 +4,10 @@
 // report is dropped and counted. Reports of workers that are not the node's — those of a Sedna installation's
 // own workers, say — are refused, or, with a forward address, handed on to Sedna's local controller the same way:
 // through a bounded queue, one at a time, each post bounded by ForwardTimeout.
+//
+// Any process of the node can reach the endpoint, so what one caller can take of the agent is bounded: the
+// connections served at once, the bytes of a request's headers and body, the time a connection may take, and,
+// per worker, the reports a second that go into the journal.
 package reportapi
 
 import (
@@ -13,9 +17,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -42,8 +48,44 @@ type Workers interface {
 // ForwardTimeout bounds one forwarded report's post to Sedna's local controller.
 const ForwardTimeout = 3 * time.Second
 
+// DefaultMaxConnections bounds the connections the endpoint serves at once: each may hold MaxHeaderBytes and
+// MaxBodyBytes in memory, so 64 of them stay within a few MiB of the agent's 64 Mi memory limit, while a node's
+// workers, which post one report every few seconds and hold at most one connection each, never come near it.
+const DefaultMaxConnections = 64
+
+// MaxHeaderBytes bounds one request's headers: Sedna's workers send a handful of short ones, and the standard
+// library's default (1 MiB) would let a few dozen slow connections exhaust the agent's memory.
+const MaxHeaderBytes = 16 << 10
+
+// DefaultReportRate and DefaultReportBurst bound the reports a second one worker gets into the journal. Sedna's
+// workers report every LC_PERIOD (3 s by default) or once a training round, and a joint inference Deployment's
+// replicas share one name, so 5 a second with a burst of 20 leaves the real library ample room while a process
+// flooding the endpoint under a worker's name cannot fill the journal.
+const (
+	DefaultReportRate  = 5.0
+	DefaultReportBurst = 20
+)
+
+// Timeouts of one connection: a report is a few hundred bytes, so a client that has not sent its headers within
+// readHeaderTimeout or its whole request within readTimeout is holding a connection, not reporting.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	writeTimeout      = 10 * time.Second
+	idleTimeout       = 30 * time.Second
+)
+
 // Server is the report endpoint of one node.
 type Server struct {
+	// MaxConnections bounds the connections served at once (0: DefaultMaxConnections); further ones wait in the
+	// kernel's backlog until one ends. Set it before serving.
+	MaxConnections int
+	// ReportRate and ReportBurst are each worker's token bucket: a worker's reports beyond it are refused with
+	// 429 and counted, so no caller posting under a worker's name can fill the journal. ReportRate <= 0 takes
+	// every report. Set them before serving.
+	ReportRate  float64
+	ReportBurst int
+
 	// Counter, when set, numbers reports with a sequence that survives agent restarts (the journal's), so the
 	// controller's replay check holds across them [P-REP-1]; nil numbers them from 1 in memory.
 	Counter interface {
@@ -65,6 +107,9 @@ type Server struct {
 
 	received  *prometheus.CounterVec
 	forwarded *prometheus.CounterVec
+
+	limits reportLimiter
+	now    func() time.Time // the rate limit's clock; tests set it
 }
 
 // forward is a report to hand on, as it was posted.
@@ -77,11 +122,12 @@ type forward struct {
 // Only reports for one of workers are taken: the endpoint listens on the host network, where any process of
 // the node could post, and the controller would credit the report to the named worker.
 func New(cluster, node string, sink Sink, workers Workers, birthSeq func() uint64, capacity int, reg prometheus.Registerer, log logr.Logger) *Server {
-	s := &Server{cluster: cluster, node: node, sink: sink, workers: workers, birthSeq: birthSeq, log: log,
+	s := &Server{MaxConnections: DefaultMaxConnections, ReportRate: DefaultReportRate, ReportBurst: DefaultReportBurst, now: time.Now,
+		cluster: cluster, node: node, sink: sink, workers: workers, birthSeq: birthSeq, log: log,
 		queue: make(chan *lifelinev1.WorkerReport, capacity),
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lifeline_agent_reports_total",
-			Help: "Worker reports received by the node's report endpoint, by outcome (queued, dropped, forwarding, forward_dropped, rejected_*: too_large, malformed, name_mismatch, not_a_worker).",
+			Help: "Worker reports received by the node's report endpoint, by outcome (queued, dropped, forwarding, forward_dropped, rejected_*: too_large, malformed, name_mismatch, not_a_worker, rate_limited: over the worker's reports a second).",
 		}, []string{"outcome"}),
 		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lifeline_agent_reports_forwarded_total",
@@ -143,6 +189,11 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 			s.received.WithLabelValues("forward_dropped").Inc()
 			writeReply(w, http.StatusServiceUnavailable, "forward queue full; report dropped")
 		}
+		return
+	}
+	if !s.limits.allow(rep.Namespace+"/"+rep.Name, s.now(), s.ReportRate, s.ReportBurst) {
+		s.reject(w, "rate_limited", http.StatusTooManyRequests,
+			fmt.Sprintf("%s/%s reports more than %g a second (burst %d); report dropped", rep.Namespace, rep.Name, s.ReportRate, s.ReportBurst))
 		return
 	}
 	msg := &lifelinev1.WorkerReport{Namespace: rep.Namespace, Worker: rep.Name, Body: body,
@@ -243,17 +294,139 @@ func (s *Server) nextSeq() (uint64, error) {
 	return s.seq, nil
 }
 
-// ListenAndServe serves the API on addr until ctx ends.
+// ListenAndServe serves the API on addr until ctx ends, as Serve does.
 func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
-	srv := &http.Server{Addr: addr, Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening for the report API on %s: %w", addr, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves the API on ln until ctx ends, and closes ln. It serves at most MaxConnections connections at
+// once, each within MaxHeaderBytes of headers and the connection timeouts above, so that slow or oversized
+// requests from any process of the node cost the agent a bounded amount of memory.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	limit := s.MaxConnections
+	if limit <= 0 {
+		limit = DefaultMaxConnections
+	}
+	srv := &http.Server{Handler: s.Handler(), MaxHeaderBytes: MaxHeaderBytes, ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout: readTimeout, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout}
 	go func() {
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
 	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serving the report API on %s: %w", addr, err)
+	if err := srv.Serve(newLimitListener(ln, limit)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving the report API on %s: %w", ln.Addr(), err)
 	}
 	return nil
+}
+
+// limitListener accepts a connection only while fewer than cap(slots) are open: the others wait in the kernel's
+// backlog, where they cost the agent nothing.
+type limitListener struct {
+	net.Listener
+	slots     chan struct{}
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func newLimitListener(ln net.Listener, limit int) *limitListener {
+	return &limitListener{Listener: ln, slots: make(chan struct{}, limit), closed: make(chan struct{})}
+}
+
+// Accept waits for a free slot, then for a connection, which frees its slot when closed.
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitedConn{Conn: c, release: func() { <-l.slots }}, nil
+}
+
+// Close ends an Accept waiting for a slot, as well as one waiting for a connection.
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+// limitedConn frees its listener's slot once, however often it is closed.
+type limitedConn struct {
+	net.Conn
+	releaseOnce sync.Once
+	release     func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.releaseOnce.Do(c.release)
+	return err
+}
+
+// maxLimitedWorkers bounds the token buckets kept: only the node's own workers get one, so this is never reached
+// in practice, but the map must not grow with anything a caller controls.
+const maxLimitedWorkers = 4096
+
+// reportLimiter is a token bucket per worker (namespace/name).
+type reportLimiter struct {
+	mu      sync.Mutex
+	buckets map[string]*tokenBucket
+}
+
+type tokenBucket struct {
+	tokens float64
+	at     time.Time // when tokens was last brought up to date
+}
+
+// refill brings b up to now at perSecond, up to burst.
+func (b *tokenBucket) refill(now time.Time, perSecond float64, burst int) {
+	if elapsed := now.Sub(b.at).Seconds(); elapsed > 0 {
+		b.tokens = min(float64(burst), b.tokens+elapsed*perSecond)
+	}
+	b.at = now
+}
+
+// allow takes a token of key's bucket at now, or says there is none. A bucket that has filled up again is as
+// good as none, so those are forgotten when the map is at its bound; past it, new workers are refused rather
+// than the map grown.
+func (l *reportLimiter) allow(key string, now time.Time, perSecond float64, burst int) bool {
+	if perSecond <= 0 {
+		return true
+	}
+	burst = max(burst, 1) // a bucket that holds no token would refuse every report
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.buckets == nil {
+		l.buckets = map[string]*tokenBucket{}
+	}
+	b, ok := l.buckets[key]
+	if !ok {
+		if len(l.buckets) >= maxLimitedWorkers {
+			for k, other := range l.buckets {
+				if other.refill(now, perSecond, burst); other.tokens >= float64(burst) {
+					delete(l.buckets, k)
+				}
+			}
+		}
+		if len(l.buckets) >= maxLimitedWorkers {
+			return false
+		}
+		b = &tokenBucket{tokens: float64(burst), at: now}
+		l.buckets[key] = b
+	}
+	b.refill(now, perSecond, burst)
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }

@@ -1,9 +1,12 @@
 package reportapi
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -135,6 +138,7 @@ func TestFloodIsBoundedAndCounted(t *testing.T) {
 	blocked := make(chan struct{})
 	s := New("c", "edge-1", sinkFunc(func(journal.Entry) error { <-blocked; return nil }), workerSet{"default/sdd-trainworker-0": true},
 		func() uint64 { return 1 }, 16, nil, logr.Discard())
+	s.ReportRate = 0 // one worker's reports, all of them: the queue's bound is what is tested
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -282,3 +286,282 @@ func TestUnownedReportsAreForwardedToSednasLC(t *testing.T) {
 		t.Errorf("no forward counted failed within %v of LC hanging", ForwardTimeout+2*time.Second)
 	}
 }
+
+// serve serves s on a loopback listener the test made, wrapped by wrap (nil: as it is), until the test ends.
+func serve(t *testing.T, s *Server, wrap func(net.Listener) net.Listener) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if wrap != nil {
+		ln = wrap(ln)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return addr
+}
+
+// rawReport is a worker's report as it goes on the wire, with extra headers.
+func rawReport(name, body, extraHeaders string) string {
+	return fmt.Sprintf("POST /sedna/workers/%s/info HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s",
+		name, len(body), extraHeaders, body)
+}
+
+// An attacker's request with a MiB of headers is refused as soon as its headers pass the bound, without the agent
+// holding them, and the endpoint goes on taking the workers' reports.
+func TestHugeHeadersAreRefusedAndReportsStillTaken(t *testing.T) {
+	s := New("c", "edge-1", sinkFunc(func(journal.Entry) error { return nil }), workerSet{"default/sdd-trainworker-0": true},
+		func() uint64 { return 1 }, 10, nil, logr.Discard())
+	addr := serve(t, s, nil)
+	for _, c := range []struct {
+		name, headers string
+		wantCode      int
+	}{
+		{"a MiB of headers, just under the standard library's default bound", "X-Pad: " + strings.Repeat("a", 1000<<10) + "\r\n", 431},
+		{"headers a little over the bound", "X-Pad: " + strings.Repeat("a", 2*MaxHeaderBytes) + "\r\n", 431},
+		{"Sedna's worker's headers", "User-Agent: python-requests/2.28.1\r\nAccept: */*\r\n", 200},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			go func() { _, _ = io.WriteString(conn, rawReport("sdd-trainworker-0", validBody, c.headers)) }()
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // a bound for a broken server, not a measure
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != c.wantCode {
+				t.Errorf("answered %s, want %d", resp.Status, c.wantCode)
+			}
+		})
+	}
+}
+
+// countingListener counts the connections its listener has open at once, and the most it ever had.
+type countingListener struct {
+	net.Listener
+	mu             sync.Mutex
+	open, most, in int
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.open++
+	l.in++
+	l.most = max(l.most, l.open)
+	l.mu.Unlock()
+	return &countedConn{Conn: c, l: l}, nil
+}
+
+func (l *countingListener) counts() (open, most, accepted int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open, l.most, l.in
+}
+
+type countedConn struct {
+	net.Conn
+	once sync.Once
+	l    *countingListener
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.l.mu.Lock(); c.l.open--; c.l.mu.Unlock() })
+	return c.Conn.Close()
+}
+
+// Slow connections that never finish their headers (each could carry up to MaxHeaderBytes) take at most
+// MaxConnections of the agent; the ones beyond wait outside it, and so does a worker's report until one of them
+// ends, when it is answered.
+func TestSlowConnectionsBeyondTheLimitAreNotServed(t *testing.T) {
+	const limit, beyond = 4, 3
+	s := New("c", "edge-1", sinkFunc(func(journal.Entry) error { return nil }), workerSet{"default/sdd-trainworker-0": true},
+		func() uint64 { return 1 }, 10, nil, logr.Discard())
+	s.MaxConnections = limit
+	counting := &countingListener{}
+	addr := serve(t, s, func(ln net.Listener) net.Listener { counting.Listener = ln; return counting })
+
+	var slow []net.Conn
+	defer func() {
+		for _, c := range slow {
+			c.Close()
+		}
+	}()
+	for range limit + beyond {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slow = append(slow, c)
+		if _, err := io.WriteString(c, "POST /sedna/workers/sdd-trainworker-0/info HTTP/1.1\r\nHost: localhost\r\nX-Pad: "); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 500; i++ { // up to 5 s for the server to take the first ones
+		if _, _, accepted := counting.counts(); accepted >= limit {
+			break
+		}
+		waitABit()
+	}
+
+	report, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer report.Close()
+	if _, err := io.WriteString(report, rawReport("sdd-trainworker-0", validBody, "")); err != nil {
+		t.Fatal(err)
+	}
+	answers := bufio.NewReader(report)
+	// A server past its limit would answer at once; one within it never answers while the slow ones are open.
+	_ = report.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if resp, err := http.ReadResponse(answers, nil); err == nil {
+		t.Fatalf("answered %s with %d slow connections open, over the limit of %d", resp.Status, limit+beyond, limit)
+	} else if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+		t.Fatalf("reading the answer: %v, want none yet", err)
+	}
+	if open, most, _ := counting.counts(); open != limit || most != limit {
+		t.Errorf("%d connections open (at most %d), want the limit of %d", open, most, limit)
+	}
+
+	for _, c := range slow {
+		c.Close()
+	}
+	_ = report.SetReadDeadline(time.Now().Add(10 * time.Second)) // a bound for a broken server, not a measure
+	resp, err := http.ReadResponse(answers, nil)
+	if err != nil {
+		t.Fatalf("no answer once the slow connections closed: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("answered %s once the slow connections closed, want 200", resp.Status)
+	}
+	if _, most, _ := counting.counts(); most > limit {
+		t.Errorf("%d connections were open at once, over the limit of %d", most, limit)
+	}
+}
+
+// A process posting a flood of reports under one worker's name gets at most the burst into the journal; the
+// rest are refused with Sedna's reply shape and counted, while another worker's reports are still taken, and
+// the flooded worker gets its rate back as time passes.
+func TestAWorkerFloodingReportsIsLimitedAndOthersAreNot(t *testing.T) {
+	s := New("c", "edge-1", sinkFunc(func(journal.Entry) error { return nil }),
+		workerSet{"default/sdd-trainworker-0": true, "default/sdd-trainworker-1": true}, func() uint64 { return 1 }, 1000, nil, logr.Discard())
+	clock := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	var clockMu sync.Mutex
+	s.now = func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	other := strings.ReplaceAll(validBody, "sdd-trainworker-0", "sdd-trainworker-1")
+
+	const flood = 100
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes, messages := map[int]int{}, map[string]bool{}
+	for range flood {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, reply := post(t, srv.URL, "sdd-trainworker-0", validBody)
+			mu.Lock()
+			defer mu.Unlock()
+			codes[code]++
+			if code != http.StatusOK {
+				messages[fmt.Sprint(reply["status"], " ", reply["message"])] = true
+			}
+		}()
+	}
+	wg.Wait()
+	refused := flood - DefaultReportBurst
+	if codes[200] != DefaultReportBurst || codes[429] != refused {
+		t.Errorf("replies %v to %d reports at once, want %d taken and %d refused with 429", codes, flood, DefaultReportBurst, refused)
+	}
+	want := "429 default/sdd-trainworker-0 reports more than 5 a second (burst 20); report dropped"
+	if len(messages) != 1 || !messages[want] {
+		t.Errorf("refusals %v, want %q", messages, want)
+	}
+	if n := testutil.ToFloat64(s.received.WithLabelValues("rejected_rate_limited")); n != float64(refused) {
+		t.Errorf("%v reports counted rejected_rate_limited, want %d", n, refused)
+	}
+	if n := len(s.queue); n != DefaultReportBurst {
+		t.Errorf("%d reports queued, want the burst of %d", n, DefaultReportBurst)
+	}
+
+	for _, step := range []struct {
+		name          string
+		worker, body  string
+		advance       time.Duration
+		posts, wantOK int
+	}{
+		{"another worker is not limited by the flood", "sdd-trainworker-1", other, 0, 3, 3},
+		{"the flooded worker, at once", "sdd-trainworker-0", validBody, 0, 1, 0},
+		{"the flooded worker, a second later: the rate", "sdd-trainworker-0", validBody, time.Second, 6, 5},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			clockMu.Lock()
+			clock = clock.Add(step.advance)
+			clockMu.Unlock()
+			ok := 0
+			for range step.posts {
+				if code, _ := post(t, srv.URL, step.worker, step.body); code == http.StatusOK {
+					ok++
+				}
+			}
+			if ok != step.wantOK {
+				t.Errorf("%d of %d reports taken, want %d", ok, step.posts, step.wantOK)
+			}
+		})
+	}
+}
+
+// Rate-limit state cannot be grown by what callers post: past maxLimitedWorkers buckets, a new worker is
+// refused until buckets refill and are forgotten.
+func TestRateLimitStateIsBounded(t *testing.T) {
+	s := New("c", "edge-1", sinkFunc(func(journal.Entry) error { return nil }), anyWorker{}, func() uint64 { return 1 },
+		maxLimitedWorkers+1, nil, logr.Discard())
+	clock := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	s.now = func() time.Time { return clock }
+	postAs := func(name string) int {
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/sedna/workers/"+name+"/info",
+			strings.NewReader(`{"name":"`+name+`","namespace":"default"}`)))
+		return rec.Code
+	}
+	for i := range maxLimitedWorkers {
+		if code := postAs(fmt.Sprintf("w-%d", i)); code != http.StatusOK {
+			t.Fatalf("worker %d answered %d", i, code)
+		}
+	}
+	if code := postAs("one-too-many"); code != http.StatusTooManyRequests {
+		t.Errorf("a worker past the bound answered %d, want 429", code)
+	}
+	clock = clock.Add(time.Second) // every bucket is full again
+	if code := postAs("one-too-many"); code != http.StatusOK {
+		t.Errorf("a worker answered %d once the buckets refilled, want 200", code)
+	}
+	if n := len(s.limits.buckets); n > maxLimitedWorkers {
+		t.Errorf("%d buckets kept, over the bound of %d", n, maxLimitedWorkers)
+	}
+}
+
+// anyWorker takes every name as one of the node's workers.
+type anyWorker struct{}
+
+func (anyWorker) HasWorker(string, string) bool { return true }
