@@ -43,7 +43,10 @@ func agentCounter(t *testing.T, ea *controllertest.EdgeAware, node, ns, dataset,
 		Counter: &counterSeq{}, Log: logr.Discard(),
 		Sink: sinkFunc(func(e journal.Entry) error { ea.Tracker.Ingest(e.Topic, e.Payload, time.Now()); return nil }),
 		Workers: func() []desired.Worker {
-			return []desired.Worker{{Namespace: ns, Name: "job-trainworker-0", Dataset: dataset, DatasetIndex: index, DatasetFormat: "txt"}}
+			// The trainer mounts its Dataset's node directory, as the controller renders it: the only files the
+			// agent counts.
+			return []desired.Worker{{Namespace: ns, Name: "job-trainworker-0", Dataset: dataset, DatasetIndex: index, DatasetFormat: "txt",
+				Manifest: `{"spec":{"volumes":[{"name":"d","hostPath":{"path":"` + filepath.Dir(index) + `"}}]}}`}}
 		}}
 }
 

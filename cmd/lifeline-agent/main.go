@@ -66,17 +66,22 @@ func main() {
 			"KubeEdge's MetaServer on the node, which restarts pods without the API server; empty: restart through the runtime only")
 		staticDir = flag.String("static-pod-dir", "/etc/kubeedge/manifests",
 			"edged's static-pod directory, where a worker whose pod the node lost is rebuilt while cut off; empty: never rebuild")
+		insecurePods = flag.Bool("allow-insecure-pod-source", false,
+			"rebuild workers offline from pods read over plain HTTP; without it a pod source that is not HTTPS with a checked "+
+				"certificate is read, but never trusted to say what the agent writes into the static-pod directory")
 		healGrace = flag.Duration("heal-api-grace", core.DefaultHealTiming.APIGrace,
 			"the API server must be out of reach this long before the agent restarts dead workers itself")
 		healDeadFor = flag.Duration("heal-dead-for", core.DefaultHealTiming.DeadFor, "a worker must stay dead this long before a local restart")
 		healWait    = flag.Duration("heal-controller-wait", core.DefaultHealTiming.ControllerWait,
 			"while the broker is reachable, how long a dead worker waits for the controller's command before a local restart")
-		poll       = flag.Duration("poll-interval", 500*time.Millisecond, "how often the runtime is read")
-		heartbeat  = flag.Duration("heartbeat-interval", time.Second, "heartbeat period")
-		reportAddr = flag.String("report-address", "127.0.0.1:9100", "address of the Sedna worker report API (LC_SERVER)")
-		metrics    = flag.String("metrics-address", "127.0.0.1:9101", "address of /metrics; empty disables it")
-		maxReports = flag.Int("max-journaled-reports", 10000, "reports kept while the broker is unreachable; older ones are dropped and counted")
-		queue      = flag.Int("report-queue", 256, "reports accepted but not yet journaled; beyond it reports are refused with 503")
+		poll           = flag.Duration("poll-interval", 500*time.Millisecond, "how often the runtime is read")
+		heartbeat      = flag.Duration("heartbeat-interval", time.Second, "heartbeat period")
+		reportAddr     = flag.String("report-address", "127.0.0.1:9100", "address of the Sedna worker report API (LC_SERVER)")
+		metrics        = flag.String("metrics-address", "127.0.0.1:9101", "address of /metrics; empty disables it")
+		maxReports     = flag.Int("max-journaled-reports", 10000, "reports kept while the broker is unreachable; older ones are dropped and counted")
+		maxReportBytes = flag.Int64("max-journaled-report-bytes", journal.DefaultMaxLogBytes,
+			"bytes of reports kept while the broker is unreachable; older ones are dropped and counted")
+		queue      = flag.Int("report-queue", 64, "reports accepted but not yet journaled (each up to 64 KiB); beyond it reports are refused with 503")
 		hostRoot   = flag.String("host-root", "", "where the node's root is mounted in the agent's container, to read Datasets' index files; empty: the node's paths as they are")
 		dsInterval = flag.Duration("dataset-count-interval", reportapi.DatasetInterval, "how often the trainers' Dataset index files are counted (Sedna's LC: 60 s)")
 		forwardTo  = flag.String("forward-unowned-reports-to", "",
@@ -159,7 +164,8 @@ func main() {
 		log.Error(err, "creating the state directory")
 		os.Exit(1)
 	}
-	j, err := journal.Open(filepath.Join(*stateDir, "journal.db"), *maxReports)
+	j, err := journal.OpenLimited(filepath.Join(*stateDir, "journal.db"),
+		journal.Limits{Entries: *maxReports, Bytes: *maxReportBytes})
 	if err != nil {
 		log.Error(err, "opening the journal")
 		os.Exit(1)
@@ -184,10 +190,8 @@ func main() {
 		os.Exit(1)
 	}
 
-	var rebuilder agent.Rebuilder
-	if *staticDir != "" {
-		rebuilder = &agent.StaticPods{Dir: *staticDir, Workers: workers}
-	}
+	rebuilder := agent.ChooseRebuilder(source.Pods, *staticDir, *insecurePods, workers,
+		[]string{*stateDir, filepath.Dir(*socket), filepath.Dir(*edgecoreConfig)}, log)
 	var edgeAgent *agent.Agent
 	pub := publisher.New(publisher.Config{Broker: *broker, Username: *username, Password: password, TLS: tlsConfig,
 		Cluster: *cluster, Node: *node, AgentVersion: version, BootID: bootID(), StateDir: *stateDir,

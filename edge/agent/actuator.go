@@ -122,6 +122,9 @@ func (f FirstWorking) Restart(ctx context.Context, namespace, pod, uid string) e
 type StaticPods struct {
 	Dir     string
 	Workers DesiredWorkers
+	// Protected are node paths no rebuilt worker may mount besides SystemPaths: the agent's state, the
+	// static-pod directory, the runtime's socket.
+	Protected []string
 }
 
 // staticPodFile is the file of a worker's static pod: named by a hash of namespace/name, so two workers never
@@ -146,7 +149,7 @@ func (s *StaticPods) Rebuild(_ context.Context, namespace, pod, uid string) erro
 		if w.Manifest == "" {
 			return fmt.Errorf("no manifest known for %s/%s", namespace, pod)
 		}
-		manifest, err := markStaticPod(w.Manifest, lifelinev1.StaticPodOf(w.Namespace, w.Name))
+		manifest, err := staticPodManifest(w.Manifest, lifelinev1.StaticPodOf(w.Namespace, w.Name), append([]string{s.Dir}, s.Protected...))
 		if err != nil {
 			return fmt.Errorf("the manifest of %s/%s: %w", namespace, pod, err)
 		}
@@ -161,27 +164,6 @@ func (s *StaticPods) Rebuild(_ context.Context, namespace, pod, uid string) erro
 		return nil
 	}
 	return fmt.Errorf("pod %s/%s (%s) is not one of this node's workers", namespace, pod, uid)
-}
-
-// markStaticPod adds the StaticPodOfAnnotation to a manifest; Release removes only files that carry it and
-// whose name it gives.
-func markStaticPod(manifest, worker string) ([]byte, error) {
-	var pod map[string]any
-	if err := json.Unmarshal([]byte(manifest), &pod); err != nil {
-		return nil, err
-	}
-	meta, _ := pod["metadata"].(map[string]any)
-	if meta == nil {
-		meta = map[string]any{}
-		pod["metadata"] = meta
-	}
-	annotations, _ := meta["annotations"].(map[string]any)
-	if annotations == nil {
-		annotations = map[string]any{}
-		meta["annotations"] = annotations
-	}
-	annotations[lifelinev1.StaticPodOfAnnotation] = worker
-	return json.Marshal(pod)
 }
 
 // writtenByAgent tells whether the manifest at path is one Rebuild wrote: it carries the StaticPodOfAnnotation

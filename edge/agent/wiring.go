@@ -71,6 +71,23 @@ func ChoosePods(kubeconfig, apiServer string, apiServerExplicit bool, edgecoreCo
 	return PodsSource{Pods: pods, ActuatorURL: actuatorURL}, nil
 }
 
+// ChooseRebuilder is the static-pod rebuilder of workers the node lost, or nil when the agent must not rebuild:
+// no static-pod directory, or a pod source that any process of the node could stand in for (plain HTTP) unless
+// allowInsecure. protected are node paths no rebuilt worker may mount, beside SystemPaths and staticDir.
+func ChooseRebuilder(pods *desired.PodClient, staticDir string, allowInsecure bool, workers DesiredWorkers, protected []string,
+	log logr.Logger) Rebuilder {
+	switch {
+	case staticDir == "":
+		return nil
+	case !pods.Authenticated() && !allowInsecure:
+		log.Info("offline rebuilds are off: the node's pods are read over plain HTTP, where any process of the node could answer "+
+			"in the MetaServer's place and choose the static pod the agent writes; enable the MetaServer's requireAuthorization, "+
+			"give --kubeconfig, or accept the risk with --allow-insecure-pod-source", "podSource", pods.URL())
+		return nil
+	}
+	return &StaticPods{Dir: staticDir, Workers: workers, Protected: protected}
+}
+
 // Actuators restarts through KubeEdge's MetaServer at metaServerURL first (what KubeEdge offers for it; empty:
 // none), then through the runtime.
 func Actuators(metaServerURL string, runtime *cri.Client) FirstWorking {

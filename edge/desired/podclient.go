@@ -71,10 +71,11 @@ type Selector struct {
 // PodClient lists and watches pods of all namespaces over the API's REST interface (API server or KubeEdge's
 // MetaServer).
 type PodClient struct {
-	base  string
-	http  *http.Client // for lists: bounded in time
-	watch *http.Client // for watches: no overall timeout
-	token string
+	base          string
+	authenticated bool
+	http          *http.Client // for lists: bounded in time
+	watch         *http.Client // for watches: no overall timeout
+	token         string
 	// tokenFile, when set, is read for every request: a projected service-account token is rotated in place,
 	// and a token read once would be refused within the hour.
 	tokenFile string
@@ -96,8 +97,16 @@ func NewPodClient(server string, tlsConfig *tls.Config, token string) *PodClient
 	transport := &http.Transport{TLSClientConfig: tlsConfig, IdleConnTimeout: 90 * time.Second,
 		ResponseHeaderTimeout: 10 * time.Second}
 	return &PodClient{base: strings.TrimSuffix(server, "/"), token: token,
-		http: &http.Client{Transport: transport, Timeout: 10 * time.Second}, watch: &http.Client{Transport: transport}}
+		authenticated: strings.HasPrefix(server, "https://") && (tlsConfig == nil || !tlsConfig.InsecureSkipVerify),
+		http:          &http.Client{Transport: transport, Timeout: 10 * time.Second}, watch: &http.Client{Transport: transport}}
 }
+
+// Authenticated tells whether the server's answers are its own: HTTPS with its certificate checked. Over plain
+// HTTP, any process of the node that binds the port while the server is down answers in its place.
+func (c *PodClient) Authenticated() bool { return c.authenticated }
+
+// URL is the server's base URL.
+func (c *PodClient) URL() string { return c.base }
 
 // WithTokenFile makes the client read its bearer token from path at every request (a projected
 // service-account token, which the kubelet or edged rotates in place).

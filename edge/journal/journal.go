@@ -7,8 +7,8 @@ package journal
 import (
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,28 +39,48 @@ var (
 	droppedKey    = []byte("dropped")
 )
 
+// DefaultMaxLogBytes bounds the log's entries in bytes when Open is given only a count: 8 MiB keeps an agent
+// replaying a full log far under its memory limit, and holds thousands of Sedna's reports (a few hundred bytes
+// each).
+const DefaultMaxLogBytes = 8 << 20
+
+// Limits bound the log of keyless entries; the oldest go first when either is reached.
+type Limits struct {
+	// Entries is how many keyless entries are kept.
+	Entries int
+	// Bytes is how many bytes keyless entries take, as stored; an entry larger than it alone is refused.
+	Bytes int64
+}
+
 // Journal is a bbolt file. It is safe for concurrent use.
 type Journal struct {
 	db     *bolt.DB
-	maxLog int
+	limits Limits
 	// write serialises the transactions that change the log, so the counters below, which are adjusted only
 	// once a transaction committed, always describe the file: a write that fails (a full disk) changes nothing.
-	write   sync.Mutex
-	logSize atomic.Int64
-	dropped atomic.Uint64
+	write    sync.Mutex
+	logSize  atomic.Int64
+	logBytes atomic.Int64
+	dropped  atomic.Uint64
 }
 
-// Open opens (or creates) the journal at path; at most maxLog keyless entries are kept.
+// Open opens (or creates) the journal at path; at most maxLog keyless entries are kept, in at most
+// DefaultMaxLogBytes.
 func Open(path string, maxLog int) (*Journal, error) {
-	return open(path, maxLog, &bolt.Options{Timeout: 2 * time.Second})
+	return OpenLimited(path, Limits{Entries: maxLog, Bytes: DefaultMaxLogBytes})
 }
 
-func open(path string, maxLog int, opts *bolt.Options) (*Journal, error) {
+// OpenLimited opens (or creates) the journal at path with its log bounded by limits.
+func OpenLimited(path string, limits Limits) (*Journal, error) {
+	return open(path, limits, &bolt.Options{Timeout: 2 * time.Second})
+}
+
+func open(path string, limits Limits, opts *bolt.Options) (*Journal, error) {
 	db, err := bolt.Open(path, 0o600, opts)
 	if err != nil {
 		return nil, fmt.Errorf("opening journal %s: %w", path, err)
 	}
-	j := &Journal{db: db, maxLog: maxLog}
+	j := &Journal{db: db, limits: limits}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{entriesBucket, keysBucket, metaBucket, commandBucket, valuesBucket} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -68,15 +88,16 @@ func open(path string, maxLog int, opts *bolt.Options) (*Journal, error) {
 			}
 		}
 		j.dropped.Store(readUint(tx.Bucket(metaBucket), droppedKey))
-		var n int64
+		var n, size int64
 		err := tx.Bucket(entriesBucket).ForEach(func(_, v []byte) error {
-			var e Entry
-			if json.Unmarshal(v, &e) == nil && e.Key == "" {
+			if keyless(v) {
 				n++
+				size += int64(len(v))
 			}
 			return nil
 		})
 		j.logSize.Store(n)
+		j.logBytes.Store(size)
 		return err
 	})
 	if err != nil {
@@ -89,20 +110,25 @@ func open(path string, maxLog int, opts *bolt.Options) (*Journal, error) {
 // Close closes the file.
 func (j *Journal) Close() error { return j.db.Close() }
 
-// Put stores e with the next sequence number and returns it.
+// Put stores e with the next sequence number and returns it. A keyless entry makes room for itself by dropping
+// the oldest ones, counted, when the log is full by count or by bytes.
 func (j *Journal) Put(e Entry) (uint64, error) {
 	j.write.Lock()
 	defer j.write.Unlock()
-	var grew, dropped bool // what the transaction did to the log, applied to the counters once it committed
+	// What the transaction did to the log, applied to the counters once it committed.
+	var grew, shrank, dropped, freed, stored int64
 	err := j.db.Update(func(tx *bolt.Tx) error {
-		grew, dropped = false, false
+		grew, shrank, dropped, freed, stored = 0, 0, 0, 0, 0
 		entries, keys, meta := tx.Bucket(entriesBucket), tx.Bucket(keysBucket), tx.Bucket(metaBucket)
 		e.Seq = readUint(meta, nextSeqKey) + 1
 		if err := writeUint(meta, nextSeqKey, e.Seq); err != nil {
 			return err
 		}
-		switch {
-		case e.Key != "":
+		data, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if e.Key != "" {
 			if old := keys.Get([]byte(e.Key)); old != nil {
 				if err := entries.Delete(old); err != nil {
 					return err
@@ -111,49 +137,103 @@ func (j *Journal) Put(e Entry) (uint64, error) {
 			if err := keys.Put([]byte(e.Key), seqKey(e.Seq)); err != nil {
 				return err
 			}
-		case int(j.logSize.Load()) >= j.maxLog:
-			if err := j.dropOldestLogEntry(entries, meta); err != nil {
+			return entries.Put(seqKey(e.Seq), data)
+		}
+		if j.limits.Bytes > 0 && int64(len(data)) > j.limits.Bytes {
+			return fmt.Errorf("entry of %d bytes over the log's bound of %d", len(data), j.limits.Bytes)
+		}
+		c := entries.Cursor()
+		for k, v := c.First(); k != nil && j.full(grew-shrank, freed, int64(len(data))); k, v = c.Next() {
+			if !keyless(v) {
+				continue
+			}
+			freed += int64(len(v))
+			shrank++
+			dropped++
+			if err := c.Delete(); err != nil {
 				return err
 			}
-			dropped = true
-		default:
-			grew = true
 		}
-		data, err := json.Marshal(e)
-		if err != nil {
-			return err
+		if dropped > 0 {
+			if err := writeUint(meta, droppedKey, j.dropped.Load()+uint64(dropped)); err != nil {
+				return err
+			}
 		}
+		grew, stored = 1, int64(len(data))
 		return entries.Put(seqKey(e.Seq), data)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("journaling %s: %w", e.Topic, err)
 	}
-	if grew {
-		j.logSize.Add(1)
-	}
-	if dropped {
-		j.dropped.Add(1)
-	}
+	j.logSize.Add(grew - shrank)
+	j.logBytes.Add(stored - freed)
+	j.dropped.Add(uint64(dropped))
 	return e.Seq, nil
 }
 
-// dropOldestLogEntry makes room in a full log: the oldest keyless entry goes, and is counted in the file (the
-// caller counts it in memory once the transaction committed).
-func (j *Journal) dropOldestLogEntry(entries, meta *bolt.Bucket) error {
-	c := entries.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		var e Entry
-		if json.Unmarshal(v, &e) == nil && e.Key == "" {
-			if err := entries.Delete(k); err != nil {
-				return err
-			}
-			return writeUint(meta, droppedKey, j.dropped.Load()+1)
-		}
-	}
-	return errors.New("log full but no keyless entry found")
+// full tells whether the log, changed by delta entries and freed bytes so far in a transaction, has no room
+// for one more entry of size bytes.
+func (j *Journal) full(delta, freed, size int64) bool {
+	return (j.limits.Entries > 0 && j.logSize.Load()+delta >= int64(j.limits.Entries)) ||
+		(j.limits.Bytes > 0 && j.logBytes.Load()-freed+size > j.limits.Bytes)
 }
 
-// Pending returns the entries not yet acknowledged, in the order they were put.
+// keyless tells whether a stored entry belongs to the log: only keyed entries carry "key" (omitempty).
+func keyless(stored []byte) bool {
+	var e struct {
+		Key string `json:"key"`
+	}
+	return json.Unmarshal(stored, &e) == nil && e.Key == ""
+}
+
+// PendingKeyed returns the keyed entries not yet acknowledged (the workers' latest states: one per key, so as
+// many as the node has workers), in the order they were put.
+func (j *Journal) PendingKeyed() ([]Entry, error) {
+	var out []Entry
+	err := j.db.View(func(tx *bolt.Tx) error {
+		entries := tx.Bucket(entriesBucket)
+		return tx.Bucket(keysBucket).ForEach(func(_, seq []byte) error {
+			v := entries.Get(seq)
+			if v == nil {
+				return nil
+			}
+			var e Entry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return err
+			}
+			out = append(out, e)
+			return nil
+		})
+	})
+	sort.Slice(out, func(a, b int) bool { return out[a].Seq < out[b].Seq })
+	return out, err
+}
+
+// PendingLog returns at most limit keyless entries not yet acknowledged whose sequence is above after, in the
+// order they were put: the log is replayed a page at a time, never held whole in memory.
+func (j *Journal) PendingLog(after uint64, limit int) ([]Entry, error) {
+	var out []Entry
+	err := j.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(entriesBucket).Cursor()
+		for k, v := c.Seek(seqKey(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {
+			var e Entry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return err
+			}
+			if e.Key == "" {
+				out = append(out, e)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// LogBytes is how many bytes the log's entries take, as stored.
+func (j *Journal) LogBytes() int64 { return j.logBytes.Load() }
+
+// Pending returns every entry not yet acknowledged, in the order they were put: for inspection; the
+// publisher replays with PendingKeyed and PendingLog.
 func (j *Journal) Pending() ([]Entry, error) {
 	var out []Entry
 	err := j.db.View(func(tx *bolt.Tx) error {
@@ -173,9 +253,9 @@ func (j *Journal) Pending() ([]Entry, error) {
 func (j *Journal) Ack(seq uint64) error {
 	j.write.Lock()
 	defer j.write.Unlock()
-	shrank := false
+	var shrank int64 // bytes the log gave back
 	err := j.db.Update(func(tx *bolt.Tx) error {
-		shrank = false
+		shrank = 0
 		entries, keys := tx.Bucket(entriesBucket), tx.Bucket(keysBucket)
 		v := entries.Get(seqKey(seq))
 		if v == nil {
@@ -192,15 +272,16 @@ func (j *Journal) Ack(seq uint64) error {
 				}
 			}
 		} else {
-			shrank = true
+			shrank = int64(len(v))
 		}
 		return entries.Delete(seqKey(seq))
 	})
 	if err != nil {
 		return fmt.Errorf("removing acknowledged entry %d: %w", seq, err)
 	}
-	if shrank {
+	if shrank > 0 {
 		j.logSize.Add(-1)
+		j.logBytes.Add(-shrank)
 	}
 	return nil
 }

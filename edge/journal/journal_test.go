@@ -147,7 +147,7 @@ func TestClaimedCommandsSurviveReopeningAndExpire(t *testing.T) {
 // the failed write may stay in the log's counters: once space is back, reports and results are journaled again
 // and the log's bound counts only what is in the file.
 func TestFailedWriteOnAFullDiskLeavesTheLogUsable(t *testing.T) {
-	j, err := open(filepath.Join(t.TempDir(), "journal.db"), 3, &bolt.Options{Timeout: time.Second, MaxSize: 1 << 20})
+	j, err := open(filepath.Join(t.TempDir(), "journal.db"), Limits{Entries: 3}, &bolt.Options{Timeout: time.Second, MaxSize: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,5 +233,87 @@ func TestAdvanceCounter(t *testing.T) {
 	defer j.Close()
 	if got, _ := j.NextCounter("worker-state"); got != 41 {
 		t.Errorf("after a reopen: next %d, want 41", got)
+	}
+}
+
+// A local process posting the largest reports as fast as it can fills the log by bytes long before its count:
+// the oldest go, counted, the log stays within its bytes across a restart, and one entry larger than the whole
+// bound is refused rather than emptying the log.
+func TestReportFloodIsBoundedInBytes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	limits := Limits{Entries: 10000, Bytes: 1 << 20}
+	j, err := OpenLimited(path, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := make([]byte, 64<<10)
+	for i := range 100 {
+		if _, err := j.Put(Entry{Topic: fmt.Sprint("r", i), Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := j.Put(Entry{Topic: "state", Key: "default/w", Payload: payload}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Put(Entry{Topic: "huge", Payload: make([]byte, 2<<20)}); err == nil {
+		t.Error("an entry over the whole bound was journaled")
+	}
+	logBytes, dropped := j.LogBytes(), j.Dropped()
+	log, err := j.PendingLog(0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if logBytes > limits.Bytes || dropped == 0 || len(log) == 0 || log[len(log)-1].Topic != "r99" || int(dropped)+len(log) != 100 {
+		t.Fatalf("log of %d bytes, %d entries ending %q, %d dropped: want at most %d bytes, the newest kept, the rest counted",
+			logBytes, len(log), log[len(log)-1].Topic, dropped, limits.Bytes)
+	}
+	if states, err := j.PendingKeyed(); err != nil || len(states) != 1 {
+		t.Errorf("states %v (%v): the worker's state must not make room for reports, nor be dropped", states, err)
+	}
+	j.Close()
+	j, err = OpenLimited(path, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if j.LogBytes() != logBytes || j.Dropped() != dropped {
+		t.Errorf("reopened: %d bytes, %d dropped; want %d and %d", j.LogBytes(), j.Dropped(), logBytes, dropped)
+	}
+}
+
+// The log is read a page at a time from where the last page ended, without the keyed entries between.
+func TestPendingLogPagesSkipStates(t *testing.T) {
+	j, err := Open(filepath.Join(t.TempDir(), "journal.db"), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	for i := range 10 {
+		e := Entry{Topic: fmt.Sprint("r", i)}
+		if i%3 == 0 {
+			e = Entry{Topic: fmt.Sprint("s", i), Key: fmt.Sprint("k", i)}
+		}
+		if _, err := j.Put(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var pages []string
+	for after := uint64(0); ; {
+		page, err := j.PendingLog(after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		var topics []string
+		for _, e := range page {
+			topics = append(topics, e.Topic)
+		}
+		pages = append(pages, fmt.Sprint(topics))
+		after = page[len(page)-1].Seq
+	}
+	if got := fmt.Sprint(pages); got != "[[r1 r2] [r4 r5] [r7 r8]]" {
+		t.Errorf("pages %s, want the six reports two at a time", got)
 	}
 }

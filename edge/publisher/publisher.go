@@ -30,9 +30,14 @@ import (
 // Journal is what the publisher needs of the journal.
 type Journal interface {
 	Put(journal.Entry) (uint64, error)
-	Pending() ([]journal.Entry, error)
+	PendingKeyed() ([]journal.Entry, error)
+	PendingLog(after uint64, limit int) ([]journal.Entry, error)
 	Ack(seq uint64) error
 }
+
+// replayPage is how many log entries are read from the journal at once: at most a few MiB of reports in memory
+// (each at most lifelinev1.MaxReportBodyBytes), and the workers' states checked again between pages.
+const replayPage = 32
 
 // Config configures the session.
 type Config struct {
@@ -221,23 +226,37 @@ func (p *Publisher) drainUntilLost(ctx context.Context, lost <-chan struct{}) {
 	}
 }
 
+// drain sends what the journal holds: the workers' latest states first, then the log of reports a page at a
+// time, going back to the states between pages, so a state is never queued behind a long replay of reports.
 func (p *Publisher) drain(ctx context.Context, lost <-chan struct{}) error {
-	pending, err := p.journal.Pending()
-	if err != nil {
-		return err
-	}
 	p.mu.Lock()
 	client := p.client
 	p.mu.Unlock()
-	for _, e := range pending {
-		if err := p.waitAcked(ctx, client.Publish(e.Topic, e.QoS, e.Retained, e.Payload), lost); err != nil {
-			return fmt.Errorf("publishing %s: %w", e.Topic, err)
-		}
-		if err := p.journal.Ack(e.Seq); err != nil {
+	var after uint64 // the last log entry sent
+	for {
+		states, err := p.journal.PendingKeyed()
+		if err != nil {
 			return err
 		}
+		reports, err := p.journal.PendingLog(after, replayPage)
+		if err != nil {
+			return err
+		}
+		if len(states) == 0 && len(reports) == 0 {
+			return nil
+		}
+		for _, e := range append(states, reports...) {
+			if err := p.waitAcked(ctx, client.Publish(e.Topic, e.QoS, e.Retained, e.Payload), lost); err != nil {
+				return fmt.Errorf("publishing %s: %w", e.Topic, err)
+			}
+			if err := p.journal.Ack(e.Seq); err != nil {
+				return err
+			}
+		}
+		if len(reports) > 0 {
+			after = reports[len(reports)-1].Seq
+		}
 	}
-	return nil
 }
 
 // sayGoodbye publishes the death itself on a clean stop [P-DEATH-1].

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -226,5 +227,88 @@ func TestJitteredRetryStaysWithinHalfAndOneAndAHalf(t *testing.T) {
 	}
 	if len(seen) != 2 {
 		t.Errorf("1,000 draws all on one side of the interval: %v", seen)
+	}
+}
+
+// pageCountingJournal records the most entries and bytes the publisher held from one read of the journal.
+type pageCountingJournal struct {
+	*journal.Journal
+	mu                  sync.Mutex
+	mostEntries, mostKB int
+}
+
+func (j *pageCountingJournal) PendingLog(after uint64, limit int) ([]journal.Entry, error) {
+	out, err := j.Journal.PendingLog(after, limit)
+	size := 0
+	for _, e := range out {
+		size += len(e.Payload)
+	}
+	j.mu.Lock()
+	j.mostEntries, j.mostKB = max(j.mostEntries, len(out)), max(j.mostKB, size>>10)
+	j.mu.Unlock()
+	return out, err
+}
+
+// A worker floods the agent with the largest reports while the broker is away. On reconnection the workers'
+// states go out first, ahead of the whole replay, and the replay reads the journal a page at a time: the agent
+// never holds more than a page of reports, however full the journal.
+func TestStatesGoFirstAndReportsReplayAPageAtATimeAfterAFlood(t *testing.T) {
+	broker := mqtttest.StartBroker(t)
+	received := mqtttest.Subscribe(t, broker, "c", "controller")
+	dir := t.TempDir()
+	j, err := journal.OpenLimited(filepath.Join(dir, "journal.db"), journal.Limits{Entries: 10000, Bytes: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	big := make([]byte, lifelinev1.MaxReportBodyBytes)
+	const flood = 200 // 12.5 MiB of reports, three times the journal's bound
+	for i := 1; i <= flood; i++ {
+		e := report(i)
+		e.Payload = append([]byte(strconv.Itoa(i)+" "), big[:len(big)-8]...)
+		if _, err := j.Put(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := journal.Entry{Topic: lifelinev1.WorkerTopic("c", "edge-1", "default", "w").String(), QoS: 1,
+		Retained: true, Key: "default/w", Payload: []byte("dead")}
+	if _, err := j.Put(state); err != nil {
+		t.Fatal(err)
+	}
+	if j.LogBytes() > 4<<20 || j.Dropped() == 0 {
+		t.Fatalf("log of %d bytes with %d dropped, want at most 4 MiB and the oldest dropped", j.LogBytes(), j.Dropped())
+	}
+
+	counting := &pageCountingJournal{Journal: j}
+	p := New(Config{Broker: "tcp://" + broker, Cluster: "c", Node: "edge-1", StateDir: dir, BootID: "boot-1",
+		RetryInterval: 100 * time.Millisecond, Log: logr.Discard()}, counting)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+
+	var order []string
+	for deadline := time.After(20 * time.Second); len(order) == 0 || order[len(order)-1] != strconv.Itoa(flood); {
+		select {
+		case m := <-received:
+			switch m.Topic.Kind {
+			case lifelinev1.KindWorkerState:
+				order = append(order, "state")
+			case lifelinev1.KindReport:
+				n, _, _ := strings.Cut(string(m.Payload), " ")
+				order = append(order, n)
+			}
+		case <-deadline:
+			t.Fatalf("replay incomplete after 20 s: %d messages", len(order))
+		}
+	}
+	if order[0] != "state" {
+		t.Errorf("first message after the birth: report %s, want the worker's state", order[0])
+	}
+	counting.mu.Lock()
+	defer counting.mu.Unlock()
+	t.Logf("%d messages after the birth, %d reports dropped; the most read at once: %d reports, %d KiB", len(order), j.Dropped(),
+		counting.mostEntries, counting.mostKB)
+	if counting.mostEntries > replayPage || counting.mostKB > replayPage*lifelinev1.MaxReportBodyBytes>>10 {
+		t.Errorf("one read of the journal held %d reports (%d KiB), want at most a page of %d", counting.mostEntries, counting.mostKB, replayPage)
 	}
 }

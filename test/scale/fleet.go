@@ -199,6 +199,30 @@ func (j *memJournal) Pending() ([]journal.Entry, error) {
 	return append([]journal.Entry(nil), j.entries...), nil
 }
 
+func (j *memJournal) PendingKeyed() ([]journal.Entry, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var out []journal.Entry
+	for _, e := range j.entries {
+		if e.Key != "" {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+func (j *memJournal) PendingLog(after uint64, limit int) ([]journal.Entry, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var out []journal.Entry
+	for _, e := range j.entries {
+		if e.Key == "" && e.Seq > after && len(out) < limit {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
 func (j *memJournal) Ack(seq uint64) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()

@@ -1,0 +1,183 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/lifeline-edge/lifeline/edge/desired"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+)
+
+// renderedTrainer is an FL trainer as the controller renders it and the API server admits it: on the host
+// network, its Dataset's node directory mounted at /home/data/<dir>, and the service-account token volume that
+// admission adds.
+const renderedTrainer = `{"apiVersion":"v1","kind":"Pod","metadata":{"namespace":"default","name":"fl-trainer-0"},
+"spec":{"hostNetwork":true,"dnsPolicy":"ClusterFirstWithHostNet","restartPolicy":"Never","serviceAccountName":"default",
+"volumes":[{"name":"sedna-host-data-surface-defects","hostPath":{"path":"/data/surface-defects","type":"Directory"}},
+{"name":"kube-api-access-x1","projected":{"sources":[{"serviceAccountToken":{"path":"token"}},
+{"configMap":{"name":"kube-root-ca.crt"}},{"downwardAPI":{"items":[{"path":"namespace"}]}}]}},
+{"name":"scratch","emptyDir":{}}],
+"containers":[{"name":"train","image":"trainer","volumeMounts":[
+{"name":"sedna-host-data-surface-defects","mountPath":"/home/data/data/surface-defects"},
+{"name":"kube-api-access-x1","mountPath":"/var/run/secrets/kubernetes.io/serviceaccount","readOnly":true},
+{"name":"scratch","mountPath":"/tmp"}]}]}}`
+
+// withSpec is renderedTrainer with its spec's field set to value (JSON), or with a container's field set when
+// field starts with "container.".
+func withSpec(t *testing.T, field, value string) string {
+	t.Helper()
+	var pod map[string]any
+	if err := json.Unmarshal([]byte(renderedTrainer), &pod); err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := json.Unmarshal([]byte(value), &v); err != nil {
+		t.Fatalf("%s: %v", value, err)
+	}
+	spec := pod["spec"].(map[string]any)
+	if c, ok := strings.CutPrefix(field, "container."); ok {
+		spec["containers"].([]any)[0].(map[string]any)[c] = v
+	} else {
+		spec[field] = v
+	}
+	out, _ := json.Marshal(pod)
+	return string(out)
+}
+
+func TestRenderedWorkerIsRebuiltWithoutItsServiceAccount(t *testing.T) {
+	out, err := staticPodManifest(renderedTrainer, "default/fl-trainer-0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pod struct {
+		Metadata struct{ Annotations map[string]string }
+		Spec     struct {
+			HostNetwork                  bool    `json:"hostNetwork"`
+			ServiceAccountName           *string `json:"serviceAccountName"`
+			AutomountServiceAccountToken *bool   `json:"automountServiceAccountToken"`
+			Volumes                      []struct{ Name string }
+			Containers                   []struct {
+				VolumeMounts []struct{ Name, MountPath string } `json:"volumeMounts"`
+			}
+		}
+	}
+	if err := json.Unmarshal(out, &pod); err != nil {
+		t.Fatal(err)
+	}
+	if pod.Metadata.Annotations[lifelinev1.StaticPodOfAnnotation] != "default/fl-trainer-0" {
+		t.Errorf("annotations %v: not marked as the agent's", pod.Metadata.Annotations)
+	}
+	if !pod.Spec.HostNetwork || pod.Spec.ServiceAccountName != nil || pod.Spec.AutomountServiceAccountToken == nil ||
+		*pod.Spec.AutomountServiceAccountToken {
+		t.Errorf("spec %+v: want the host network kept, no service account and no token mounted", pod.Spec)
+	}
+	var volumes, mounts []string
+	for _, v := range pod.Spec.Volumes {
+		volumes = append(volumes, v.Name)
+	}
+	for _, m := range pod.Spec.Containers[0].VolumeMounts {
+		mounts = append(mounts, m.Name+"@"+m.MountPath)
+	}
+	if fmt.Sprint(volumes) != "[sedna-host-data-surface-defects scratch]" ||
+		fmt.Sprint(mounts) != "[sedna-host-data-surface-defects@/home/data/data/surface-defects scratch@/tmp]" {
+		t.Errorf("volumes %v, mounts %v: want the Dataset and the scratch space, not the token", volumes, mounts)
+	}
+}
+
+// Each manifest is one a hostile source could serve for a worker of the node; none may reach edged, which runs
+// static pods without admission.
+func TestRebuildRefusesManifestsThatReachTheNode(t *testing.T) {
+	for _, tc := range []struct{ name, manifest, reason string }{
+		{"privileged container", withSpec(t, "container.securityContext", `{"privileged":true}`), "privileged"},
+		{"added capability", withSpec(t, "container.securityContext", `{"capabilities":{"add":["SYS_ADMIN"]}}`), "adds capabilities"},
+		{"unmasked proc", withSpec(t, "container.securityContext", `{"procMount":"Unmasked"}`), "procMount"},
+		{"no seccomp", withSpec(t, "securityContext", `{"seccompProfile":{"type":"Unconfined"}}`), "seccomp"},
+		{"host PID", withSpec(t, "hostPID", `true`), "PID or IPC"},
+		{"host IPC", withSpec(t, "hostIPC", `true`), "PID or IPC"},
+		{"privileged init container", withSpec(t, "initContainers", `[{"name":"i","securityContext":{"privileged":true}}]`), "privileged"},
+		{"node root", withSpec(t, "volumes", `[{"name":"r","hostPath":{"path":"/"}}]`), "not a clean directory"},
+		{"node directory above the system's", withSpec(t, "volumes", `[{"name":"r","hostPath":{"path":"/var"}}]`), "/var/lib"},
+		{"edgecore's certificates", withSpec(t, "volumes", `[{"name":"r","hostPath":{"path":"/etc/kubeedge/certs"}}]`), "/etc"},
+		{"unclean path", withSpec(t, "volumes", `[{"name":"r","hostPath":{"path":"/data/../etc"}}]`), "not a clean directory"},
+		{"runtime socket", withSpec(t, "volumes", `[{"name":"r","hostPath":{"path":"/data/x.sock","type":"Socket"}}]`), "not as a directory"},
+		{"node path by a sub-path", withSpec(t, "container.volumeMounts",
+			`[{"name":"sedna-host-data-surface-defects","mountPath":"/home/data/data/surface-defects","subPath":"../.."}]`), "sub-path"},
+		{"a Secret", withSpec(t, "volumes", `[{"name":"s","secret":{"secretName":"x"}}]`), "kind secret"},
+		{"a block device", withSpec(t, "container.volumeDevices", `[{"name":"d","devicePath":"/dev/xvda"}]`), "block device"},
+		{"the agent's state", withSpec(t, "volumes", `[{"name":"r","hostPath":{"path":"/srv/lifeline/state"}}]`), "/srv/lifeline"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := staticPodManifest(tc.manifest, "default/fl-trainer-0", []string{"/srv/lifeline/state/agent"})
+			var refused *RefusedManifestError
+			if !errors.As(err, &refused) || !strings.Contains(err.Error(), tc.reason) {
+				t.Fatalf("error %v, want a refusal saying %q", err, tc.reason)
+			}
+		})
+	}
+}
+
+// An attacker on the node binds the MetaServer's port while edgecore restarts, serves a privileged pod with the
+// node's root mounted as one of the node's workers, and stops answering so the node looks cut off. With the
+// chart's plain-HTTP source the agent does not rebuild at all; told to trust plain HTTP, it still writes no
+// manifest of the attacker's.
+func TestHostileMetaServerStandInGetsNoManifestWritten(t *testing.T) {
+	hostile := `{"metadata":{"namespace":"default","name":"fl-trainer-0","uid":"u-evil","labels":{"` + lifelinev1.RoleLabel + `":"trainer"}},
+"spec":{"nodeName":"edge-1","hostPID":true,"restartPolicy":"Never","volumes":[{"name":"root","hostPath":{"path":"/"}}],
+"containers":[{"name":"x","image":"evil","securityContext":{"privileged":true},"volumeMounts":[{"name":"root","mountPath":"/host"}]}]}}`
+	metaServer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("watch") == "true" {
+			http.Error(w, "gone", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, `{"metadata":{"resourceVersion":"1"},"items":[%s]}`, hostile)
+	}))
+	defer metaServer.Close()
+	pods := desired.NewPodClient(metaServer.URL, nil, "")
+	workers, err := desired.New(pods, "edge-1", t.TempDir(), logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go workers.Run(ctx, 50*time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); !workers.Has("u-evil"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the served pod never became a worker")
+		}
+	}
+	staticDir := t.TempDir()
+	if r := ChooseRebuilder(pods, staticDir, false, workers, nil, logr.Discard()); r != nil {
+		t.Fatalf("rebuilder %T from a plain-HTTP source, want none unless told to trust it", r)
+	}
+	r := ChooseRebuilder(pods, staticDir, true, workers, nil, logr.Discard())
+	var refused *RefusedManifestError
+	if err := r.Rebuild(ctx, "default", "fl-trainer-0", "u-evil"); !errors.As(err, &refused) {
+		t.Fatalf("rebuild: %v, want a refusal", err)
+	}
+	if files, _ := os.ReadDir(staticDir); len(files) != 0 {
+		t.Errorf("static-pod directory holds %v, want nothing", files)
+	}
+	if https := desired.NewPodClient("https://127.0.0.1:10550", nil, ""); ChooseRebuilder(https, staticDir, false, workers, nil, logr.Discard()) == nil {
+		t.Error("no rebuilder from an HTTPS source with its certificate checked")
+	}
+}
+
+// Sedna's examples mount an output directory of their own choosing (helmet detection: DirectoryOrCreate under
+// /var/lib): a node path outside the system's is a worker's to have, offline too.
+func TestWorkersOwnNodeDirectoryIsRebuilt(t *testing.T) {
+	manifest := withSpec(t, "volumes", `[{"name":"results","hostPath":{"path":"/var/lib/helmet-detection/output","type":"DirectoryOrCreate"}}]`)
+	manifest = strings.Replace(manifest, `"volumeMounts":[`, `"volumeMounts":[{"name":"results","mountPath":"/output"},`, 1)
+	if _, err := staticPodManifest(manifest, "default/w", nil); err != nil {
+		t.Fatal(err)
+	}
+}
