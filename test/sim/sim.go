@@ -51,6 +51,10 @@ type Options struct {
 	Cluster cluster.Options
 	// Progress receives a line per step; nil means os.Stderr.
 	Progress io.Writer
+	// AgentMemoryLimit and ControllerMemoryLimit, when set, hold each agent and the controller in a memory
+	// cgroup of that many bytes, as the chart's limits hold them in their containers (where the machine offers
+	// no memory cgroup, the run says so and goes on without); MemoryUse tells how they fared.
+	AgentMemoryLimit, ControllerMemoryLimit int64
 }
 
 // Sim is a running simulation.
@@ -67,6 +71,7 @@ type Sim struct {
 	mqttAddr, credentialsDir string
 	metricsAddr              string
 	edges                    map[string]*edgeNode
+	memcgs                   map[string]*memoryCgroup // by daemon: "controller", "agent-<node>"
 }
 
 // edgeNode is what an edge node has besides its hollow kubelet: its links to the cloud (a proxy to the API
@@ -121,7 +126,8 @@ func Start(ctx context.Context, opts Options) (_ *Sim, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sim{ControlPlane: cp, opts: opts, nodes: map[string]*cluster.Process{}, edges: map[string]*edgeNode{}}
+	s := &Sim{ControlPlane: cp, opts: opts, nodes: map[string]*cluster.Process{}, edges: map[string]*edgeNode{},
+		memcgs: map[string]*memoryCgroup{}}
 	defer func() {
 		if err != nil {
 			cp.KeepDir()
@@ -246,7 +252,7 @@ func (s *Sim) startAgent(name string, e *edgeNode) error {
 		"--report-address=" + e.report, "--metrics-address=", "--heal-api-grace=2s", "-v=2",
 		// The hollow node's MetaServer speaks plain HTTP, as KubeEdge's does unless requireAuthorization is on.
 		"--allow-insecure-pod-source"}
-	p, err := s.ControlPlane.Launch("agent-"+name, filepath.Join(s.ControlPlane.BinDir, AgentBinary), args, nil)
+	p, err := s.launchLimited("agent-"+name, filepath.Join(s.ControlPlane.BinDir, AgentBinary), args, s.opts.AgentMemoryLimit)
 	if err != nil {
 		return err
 	}
@@ -260,10 +266,55 @@ func (s *Sim) AgentStateDir(node string) string { return filepath.Join(s.NodeDir
 func (s *Sim) startController() error {
 	cp := s.ControlPlane
 	var err error
-	s.controller, err = cp.Launch(ControllerBinary, filepath.Join(cp.BinDir, ControllerBinary),
+	s.controller, err = s.launchLimited(ControllerBinary, filepath.Join(cp.BinDir, ControllerBinary),
 		[]string{"--metrics-bind-address=" + s.metricsAddr, "--health-probe-bind-address=0", "--kubeconfig=" + cp.Kubeconfig,
-			"--mqtt-address=" + s.mqttAddr, "--mqtt-credentials-dir=" + s.credentialsDir, "--cluster=" + Cluster}, nil)
+			"--mqtt-address=" + s.mqttAddr, "--mqtt-credentials-dir=" + s.credentialsDir, "--cluster=" + Cluster},
+		s.opts.ControllerMemoryLimit)
 	return err
+}
+
+// launchLimited launches a daemon, in its memory cgroup of limit bytes when limit is set (the same cgroup
+// across its restarts, so its counts cover the whole run).
+func (s *Sim) launchLimited(name, binary string, args []string, limit int64) (*cluster.Process, error) {
+	if limit <= 0 {
+		return s.ControlPlane.Launch(name, binary, args, nil)
+	}
+	cg, ok := s.memcgs[name]
+	if !ok {
+		var err error
+		cg, err = newMemoryCgroup("lifeline-sim-"+filepath.Base(s.ControlPlane.Dir)+"-"+name, limit)
+		if err != nil {
+			s.progress("%s runs without its memory limit: %v", name, err)
+			return s.ControlPlane.Launch(name, binary, args, nil)
+		}
+		s.memcgs[name] = cg
+	}
+	shell, shellArgs := cg.launcher(binary, args)
+	return s.ControlPlane.Launch(name, shell, shellArgs, nil)
+}
+
+// MemoryUse is what a daemon held in its memory cgroup took over the run.
+type MemoryUse struct {
+	PeakBytes int64
+	OOMKills  int
+}
+
+// MemoryUse tells, for each daemon held in a memory cgroup ("controller", "agent-<node>"), its peak and how
+// often the kernel killed it; empty when none is.
+func (s *Sim) MemoryUse() (map[string]MemoryUse, error) {
+	out := map[string]MemoryUse{}
+	for name, cg := range s.memcgs {
+		peak, err := cg.PeakBytes()
+		if err != nil {
+			return nil, fmt.Errorf("%s's peak memory: %w", name, err)
+		}
+		kills, err := cg.OOMKills()
+		if err != nil {
+			return nil, fmt.Errorf("%s's OOM kills: %w", name, err)
+		}
+		out[name] = MemoryUse{PeakBytes: peak, OOMKills: kills}
+	}
+	return out, nil
 }
 
 // RestartController stops lifeline-controller, and with it the embedded broker every agent is connected to, and
@@ -498,6 +549,9 @@ func (s *Sim) Stop() {
 	for _, e := range s.edges {
 		e.apiProxy.Close()
 		e.brokerProxy.Close()
+	}
+	for _, cg := range s.memcgs {
+		cg.remove()
 	}
 }
 

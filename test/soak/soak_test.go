@@ -48,6 +48,7 @@ type soak struct {
 	orphans  int
 	unended  int
 	lastStep string
+	ji       *jiChurn
 }
 
 func TestSoak(t *testing.T) {
@@ -74,8 +75,10 @@ func TestSoak(t *testing.T) {
 	}
 	fmt.Printf("soak: SOAK_SEED=%d, %d cycles\n", seed, cycles)
 	log.SetLogger(logr.Discard())
+	// The daemons run under the chart's memory limits: a fault that makes one outgrow it kills it here too.
 	s, err := sim.Start(context.Background(), sim.Options{CrashBackoff: 2 * time.Second,
-		Cluster: cluster.Options{NodeMonitorGracePeriod: 20 * time.Second}})
+		Cluster:          cluster.Options{NodeMonitorGracePeriod: 20 * time.Second},
+		AgentMemoryLimit: agentMemoryLimit, ControllerMemoryLimit: controllerMemoryLimit})
 	if err != nil {
 		t.Fatalf("starting the simulation: %v", err)
 	}
@@ -89,24 +92,61 @@ func TestSoak(t *testing.T) {
 	k := &soak{t: t, s: s, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), cutAPI: map[string]bool{}, cutMQTT: map[string]bool{},
 		deleted: map[string]deletedJob{}, twice: map[string]bool{}, counted: map[string]bool{}}
 	k.inputs()
+	k.ji = newJIChurn(k, seed)
 	for k.cycles = 1; k.cycles <= cycles; k.cycles++ {
 		k.step()
+		k.ji.step()
 		time.Sleep(1500 * time.Millisecond) // the system's reaction: what the cycle checks is what holds after it
 		running := k.check(false)
-		t.Logf("cycle %d: %s; %d worker processes running", k.cycles, k.lastStep, running)
+		k.ji.check()
+		t.Logf("cycle %d: %s; JI: %s; %d FL worker processes running", k.cycles, k.lastStep, k.ji.lastStep, running)
 	}
 	k.finish()
+	k.ji.finish()
 	succeeded := 0
 	for _, j := range k.ended {
 		if j.Status.Phase == v1alpha1.FLJobSucceeded {
 			succeeded++
 		}
 	}
-	fmt.Printf("soak: seed=%d cycles=%d jobs=%d succeeded=%d failed=%d deleted=%d duplicates=%d lost-reports=%d orphans=%d unended-jobs=%d\n",
-		seed, cycles, k.jobs, succeeded, len(k.ended)-succeeded, k.jobs-len(k.ended)-k.unended, k.dups, k.lost, k.orphans, k.unended)
+	fmt.Printf("soak: seed=%d cycles=%d jobs=%d succeeded=%d failed=%d deleted=%d duplicates=%d lost-reports=%d orphans=%d unended-jobs=%d "+
+		"ji-services=%d ji-orphans=%d ji-down=%d\n", seed, cycles, k.jobs, succeeded, len(k.ended)-succeeded, k.jobs-len(k.ended)-k.unended,
+		k.dups, k.lost, k.orphans, k.unended, k.ji.created, k.ji.orphans, k.ji.down)
+	k.checkMemory()
 	if k.dups+k.lost+k.orphans+k.unended > 0 {
 		t.Errorf("promises broken (seed %d): duplicates %d, lost reports %d, orphans %d, jobs that never ended %d",
 			seed, k.dups, k.lost, k.orphans, k.unended)
+	}
+}
+
+// The chart's memory limits (deploy/chart/lifeline/values.yaml).
+const (
+	agentMemoryLimit      = 64 << 20
+	controllerMemoryLimit = 256 << 20
+)
+
+// checkMemory fails the run if the kernel killed a daemon for outgrowing its limit, and prints each one's peak.
+func (k *soak) checkMemory() {
+	use, err := k.s.MemoryUse()
+	if err != nil {
+		k.t.Errorf("reading the daemons' memory: %v", err)
+		return
+	}
+	if len(use) == 0 {
+		fmt.Println("soak: memory limits not enforced (no memory cgroup here)")
+		return
+	}
+	var names []string
+	for name := range use {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		u := use[name]
+		fmt.Printf("soak: %s peak %.1f MiB, OOM kills %d\n", name, float64(u.PeakBytes)/(1<<20), u.OOMKills)
+		if u.OOMKills > 0 {
+			k.t.Errorf("%s was killed %d times for outgrowing its memory limit", name, u.OOMKills)
+		}
 	}
 }
 
