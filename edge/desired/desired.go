@@ -44,6 +44,9 @@ type Worker struct {
 	// WorkerName is the pod's WORKER_NAME, the name its Sedna reports carry: the pod's own name for FL workers,
 	// the Deployment's for JI workers.
 	WorkerName string `json:"workerName,omitempty"`
+	// Started: the pod's phase says the node ran it (Running, or Failed): a worker the runtime then does not
+	// hold was lost by the node, where one not yet started is only on its way.
+	Started bool `json:"started,omitempty"`
 	// Manifest is the worker's pod as a static-pod manifest (metadata and spec, no node, no status), so the
 	// agent can rebuild a worker whose pod the node lost while cut off.
 	Manifest string `json:"manifest,omitempty"`
@@ -269,6 +272,7 @@ func toWorker(p *Pod) Worker {
 	}
 	return Worker{Namespace: m.Namespace, Name: m.Name, UID: m.UID, Role: m.Labels[lifelinev1.RoleLabel],
 		OfflinePolicy: m.Annotations[lifelinev1.OfflinePolicyAnnotation], RestartPolicy: restart, WorkerName: workerName(p), Manifest: staticManifest(p.Raw),
+		Started: p.Status.Phase == "Running" || p.Status.Phase == "Failed",
 		Dataset: m.Annotations[lifelinev1.DatasetAnnotation], DatasetIndex: m.Annotations[lifelinev1.DatasetIndexAnnotation],
 		DatasetFormat: m.Annotations[lifelinev1.DatasetFormatAnnotation]}
 }

@@ -35,6 +35,9 @@ type Pod struct {
 			} `json:"env"`
 		} `json:"containers"`
 	} `json:"spec"`
+	Status struct {
+		Phase string `json:"phase"`
+	} `json:"status"`
 	// Raw is the pod as it was received, for a static-pod manifest of it.
 	Raw json.RawMessage `json:"-"`
 }

@@ -316,6 +316,7 @@ func (c *Core) Observe(env Env, pods []cri.Pod, workers []desired.Worker) []Acti
 		seen[p.Namespace+"/"+p.Name] = true
 		out = append(out, c.publishIfChanged(env, c.worker(p.Namespace, p.Name), StateOf(p))...)
 	}
+	out = append(out, c.lostBeforeFirstSight(env, seen)...)
 	for _, key := range c.sortedKeys() {
 		w := c.workers[key]
 		prev := w.last
@@ -332,6 +333,28 @@ func (c *Core) Observe(env Env, pods []cri.Pod, workers []desired.Worker) []Acti
 			out = append(out, Action{Op: c.op(pending{kind: ClearState, key: key}), Kind: ClearState,
 				Namespace: w.namespace, Name: w.name, UID: prev.Uid})
 		}
+	}
+	return out
+}
+
+// lostBeforeFirstSight publishes as gone the workers the node had started but the runtime does not hold, of
+// which this life of the agent has published nothing: lost while no agent watched (before a restart, or while
+// it was down), they would otherwise keep the last session's word — alive — and never be rebuilt.
+func (c *Core) lostBeforeFirstSight(env Env, seen map[string]bool) []Action {
+	uids := make([]string, 0, len(c.desired))
+	for uid := range c.desired {
+		uids = append(uids, uid)
+	}
+	sort.Strings(uids)
+	var out []Action
+	for _, uid := range uids {
+		d := c.desired[uid]
+		key := d.Namespace + "/" + d.Name
+		if !d.Started || seen[key] || (c.workers[key] != nil && c.workers[key].last != nil) {
+			continue
+		}
+		gone := &lifelinev1.WorkerState{Namespace: d.Namespace, Name: d.Name, Uid: uid, Phase: lifelinev1.Phase_PHASE_GONE}
+		out = append(out, c.publishIfChanged(env, c.worker(d.Namespace, d.Name), gone)...)
 	}
 	return out
 }

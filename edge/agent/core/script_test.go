@@ -614,3 +614,22 @@ func TestReconnectPublishesEveryStateAgain_P_WS_1(t *testing.T) {
 		}
 	}
 }
+
+// [P-HEAL-1] The agent starts (a new core) on a cut-off node whose worker was lost while no agent watched: the
+// API server's last word says the node ran it, the runtime holds nothing. It is published gone, not left at
+// the last session's alive, and rebuilt; a worker the node has not started yet is only on its way.
+func TestAgentStartedAfterALossReportsItAndRebuilds_P_HEAL_1(t *testing.T) {
+	s := newScript(t, Config{CanRebuild: true}).worker("lost", "Never").worker("new", "Never")
+	lost := s.workers["lost"]
+	lost.Started = true
+	s.workers["lost"] = lost
+	s.lose("lost").lose("new").cutAPI().cutBroker()
+	s.observe()
+	if got := s.state("lost").Phase; got != lifelinev1.Phase_PHASE_GONE {
+		t.Fatalf("lost worker published %v, want GONE", got)
+	}
+	if _, ok := s.states["new"]; ok {
+		t.Fatalf("a worker the node never started published %v", s.states["new"])
+	}
+	expect(t, "tick 6s: past the grace", s.tick(6*time.Second), "rebuild default/lost", "result local default/lost DONE")
+}
