@@ -132,42 +132,6 @@ func TestConnectionWithoutConnectIsClosedAtTheDeadline(t *testing.T) {
 	}
 }
 
-// Connections beyond the limit, authenticated or not, are closed at accept and counted; a slot freed is
-// usable again.
-func TestConnectionLimitClosesTheOneTooMany(t *testing.T) {
-	r := startRigWith(t, nil, Limits{MaxConnections: 2})
-	var idle []net.Conn
-	for range 2 {
-		conn, err := net.Dial("tcp", r.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		idle = append(idle, conn)
-	}
-	eventually(t, "two connections open", func() bool { return r.broker.listener.open() == 2 })
-	extra, err := net.Dial("tcp", r.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer extra.Close()
-	if !closedByServer(t, extra, 5*time.Second) {
-		t.Fatal("a third connection was kept open")
-	}
-	if _, err := r.connect("edge1", "pw1", ""); err == nil {
-		t.Error("an agent connected beyond the limit")
-	}
-	eventually(t, "two refusals counted", func() bool { return r.count(dropped, RefusedConnections) == 2 })
-
-	idle[0].Close()
-	eventually(t, "the slot freed", func() bool { return r.broker.listener.open() == 1 })
-	agent, err := r.connect("edge1", "pw1", "")
-	if err != nil {
-		t.Fatalf("an agent could not use a freed slot: %v", err)
-	}
-	agent.Disconnect(0)
-}
-
 // A node connecting with another node's client id would take that node's session over and fire its last will:
 // its death, retained. [P-AUTH-4] The id is bound to the user: the intruder is refused and counted, the victim
 // stays connected, and no death is published or retained.

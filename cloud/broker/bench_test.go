@@ -106,7 +106,7 @@ func BenchmarkBrokerUnderAttack(b *testing.B) {
 	const deadline = 2 * time.Second
 	limits := Limits{ConnectTimeout: deadline}
 
-	// 1,000 TCP connections that never send a CONNECT: ten more than the default limit leaves beside the agents.
+	// 1,000 TCP connections that never send a CONNECT: as many as the default sessions' limit.
 	b.Run("idle-connections", func(b *testing.B) {
 		for range b.N {
 			r := startAttackRig(b, limits)
@@ -120,12 +120,17 @@ func BenchmarkBrokerUnderAttack(b *testing.B) {
 				}
 				conns = append(conns, c)
 			}
-			eventually(b, "the connections accepted or refused", func() bool {
-				return r.broker.listener.open()+int(r.refused(RefusedConnections)) == benchAgents+1000
+			eventually(b, "the connections accepted or evicted", func() bool {
+				return r.broker.listener.open()+int(r.refused(RefusedPreAuthEvicted)) == benchAgents+1000
 			})
 			attackHeap := heapMiB()
 			held := r.broker.listener.open() - benchAgents
 			_, attackP99 := r.publishLatency(b, 300)
+			late, err := r.connect(fmt.Sprintf("node-%d", benchAgents), fmt.Sprintf("pw-%d", benchAgents), "")
+			if err != nil {
+				b.Fatalf("an agent could not log in during the attack: %v", err)
+			}
+			late.Disconnect(0)
 			time.Sleep(deadline + time.Second)
 			after := r.broker.listener.open() - benchAgents
 			for _, c := range conns {
@@ -134,7 +139,7 @@ func BenchmarkBrokerUnderAttack(b *testing.B) {
 			report(b, "1,000 connections that never send a CONNECT", idleHeap, attackHeap, idleP99, attackP99, map[string]float64{
 				"held-during":         float64(held),
 				"held-after-deadline": float64(after),
-				"refused-at-limit":    r.refused(RefusedConnections),
+				"evicted":             r.refused(RefusedPreAuthEvicted),
 				"closed-at-deadline":  r.refused(RefusedConnectTimeout),
 			})
 		}

@@ -7,11 +7,13 @@ package broker
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -43,7 +45,8 @@ type Config struct {
 	// Clock tells certificates' validity (default: the real clock).
 	Clock clock.PassiveClock
 	// RecheckInterval is how often the live sessions are checked again: a revoked or expired certificate, a
-	// Node gone or no longer an edge node ends its session (default 10 s).
+	// password removed from CredentialsDir or changed, a Node gone or no longer an edge node ends its session
+	// (default 10 s).
 	RecheckInterval time.Duration
 	// Limits bound connections and retained messages; zero fields take DefaultLimits' values.
 	Limits Limits
@@ -100,11 +103,11 @@ func Start(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to the agents' topics: %w", err)
 	}
-	listener := &guardedListener{id: "agents", address: cfg.Address, tls: serverTLS, maxConns: limits.MaxConnections,
-		connectTimeout: limits.ConnectTimeout, refuse: cfg.Tracker.Drop}
+	listener := &guardedListener{id: "agents", address: cfg.Address, tls: serverTLS, limits: limits, refuse: cfg.Tracker.Drop}
 	if err := server.AddListener(listener); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("adding the agents' listener: %w", err)
 	}
+	access.sessions = listener
 	if err := server.Serve(); err != nil {
 		server.Close()
 		return nil, fmt.Errorf("serving MQTT: %w", err)
@@ -132,8 +135,8 @@ func Start(cfg Config) (*Broker, error) {
 }
 
 // Recheck ends every live session that would no longer be admitted: its certificate revoked or expired, its
-// Node gone or no longer an edge node [P-AUTH-6]. It runs every RecheckInterval; it returns the nodes whose
-// sessions it ended.
+// password removed or changed, its Node gone or no longer an edge node [P-AUTH-6]. It runs every
+// RecheckInterval; it returns the nodes whose sessions it ended.
 func (b *Broker) Recheck() []string {
 	var ended []string
 	for _, cl := range b.server.Clients.GetAll() {
@@ -195,6 +198,7 @@ type nodeAccess struct {
 	revoked      *revocations
 	nodes        Nodes // nil: no Node check
 	clock        clock.PassiveClock
+	sessions     *guardedListener // bounds the authenticated sessions
 }
 
 func (h *nodeAccess) ID() string { return "lifeline-node-access" }
@@ -208,9 +212,10 @@ func (h *nodeAccess) Provides(b byte) bool {
 // is bound to the node because a CONNECT with a connected client's id takes that session over and fires its
 // will: any other id would let one node announce another's death. The node's own reconnect (same id, same
 // credentials) still takes over its old, perhaps half-open, session. The session's username is set to the node,
-// which the ACL reads.
+// which the ACL reads. Only then does the connection leave the budget of those not yet authenticated for the
+// sessions' own.
 func (h *nodeAccess) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
-	node, ok := h.identify(cl, pk)
+	node, password, ok := h.identify(cl, pk)
 	if !ok {
 		return false
 	}
@@ -232,32 +237,38 @@ func (h *nodeAccess) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) 
 		h.tracker.Drop(reason, err.Error())
 		return false
 	}
+	if err := h.sessions.promote(cl.Net.Conn, node, password); err != nil {
+		h.tracker.Drop(RefusedConnections, fmt.Sprintf("node %q from %s: %v", node, cl.Net.Remote, err))
+		return false
+	}
 	cl.Properties.Username = []byte(node)
 	return true
 }
 
 // identify returns the node a client is: the one its certificate names, when certificate login is on and it
-// presented one (a username, if any, must be that node), else the one whose password it knows.
-func (h *nodeAccess) identify(cl *mochi.Client, pk packets.Packet) (string, bool) {
+// presented one (a username, if any, must be that node), else the one whose password it knows, with the
+// digest of that password, against which its session is checked again.
+func (h *nodeAccess) identify(cl *mochi.Client, pk packets.Packet) (node string, password *[sha256.Size]byte, ok bool) {
 	user := string(pk.Connect.Username)
 	if h.certs.CAs != nil {
 		node, reason, err := h.certIdentity(peerCertificates(cl.Net.Conn), h.clock.Now())
 		switch {
 		case err == nil && user != "" && user != node:
 			h.tracker.Drop(liveness.DropAuth, fmt.Sprintf("client %q: user %q, but its certificate is node %q's", cl.ID, user, node))
-			return "", false
+			return "", nil, false
 		case err == nil:
-			return node, true
+			return node, nil, true
 		case !errors.Is(err, errNoCertificate): // a certificate that fails is refused, whatever the password
 			h.tracker.Drop(reason, fmt.Sprintf("client %q: %v", cl.ID, err))
-			return "", false
+			return "", nil, false
 		}
 	}
 	if !h.passwordMatches(user, pk.Connect.Password) {
 		h.tracker.Drop(liveness.DropAuth, fmt.Sprintf("client %q with user %q: bad credentials", cl.ID, user))
-		return "", false
+		return "", nil, false
 	}
-	return user, true
+	digest := sha256.Sum256(pk.Connect.Password)
+	return user, &digest, true
 }
 
 // edgeNode checks that node's Node is an edge node; the reason to count when not.
@@ -277,8 +288,10 @@ func (h *nodeAccess) edgeNode(node string) (string, error) {
 	return "", nil
 }
 
-// stillAdmitted checks a live session of node again: its certificate, if it logged in with one, and its Node.
-func (h *nodeAccess) stillAdmitted(conn any, node string) (string, error) {
+// stillAdmitted checks a live session of node again: its certificate, if it logged in with one, else its
+// password (still the node's in CredentialsDir: a key deleted from the Secret, or changed, ends the session),
+// and its Node.
+func (h *nodeAccess) stillAdmitted(conn net.Conn, node string) (string, error) {
 	if chain := peerCertificates(conn); h.certs.CAs != nil && len(chain) > 0 {
 		certNode, reason, err := h.certIdentity(chain, h.clock.Now())
 		if err != nil {
@@ -288,18 +301,46 @@ func (h *nodeAccess) stillAdmitted(conn any, node string) (string, error) {
 			return liveness.DropAuth, fmt.Errorf("node %q: session ended: its certificate is node %q's", node, certNode)
 		}
 	}
+	if gc := guardedOf(conn); gc != nil {
+		if digest := gc.password.Load(); digest != nil {
+			if err := h.passwordStill(node, digest); err != nil {
+				return liveness.DropAuth, fmt.Errorf("node %q: session ended: %w", node, err)
+			}
+		}
+	}
 	return h.edgeNode(node)
 }
 
-func (h *nodeAccess) passwordMatches(node string, password []byte) bool {
-	if h.dir == "" || len(validation.IsDNS1123Subdomain(node)) > 0 || len(password) == 0 {
-		return false
+// password reads node's password from CredentialsDir.
+func (h *nodeAccess) password(node string) ([]byte, error) {
+	if h.dir == "" || len(validation.IsDNS1123Subdomain(node)) > 0 {
+		return nil, fmt.Errorf("no password login for user %q", node)
 	}
 	want, err := os.ReadFile(filepath.Join(h.dir, node))
 	if err != nil {
+		return nil, fmt.Errorf("reading the password of node %q: %w", node, err)
+	}
+	return bytes.TrimSpace(want), nil
+}
+
+func (h *nodeAccess) passwordMatches(node string, password []byte) bool {
+	if len(password) == 0 {
 		return false
 	}
-	return subtle.ConstantTimeCompare(bytes.TrimSpace(want), password) == 1
+	want, err := h.password(node)
+	return err == nil && subtle.ConstantTimeCompare(want, password) == 1
+}
+
+// passwordStill checks that node's password is still the one of digest.
+func (h *nodeAccess) passwordStill(node string, digest *[sha256.Size]byte) error {
+	want, err := h.password(node)
+	if err != nil {
+		return fmt.Errorf("its password is gone: %w", err)
+	}
+	if now := sha256.Sum256(want); subtle.ConstantTimeCompare(now[:], digest[:]) != 1 {
+		return fmt.Errorf("its password changed")
+	}
+	return nil
 }
 
 // OnACLCheck: a node writes only its own topics (never commands) and reads only its own commands.

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -39,6 +40,12 @@ type certRig struct {
 
 func startCertRig(t *testing.T, nodes Nodes) *certRig {
 	t.Helper()
+	return startCertRigWith(t, nodes, Limits{})
+}
+
+// startCertRigWith is startCertRig with the broker's limits.
+func startCertRigWith(t *testing.T, nodes Nodes, limits Limits) *certRig {
+	t.Helper()
 	serverCert, roots := selfSignedServer(t)
 	ca := pkitest.NewCA(t, "kubeedge")
 	dir := t.TempDir()
@@ -65,7 +72,8 @@ func startCertRig(t *testing.T, nodes Nodes) *certRig {
 	clk := clocktesting.NewFakePassiveClock(time.Now())
 	b, err := Start(Config{Address: addr, Cluster: "c", CredentialsDir: dir, Tracker: tracker,
 		TLS:         &tls.Config{Certificates: []tls.Certificate{serverCert}, MinVersion: tls.VersionTLS12},
-		ClientCerts: ClientCerts{CAs: ca.Pool(), RevokedFile: revoked}, Nodes: nodes, Clock: clk, RecheckInterval: time.Hour})
+		ClientCerts: ClientCerts{CAs: ca.Pool(), RevokedFile: revoked}, Nodes: nodes, Clock: clk, RecheckInterval: time.Hour,
+		Limits: limits})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,4 +401,54 @@ func TestAgentPicksUpARotatedCertificate(t *testing.T) {
 	eventually(t, "the agent's birth on its rotated certificate", func() bool {
 		return p.Connected() && r.count("lifeline_liveness_messages_total", "birth") == 2
 	})
+}
+
+// A node's password removed from the Secret (its key deleted) or changed while its agent is connected: the next
+// check of the live sessions ends its session, and the old password no longer logs in; the new one does.
+func TestRemovedOrChangedPasswordEndsItsSession(t *testing.T) {
+	r := startRig(t, nil)
+	lost := map[string]chan struct{}{"edge1": make(chan struct{}, 1), "edge2": make(chan struct{}, 1)}
+	for node, pw := range map[string]string{"edge1": "pw1", "edge2": "pw2"} {
+		c, err := r.connectAs(lifelinev1.AgentClientID(node), node, pw, "", func() { lost[node] <- struct{}{} })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Disconnect(0)
+	}
+	if ended := r.broker.Recheck(); len(ended) != 0 {
+		t.Fatalf("sessions ended before any password changed: %v", ended)
+	}
+	dir := r.broker.access.dir
+	if err := os.Remove(filepath.Join(dir, "edge1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "edge2"), []byte("pw2-rotated\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ended := r.broker.Recheck()
+	slices.Sort(ended)
+	if diff := cmp.Diff([]string{"edge1", "edge2"}, ended); diff != "" {
+		t.Errorf("sessions ended (-want +got):\n%s", diff)
+	}
+	for node, ch := range lost {
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s's session stayed open after its password went", node)
+		}
+	}
+	if _, err := r.connect("edge1", "pw1", ""); err == nil {
+		t.Error("a removed password logged in")
+	}
+	if _, err := r.connect("edge2", "pw2", ""); err == nil {
+		t.Error("a replaced password logged in")
+	}
+	c, err := r.connect("edge2", "pw2-rotated", "")
+	if err != nil {
+		t.Fatalf("the new password: %v", err)
+	}
+	defer c.Disconnect(0)
+	if ended := r.broker.Recheck(); len(ended) != 0 {
+		t.Errorf("the session on the new password ended: %v", ended)
+	}
 }
