@@ -442,3 +442,28 @@ func TestLostPodIsRebuiltAsAStaticPodAndHandedBack(t *testing.T) {
 		t.Errorf("%d edge worker pods in the API, want exactly 1", n)
 	}
 }
+
+// 9. The agent is down when a cut-off node loses a worker's pod, and starts again with the node still cut
+// off: it has published nothing of the worker in its new life, but the node's store says the node ran it, so
+// it reports the worker lost (not alive, as the last session said) and rebuilds it.
+func TestAgentRestartedAfterALossRebuildsTheWorker(t *testing.T) {
+	skipShort(t)
+	ji, pod := readyService(t)
+	cutOff(t, edgeNode, false)
+	waitEdgeWorker(t, ji, "the agent the truth", func(w v1alpha1.WorkerStatus) bool { return w.Source == v1alpha1.StatusSourceAgent })
+	s.StopAgent(edgeNode)
+	if err := s.LosePod(edgeNode, "default", pod.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StartAgent(edgeNode); err != nil {
+		t.Fatal(err)
+	}
+	static := pod.Name + "-" + edgeNode
+	eventually(t, within, "the worker running again as a static pod", func(context.Context) (bool, error) {
+		return s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
+	})
+	s.RestoreAPI(edgeNode)
+	eventually(t, within, "the worker back in its own pod, the static pod gone", func(context.Context) (bool, error) {
+		return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") && !s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
+	})
+}
