@@ -58,7 +58,8 @@ func main() {
 		"revoked node certificates' serial numbers, hex, one a line; read again when it changes")
 	limits := broker.DefaultLimits()
 	flag.IntVar(&opts.MQTTLimits.MaxConnections, "mqtt-max-connections", limits.MaxConnections,
-		"TCP connections the embedded broker holds at once, authenticated or not; leave room above the number of edge nodes")
+		"authenticated MQTT sessions the embedded broker holds at once (connections still logging in have a budget of their own); "+
+			"leave room above the number of edge nodes")
 	flag.DurationVar(&opts.MQTTLimits.ConnectTimeout, "mqtt-connect-timeout", limits.ConnectTimeout,
 		"a connection to the embedded broker that has not completed its MQTT CONNECT (TLS included) within this is closed")
 	flag.Int("mqtt-max-retained-workers", 0, "deprecated and ignored: the embedded broker retains no message")
