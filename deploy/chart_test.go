@@ -20,6 +20,8 @@ func TestChartLints(t *testing.T) {
 	for _, flags := range [][]string{
 		{"--set-file", "nodeIdentity.kubeedgeCA=" + caFile},
 		{"--set", "nodeIdentity.mode=password", "--set", "broker.service.type=LoadBalancer"},
+		{"--set-file", "nodeIdentity.kubeedgeCA=" + caFile, "--set", "controller.namespaces={team-a}", "--set", "broker.revokedCertificates.configMap=revoked",
+			"--set", "agent.edgecore.requireAuthorization=true", "--set", "agent.datasetDirs={/data}"},
 	} {
 		if out, err := runHelm(t, append([]string{"lint", "--strict", chartDir}, flags...)...); err != nil {
 			t.Errorf("helm lint %v: %v\n%s", flags, err, out)
@@ -307,6 +309,11 @@ func TestChartRefusesValuesThatCannotWork(t *testing.T) {
 		{[]string{"--set", "nodeIdentity.mode=token"}, `nodeIdentity.mode is "token"`},
 		{[]string{"--set", "nodeIdentity.mode=password", "--set", "broker.service.type=ExternalName"}, `broker.service.type is "ExternalName"`},
 		{[]string{"--set", "nodeIdentity.mode=password", "--set", "broker.advertiseAddress={192.0.2.1}", "--set", "broker.service.nodePort=null"}, "broker.service.nodePort is required"},
+		{[]string{"--set", "nodeIdentity.mode=password", "--set", "controller.namespaces={Team_A}"}, `controller.namespaces holds "Team_A"`},
+		{[]string{"--set", "nodeIdentity.mode=password", "--set", "broker.revokedCertificates.configMap=revoked"}, "only nodeIdentity.mode kubeedgeCert"},
+		{[]string{"--set", "nodeIdentity.mode=password", "--set", "agent.datasetDirs={/}"}, `agent.datasetDirs holds "/"`},
+		{[]string{"--set", "nodeIdentity.mode=password", "--set", "agent.datasetDirs={data}"}, `agent.datasetDirs holds "data"`},
+		{[]string{"--set", "nodeIdentity.mode=password", "--set", "agent.datasetDirs={/data/../etc}"}, `agent.datasetDirs holds "/data/../etc"`},
 	} {
 		_, err := runHelm(t, append([]string{"template", "lifeline", chartDir, "--namespace", namespace}, tc.flags...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

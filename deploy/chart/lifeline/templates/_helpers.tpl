@@ -53,4 +53,20 @@ ssl://lifeline-broker.{{ .Release.Namespace }}.svc:{{ $b.port }}
 {{- if lt (int .Values.controller.replicas) 1 -}}
 {{- fail "controller.replicas must be at least 1" -}}
 {{- end -}}
+{{- range .Values.controller.namespaces -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" .) -}}
+{{- fail (printf "controller.namespaces holds %q, which is no namespace name" .) -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.broker.revokedCertificates.configMap (ne .Values.nodeIdentity.mode "kubeedgeCert") -}}
+{{- fail "broker.revokedCertificates lists certificates, which only nodeIdentity.mode kubeedgeCert admits: revoke a password by removing it from the Secret" -}}
+{{- end -}}
+{{- if and .Values.broker.revokedCertificates.configMap (not .Values.broker.revokedCertificates.key) -}}
+{{- fail "broker.revokedCertificates.key is required with broker.revokedCertificates.configMap" -}}
+{{- end -}}
+{{- range .Values.agent.datasetDirs -}}
+{{- if or (not (isAbs .)) (ne (clean .) .) (eq . "/") -}}
+{{- fail (printf "agent.datasetDirs holds %q; want absolute, clean node directories other than /" .) -}}
+{{- end -}}
+{{- end -}}
 {{- end }}
