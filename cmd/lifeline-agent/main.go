@@ -74,8 +74,10 @@ func main() {
 		healDeadFor = flag.Duration("heal-dead-for", core.DefaultHealTiming.DeadFor, "a worker must stay dead this long before a local restart")
 		healWait    = flag.Duration("heal-controller-wait", core.DefaultHealTiming.ControllerWait,
 			"while the broker is reachable, how long a dead worker waits for the controller's command before a local restart")
-		poll           = flag.Duration("poll-interval", 500*time.Millisecond, "how often the runtime is read")
-		heartbeat      = flag.Duration("heartbeat-interval", time.Second, "heartbeat period")
+		poll      = flag.Duration("poll-interval", 500*time.Millisecond, "how often the runtime is read")
+		heartbeat = flag.Duration("heartbeat-interval", time.Second, "heartbeat period")
+		retryMax  = flag.Duration("broker-retry-max", 15*time.Second,
+			"longest wait between two attempts to reach the broker; the wait starts at 1 s and doubles with each failure")
 		reportAddr     = flag.String("report-address", "127.0.0.1:9100", "address of the Sedna worker report API (LC_SERVER)")
 		metrics        = flag.String("metrics-address", "127.0.0.1:9101", "address of /metrics; empty disables it")
 		maxReports     = flag.Int("max-journaled-reports", 10000, "reports kept while the broker is unreachable; older ones are dropped and counted")
@@ -194,7 +196,7 @@ func main() {
 		[]string{*stateDir, filepath.Dir(*socket), filepath.Dir(*edgecoreConfig)}, log)
 	var edgeAgent *agent.Agent
 	pub := publisher.New(publisher.Config{Broker: *broker, Username: *username, Password: password, TLS: tlsConfig,
-		Cluster: *cluster, Node: *node, AgentVersion: version, BootID: bootID(), StateDir: *stateDir,
+		Cluster: *cluster, Node: *node, AgentVersion: version, MaxRetryInterval: *retryMax, BootID: bootID(), StateDir: *stateDir,
 		Log: log.WithName("publisher"), OnCommand: func(payload []byte) { edgeAgent.HandleCommand(payload) }}, j)
 	timing := core.DefaultHealTiming
 	timing.APIGrace, timing.DeadFor, timing.ControllerWait = *healGrace, *healDeadFor, *healWait

@@ -50,9 +50,11 @@ type Config struct {
 	BootID             string
 	// StateDir keeps the birth sequence across restarts [P-BIRTH-2].
 	StateDir string
-	// RetryInterval is the mean wait between connection attempts (default 1 s); each wait is drawn between half
-	// and one and a half of it, so nodes that lost the broker together do not all come back in the same instant.
-	RetryInterval time.Duration
+	// RetryInterval is the mean wait after the first failed connection attempt (default 1 s); it doubles with
+	// each further failure up to MaxRetryInterval (default 15 s), and each wait is drawn between half and one and
+	// a half of it, so a thousand nodes that lost the broker together (a controller restart) neither come back in
+	// the same instant nor keep a thousand TLS handshakes a second going while it is away.
+	RetryInterval, MaxRetryInterval time.Duration
 	// AckTimeout is how long an acknowledgement may take before the wait for it is logged (default 5 s), and
 	// bounds the wait for the death a clean stop publishes. A slow acknowledgement never ends the session: the
 	// keepalive tells a dead link, and a new session would only add its birth and replay to an overloaded broker.
@@ -82,6 +84,9 @@ type Publisher struct {
 func New(cfg Config, j Journal) *Publisher {
 	if cfg.RetryInterval == 0 {
 		cfg.RetryInterval = time.Second
+	}
+	if cfg.MaxRetryInterval < cfg.RetryInterval {
+		cfg.MaxRetryInterval = max(15*time.Second, cfg.RetryInterval)
 	}
 	if cfg.AckTimeout == 0 {
 		cfg.AckTimeout = 5 * time.Second
@@ -129,13 +134,16 @@ func (p *Publisher) PublishNow(topic string, payload []byte) bool {
 
 // Run keeps a session up and drains the journal until ctx ends.
 func (p *Publisher) Run(ctx context.Context) {
+	retry := backoff{base: p.cfg.RetryInterval, max: p.cfg.MaxRetryInterval}
 	for ctx.Err() == nil {
 		lost, err := p.connect(ctx)
 		if err != nil {
-			p.cfg.Log.V(2).Info("broker unreachable", "broker", p.cfg.Broker, "error", err.Error())
-			sleep(ctx, jittered(p.cfg.RetryInterval))
+			wait := jittered(retry.next())
+			p.cfg.Log.V(2).Info("broker unreachable", "broker", p.cfg.Broker, "error", err.Error(), "retryIn", wait)
+			sleep(ctx, wait)
 			continue
 		}
+		retry.reset()
 		p.drainUntilLost(ctx, lost)
 		p.mu.Lock()
 		p.connected = false
@@ -373,6 +381,23 @@ func (p *Publisher) now() time.Time {
 	}
 	return time.Now()
 }
+
+// backoff is the mean wait before each next connection attempt: base after the first failure, doubling after
+// each further one up to max, base again once a session was up.
+type backoff struct {
+	base, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.base
+	}
+	d := b.cur
+	b.cur = min(2*b.cur, b.max)
+	return d
+}
+
+func (b *backoff) reset() { b.cur = 0 }
 
 // jittered is d scaled by a factor drawn uniformly from [0.5, 1.5).
 func jittered(d time.Duration) time.Duration {

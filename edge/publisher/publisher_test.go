@@ -216,6 +216,21 @@ func TestASlowAcknowledgementKeepsTheSession_P_JRN_1(t *testing.T) {
 	}
 }
 
+// After a controller restart every agent of the fleet fails to connect at once: the waits grow to the cap
+// instead of a thousand TLS handshakes a second, and a session that came up starts them again from the base.
+func TestReconnectWaitsDoubleToTheCapAndResetAfterASession(t *testing.T) {
+	b := backoff{base: time.Second, max: 15 * time.Second}
+	var got []time.Duration
+	for range 6 {
+		got = append(got, b.next())
+	}
+	b.reset()
+	got = append(got, b.next())
+	if want := "[1s 2s 4s 8s 15s 15s 1s]"; fmt.Sprint(got) != want {
+		t.Errorf("waits %v, want %s", got, want)
+	}
+}
+
 func TestJitteredRetryStaysWithinHalfAndOneAndAHalf(t *testing.T) {
 	seen := map[bool]bool{}
 	for range 1000 {
