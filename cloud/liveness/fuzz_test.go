@@ -140,9 +140,9 @@ func FuzzIngest(f *testing.F) {
 }
 
 // A sequence of well-formed messages of every kind, of three nodes on a few pods (some of other nodes, one the
-// API server does not have), with time passing and the controller reading and acting between them: nothing
-// panics, the table keeps its bounds and its counts, and no command goes to a node for another node's pod.
-// Each op is 6 bytes: kind, node, pod, seq, and two bytes that shape the message.
+// API server does not have), with time passing, nodes forgotten, and the controller reading and acting between
+// them: nothing panics, the table keeps its bounds and its counts, and no command goes to a node for another
+// node's pod. Each op is 6 bytes: kind, node, pod, seq, and two bytes that shape the message.
 func FuzzIngestSequence(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1, 0, 0, 2, 0, 0, 1, 0, 0, 3, 0, 0, 5, 4, 5, 4, 0, 0, 6, 1, 5, 7, 0, 0, 0, 0, 0})
 	f.Add([]byte{0, 1, 0, 9, 0, 0, 3, 1, 2, 3, 4, 3, 4, 1, 2, 1, 1, 0, 5, 1, 2, 2, 2, 7, 0, 0, 4, 3, 5, 1})
@@ -153,7 +153,7 @@ func FuzzIngestSequence(f *testing.F) {
 		tr, pods := newFuzzTracker(t)
 		now := time.Unix(1000, 0)
 		for i := 0; i+6 <= len(ops); i += 6 {
-			kind, node, ref, seq, a, b := ops[i]%9, fmt.Sprintf("n%d", ops[i+1]%3), fuzzRefs[int(ops[i+2])%len(fuzzRefs)], uint64(ops[i+3]), ops[i+4], ops[i+5]
+			kind, node, ref, seq, a, b := ops[i]%10, fmt.Sprintf("n%d", ops[i+1]%3), fuzzRefs[int(ops[i+2])%len(fuzzRefs)], uint64(ops[i+3]), ops[i+4], ops[i+5]
 			nodeTopic := func(k lifelinev1.Kind) string { return lifelinev1.NodeTopic("c", node, k).String() }
 			switch kind {
 			case 0:
@@ -183,6 +183,8 @@ func FuzzIngestSequence(f *testing.F) {
 			case 8:
 				now = now.Add(time.Duration(a) * time.Minute)
 				tr.prune(now)
+			case 9:
+				tr.ForgetNode(node)
 			}
 			checkTable(t, tr, pods, now)
 		}

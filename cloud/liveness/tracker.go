@@ -26,12 +26,13 @@ const (
 	DropForged         = "forged"          // the payload names another node or worker than its topic, or a pod of another node [P-AUTH-3]
 	DropReplayed       = "replayed"        // an old seq or an old birth [P-WS-2] [P-DEATH-2]
 	DropUnknown        = "no-birth"        // a node's message before any birth of it was seen
+	DropUnknownNode    = "unknown-node"    // a message that would give a node a record while it is no edge Node of the API server
 	DropUnknownPod     = "unknown-pod"     // a result or report on a pod the API server does not have, or a state of one that stayed unknown
 	DropUnknownDataset = "unknown-dataset" // a count of a Dataset the API server does not have
 	DropOverflow       = "overflow"        // a bound of the table for the node is reached
 	DropDenied         = "acl"             // refused by the embedded broker's ACL
 	DropAuth           = "auth"            // a connection refused for its credentials or will
-	dropReasons        = "topic decode forged replayed no-birth unknown-pod unknown-dataset overflow acl auth"
+	dropReasons        = "topic decode forged replayed no-birth unknown-node unknown-pod unknown-dataset overflow acl auth"
 )
 
 // heartbeatInterval is the agents' default; a node is silent after three of them without a heartbeat.
@@ -41,8 +42,12 @@ const heartbeatInterval = time.Second
 const (
 	// maxPayloadBytes bounds a message: the largest report body and its envelope.
 	maxPayloadBytes = lifelinev1.MaxReportBodyBytes + 1024
-	// maxNodes bounds the nodes the table knows.
+	// maxNodes bounds the nodes the table knows, a safety net: with Tracker.Nodes only current edge Nodes get a
+	// record and a node that goes is forgotten (ForgetNode, prune), so it is the cluster's edge Nodes that bound
+	// the table, not every name ever seen.
 	maxNodes = 10000
+	// nodeLookupTimeout bounds how long a message waits for the Node cache's answer.
+	nodeLookupTimeout = 5 * time.Second
 	// maxWorkersPerNode bounds the worker states kept per node, far above the pods a node runs (110 by default).
 	maxWorkersPerNode = 1024
 	// maxPendingPerNode bounds the states kept per node of pods the API server's cache does not know (yet), and
@@ -114,7 +119,13 @@ type Tracker struct {
 	// Datasets, when set, is the API server's word on Datasets: a node's count is accepted only of a Dataset
 	// whose spec.nodeName is the node [P-DS-2]. Without it no count is accepted.
 	Datasets DatasetNodes
-	Log      logr.Logger
+	// Nodes, when set, is the API server's word on Nodes: only a node that is an edge Node gets a record in the
+	// table, and prune forgets one that no longer is. Without it any name gets a record, up to the cap.
+	Nodes EdgeNodes
+	Log   logr.Logger
+
+	// nodeCap bounds the records of nodes (maxNodes; smaller in tests).
+	nodeCap int
 
 	received  *prometheus.CounterVec
 	dropped   *prometheus.CounterVec
@@ -147,8 +158,11 @@ func NewTracker(cluster string, reg prometheus.Registerer, log logr.Logger) (*Tr
 			Help: "Changes of the liveness table whose delivery to a controller panicked (and was recovered)."}),
 		nodes: map[string]*nodeRecord{}, online: map[string]bool{}, pending: map[workerKey]bool{},
 		actions: map[podRef][]pendingResult{}, sent: map[string]sentCommand{}, deferred: map[podRef]time.Time{},
-		reports: map[workloadRef]map[string]Report{}, datasets: map[podRef]DatasetCount{}, loggedDrop: map[string]bool{}}
-	for _, c := range []prometheus.Collector{t.received, t.dropped, t.throttled, t.panics} {
+		reports: map[workloadRef]map[string]Report{}, datasets: map[podRef]DatasetCount{}, loggedDrop: map[string]bool{},
+		nodeCap: maxNodes}
+	nodes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lifeline_liveness_nodes",
+		Help: fmt.Sprintf("Nodes the liveness table holds a record of (at most %d).", maxNodes)}, t.nodeCount)
+	for _, c := range []prometheus.Collector{t.received, t.dropped, t.throttled, t.panics, nodes} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering liveness metrics: %w", err)
 		}
@@ -205,6 +219,9 @@ func (t *Tracker) Ingest(topic string, payload []byte, now time.Time) {
 	}
 	// What the API server says is asked before the table is locked: the cache has locks of its own.
 	check, reason := t.check(tp, msg)
+	if reason == "" && createsRecord(tp.Kind) && !t.mayHaveRecord(tp.Node) {
+		reason = DropUnknownNode
+	}
 	if reason != "" {
 		t.Drop(reason, topic)
 		return
@@ -355,7 +372,7 @@ func (t *Tracker) pod(namespace, name string) (PodInfo, bool) {
 // node returns the record of a node, made on its first message while the table has room.
 func (t *Tracker) node(name string) *nodeRecord {
 	n := t.nodes[name]
-	if n == nil && len(t.nodes) < maxNodes {
+	if n == nil && len(t.nodes) < t.nodeCap {
 		n = &nodeRecord{workers: map[podRef]*workerRecord{}}
 		t.nodes[name] = n
 	}
@@ -603,8 +620,10 @@ func (t *Tracker) settlePending(now time.Time) {
 const forgetAfter = time.Hour
 
 // prune forgets what arrived more than forgetAfter ago (by the controller's clock, never a node's) and no longer
-// matters, so the table does not grow with every pod and workload that ever was.
+// matters, so the table does not grow with every pod and workload that ever was, and the nodes that are no
+// longer edge Nodes (forgetGoneNodes).
 func (t *Tracker) prune(now time.Time) {
+	t.forgetGoneNodes(now)
 	t.mu.Lock()
 	var stale []workerKey
 	for name, n := range t.nodes {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -80,6 +81,21 @@ func createNode(t *testing.T, name string, labels map[string]string) *corev1.Nod
 	return node
 }
 
+// tableNodes is how many nodes the liveness table holds a record of; -1 when the metric is not served.
+func tableNodes(t *testing.T) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "lifeline_liveness_nodes" && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
+}
+
 // dropped is the count of connections and messages the broker refused for reason.
 func dropped(t *testing.T, reason string) float64 {
 	t.Helper()
@@ -113,7 +129,8 @@ func eventually(t *testing.T, what string, ok func() bool) {
 }
 
 // [P-AUTH-6] A node's certificate admits it only while the API server has an edge Node of its name, as the
-// controller's cache shows it; deleting the Node, or taking its edge label away, ends its live session at once.
+// controller's cache shows it; deleting the Node, or taking its edge label away, ends its live session at once,
+// and the liveness table forgets the node, so Nodes come and gone never fill it.
 func TestNodeIdentityIsCheckedAgainstTheAPIServer_P_AUTH_6(t *testing.T) {
 	ca := pkitest.NewCA(t, "kubeedge")
 	c := startController(t, ca)
@@ -122,12 +139,22 @@ func TestNodeIdentityIsCheckedAgainstTheAPIServer_P_AUTH_6(t *testing.T) {
 	createNode(t, "cloud-a", map[string]string{"node-role.kubernetes.io/worker": ""})
 
 	// The broker starts once the cache has synced; the first edge node's login says it is up.
+	var agentA mqtt.Client
 	var lostA <-chan struct{}
 	eventually(t, "edge-a admitted by its certificate", func() bool {
-		_, lost, err := c.login(t, "edge-a", nodeCert(t, ca, "edge-a"))
-		lostA = lost
+		cl, lost, err := c.login(t, "edge-a", nodeCert(t, ca, "edge-a"))
+		agentA, lostA = cl, lost
 		return err == nil
 	})
+	// Its agent's birth gives edge-a a record in the liveness table.
+	birth, err := proto.Marshal(&lifelinev1.NodeBirth{Node: "edge-a", BirthSeq: 1, StateId: "state", BootId: "boot"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := agentA.Publish(lifelinev1.NodeTopic("c", "edge-a", lifelinev1.KindBirth).String(), 1, false, birth); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("publishing edge-a's birth: %v", tok.Error())
+	}
+	eventually(t, "edge-a in the liveness table", func() bool { return tableNodes(t) == 1 })
 	before := dropped(t, broker.RefusedNotEdgeNode)
 	if _, _, err := c.login(t, "ghost", nodeCert(t, ca, "ghost")); err == nil {
 		t.Error("a certificate of a node the API server does not have was admitted")
@@ -153,6 +180,7 @@ func TestNodeIdentityIsCheckedAgainstTheAPIServer_P_AUTH_6(t *testing.T) {
 	case <-time.After(5 * time.Second): // well within the broker's 10 s recheck: the watch ended it
 		t.Fatal("edge-a's session outlived its Node")
 	}
+	eventually(t, "edge-a forgotten by the liveness table", func() bool { return tableNodes(t) == 0 })
 	eventually(t, "edge-a refused without its Node", func() bool {
 		_, _, err := c.login(t, "edge-a", nodeCert(t, ca, "edge-a"))
 		return err != nil

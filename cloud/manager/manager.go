@@ -225,6 +225,9 @@ func addEdge(mgr ctrl.Manager, opts Options) (*liveness.Edge, error) {
 	}
 	tracker.Pods = liveness.CachePods{Reader: mgr.GetClient()}
 	tracker.Datasets = liveness.CacheDatasets{Reader: mgr.GetClient()}
+	// Only edge Nodes get a record in the liveness table, and its prune forgets those that no longer are (once
+	// silent), whichever broker: the table is bounded by the cluster's edge Nodes, not by every name it saw.
+	tracker.Nodes = broker.CacheNodes{Reader: mgr.GetClient()}
 	s := &sessionRunnable{open: func(ctx context.Context) (session, error) {
 		if opts.MQTTBrokerURL != "" {
 			return broker.Connect(broker.ExternalConfig{URL: opts.MQTTBrokerURL, Username: opts.MQTTUsername,
@@ -243,7 +246,10 @@ func addEdge(mgr ctrl.Manager, opts Options) (*liveness.Edge, error) {
 		if err != nil {
 			return nil, err
 		}
-		closer, err := endSessionsOfGoneNodes(nodes, b)
+		closer, err := endSessionsOfGoneNodes(nodes, func(node string) {
+			b.CloseNode(node) // first: the agent, let in again should its Node come back, announces itself anew
+			tracker.ForgetNode(node)
+		})
 		if err != nil {
 			_ = b.Close()
 			return nil, err
@@ -283,22 +289,22 @@ func (e *embedded) Close() error {
 	return e.Broker.Close()
 }
 
-// endSessionsOfGoneNodes ends a node's broker session when its Node is deleted or loses the edge label, at once
-// rather than at the broker's next recheck. It returns what stops it.
-func endSessionsOfGoneNodes(informer cache.Informer, b *broker.Broker) (func(), error) {
-	end := func(obj any) {
-		if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		if node, ok := obj.(*corev1.Node); ok {
-			b.CloseNode(node.Name)
-		}
-	}
+// endSessionsOfGoneNodes calls end with a node's name when its Node is deleted or loses the edge label: the
+// embedded broker ends the node's session at once rather than at its next recheck, and the liveness table
+// forgets the node. It returns what stops it.
+func endSessionsOfGoneNodes(informer cache.Informer, end func(node string)) (func(), error) {
 	reg, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		DeleteFunc: end,
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if node, ok := obj.(*corev1.Node); ok {
+				end(node.Name)
+			}
+		},
 		UpdateFunc: func(_, obj any) {
 			if node, ok := obj.(*corev1.Node); ok && !broker.IsEdgeNode(node) {
-				b.CloseNode(node.Name)
+				end(node.Name)
 			}
 		},
 	})

@@ -1,0 +1,154 @@
+package liveness
+
+import (
+	"context"
+	"time"
+
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+)
+
+// EdgeNodes is the tracker's window on the API server's Nodes (the manager's cache; the broker's CacheNodes
+// implements it).
+type EdgeNodes interface {
+	// IsEdgeNode tells whether a Node of that name exists and is an edge node; an error is neither yes nor no.
+	IsEdgeNode(ctx context.Context, name string) (bool, error)
+}
+
+// createsRecord tells whether a message of kind makes a record for a node the table does not know: the others
+// need a birth first.
+func createsRecord(kind lifelinev1.Kind) bool {
+	return kind == lifelinev1.KindBirth || kind == lifelinev1.KindWorkerState || kind == lifelinev1.KindResult
+}
+
+// mayHaveRecord tells whether node may have a record in the table: it has one already (it was an edge Node when it
+// got it, and ForgetNode or prune take it away when it no longer is), or the API server has an edge Node of its
+// name. Asked before the table is locked: the cache has locks of its own. A lookup that fails counts as yes: a
+// birth dropped would leave a live node offline until its agent reconnects, while the cap still bounds the table
+// and prune forgets the record if the node turns out to be none.
+func (t *Tracker) mayHaveRecord(node string) bool {
+	if t.Nodes == nil {
+		return true
+	}
+	t.mu.Lock()
+	known := t.nodes[node] != nil
+	t.mu.Unlock()
+	if known {
+		return true
+	}
+	edge, err := t.isEdgeNode(node)
+	return edge || err != nil
+}
+
+func (t *Tracker) isEdgeNode(node string) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), nodeLookupTimeout)
+	defer cancel()
+	return t.Nodes.IsEdgeNode(ctx, node)
+}
+
+// ForgetNode forgets everything the table holds of a node — its record, its workers' states, its results,
+// reports and Dataset counts, the commands sent to it — when its Node is deleted or stops being an edge Node, so
+// the table is bounded by the cluster's edge Nodes rather than by every name it ever saw. The workloads of its
+// workers are woken: what the agent said of them no longer counts, the API server's word does. The caller ends
+// the node's broker session first, so the agent announces itself anew should the Node come back.
+func (t *Tracker) ForgetNode(name string) {
+	t.mu.Lock()
+	changed := t.forgetNode(name)
+	t.mu.Unlock()
+	t.notify(changed)
+}
+
+// forgetNode is ForgetNode with t.mu held; it returns what changed.
+func (t *Tracker) forgetNode(name string) changes {
+	n := t.nodes[name]
+	if n == nil { // nothing else of a node is kept without its record
+		return changes{}
+	}
+	var changed changes
+	changed.pods = workersOf(n)
+	for _, ref := range changed.pods {
+		t.removeWorker(workerKey{name, ref}, n)
+	}
+	delete(t.nodes, name)
+	delete(t.online, name)
+	for ref, results := range t.actions {
+		kept := results[:0]
+		for _, r := range results {
+			if r.node != name {
+				kept = append(kept, r)
+			}
+		}
+		switch {
+		case len(kept) == len(results):
+			continue
+		case len(kept) == 0:
+			delete(t.actions, ref)
+		default:
+			t.actions[ref] = kept
+		}
+		changed.pods = append(changed.pods, ref)
+	}
+	for owner, workers := range t.reports {
+		had := len(workers)
+		for worker, r := range workers {
+			if r.node == name {
+				delete(workers, worker)
+			}
+		}
+		if len(workers) != had {
+			changed.workloads = append(changed.workloads, owner)
+		}
+		if len(workers) == 0 {
+			delete(t.reports, owner)
+		}
+	}
+	for ref, c := range t.datasets {
+		if c.node == name {
+			delete(t.datasets, ref)
+			changed.workloads = append(changed.workloads, workloadRef{DatasetKind, ref.namespace, ref.name})
+		}
+	}
+	for id, c := range t.sent {
+		if c.node == name {
+			delete(t.sent, id)
+		}
+	}
+	return changed
+}
+
+// forgetGoneNodes forgets the nodes that are no longer edge Nodes, in case the event of their Node's deletion
+// (or loss of the edge label) was missed: a watch that lagged, a replica that was not the leader yet. Only
+// silent ones: an agent still heard — through an external broker, which does not end its session — would never
+// announce itself again, should its Node come back, once its record was gone. A lookup that fails keeps the node.
+func (t *Tracker) forgetGoneNodes(now time.Time) {
+	if t.Nodes == nil {
+		return
+	}
+	t.mu.Lock()
+	var silent []string
+	for name, n := range t.nodes {
+		if !t.isOnline(n, now) {
+			silent = append(silent, name)
+		}
+	}
+	t.mu.Unlock()
+	var changed changes
+	for _, name := range silent { // asked outside the lock: Nodes reads the cache
+		if edge, err := t.isEdgeNode(name); edge || err != nil {
+			continue
+		}
+		t.mu.Lock()
+		if n := t.nodes[name]; n != nil && !t.isOnline(n, now) {
+			c := t.forgetNode(name)
+			changed.pods, changed.workloads = append(changed.pods, c.pods...), append(changed.workloads, c.workloads...)
+		}
+		t.mu.Unlock()
+	}
+	t.notify(changed)
+}
+
+// nodeCount is how many nodes the table holds a record of, for the nodes gauge.
+func (t *Tracker) nodeCount() float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return float64(len(t.nodes))
+}
