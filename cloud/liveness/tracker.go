@@ -35,9 +35,6 @@ const (
 	dropReasons        = "topic decode forged replayed no-birth unknown-node unknown-pod unknown-dataset overflow acl auth"
 )
 
-// heartbeatInterval is the agents' default; a node is silent after three of them without a heartbeat.
-const heartbeatInterval = time.Second
-
 // The table's bounds: what one node can make the controller keep.
 const (
 	// maxPayloadBytes bounds a message: the largest report body and its envelope.
@@ -69,16 +66,18 @@ type nodeRecord struct {
 	stateID       string
 	dead          bool // a death of the current birth arrived
 	lastHeartbeat time.Time
-	heartbeatSeq  uint64
-	reportSeq     uint64
-	datasetSeq    uint64
-	apiReachable  bool
-	workers       map[podRef]*workerRecord
-	pending       int // workers whose state is kept while the cache does not know their pod
-	results       int // results waiting in Tracker.actions
-	reports       int // workers whose report is kept
-	datasets      int // Datasets whose count is kept
-	commands      tokenBucket
+	// silentAfter is the node's own silence window, from the heartbeat interval its birth says [P-HB-3].
+	silentAfter  time.Duration
+	heartbeatSeq uint64
+	reportSeq    uint64
+	datasetSeq   uint64
+	apiReachable bool
+	workers      map[podRef]*workerRecord
+	pending      int // workers whose state is kept while the cache does not know their pod
+	results      int // results waiting in Tracker.actions
+	reports      int // workers whose report is kept
+	datasets     int // Datasets whose count is kept
+	commands     tokenBucket
 }
 
 // workerRecord is the latest accepted state of one worker, as one node reported it.
@@ -110,7 +109,8 @@ type pendingResult struct {
 // Tracker ingests the agents' messages. It is safe for concurrent use.
 type Tracker struct {
 	Cluster string
-	// SilentAfter: a node whose heartbeats stopped this long is silent (three default intervals).
+	// SilentAfter: a node whose heartbeats stopped this long is silent (three default intervals); a node whose
+	// birth says another interval gets a window in proportion [P-HB-3].
 	SilentAfter time.Duration
 	// Pods, when set, is the API server's word on worker pods: a node's word on another node's pod is dropped as
 	// forged, results and reports are accepted only of pods bound to the reporting node, and states of pods it
@@ -147,7 +147,7 @@ type Tracker struct {
 
 // NewTracker returns a tracker whose metrics are registered with reg.
 func NewTracker(cluster string, reg prometheus.Registerer, log logr.Logger) (*Tracker, error) {
-	t := &Tracker{Cluster: cluster, SilentAfter: 3 * heartbeatInterval, Log: log,
+	t := &Tracker{Cluster: cluster, SilentAfter: lifelinev1.SilentIntervals * lifelinev1.DefaultHeartbeatInterval, Log: log,
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lifeline_liveness_messages_total",
 			Help: "Agent messages accepted, by kind."}, []string{"kind"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lifeline_liveness_dropped_total",
@@ -400,6 +400,7 @@ func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, c checked, now t
 		}
 		n.born, n.birthSeq, n.bootID, n.stateID, n.dead = true, m.BirthSeq, m.BootId, m.StateId, false
 		n.lastHeartbeat, n.heartbeatSeq = now, 0 // the agent's heartbeats count from 1 again [P-BIRTH-3]
+		n.silentAfter = t.silenceOf(m)
 		changed.pods = workersOf(n)
 	case *lifelinev1.NodeDeath:
 		switch {
@@ -696,5 +697,12 @@ func (t *Tracker) onlineChanges(now time.Time) []podRef {
 }
 
 func (t *Tracker) isOnline(n *nodeRecord, now time.Time) bool {
-	return n != nil && n.born && !n.dead && now.Sub(n.lastHeartbeat) < t.SilentAfter
+	return n != nil && n.born && !n.dead && now.Sub(n.lastHeartbeat) < n.silentAfter
+}
+
+// silenceOf is the silence window of a node born with m: SilentAfter for the default heartbeat interval, in
+// proportion for another [P-HB-3].
+func (t *Tracker) silenceOf(m *lifelinev1.NodeBirth) time.Duration {
+	return time.Duration(float64(t.SilentAfter) * float64(lifelinev1.SilentAfter(m)) /
+		float64(lifelinev1.SilentIntervals*lifelinev1.DefaultHeartbeatInterval))
 }

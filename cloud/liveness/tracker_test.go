@@ -284,3 +284,36 @@ func TestEmptyStateForgetsTheWorker_P_WS_4(t *testing.T) {
 		t.Errorf("%v forgets counted, want 2", got)
 	}
 }
+
+// [P-HB-3] A node on a metered link says a 10 s heartbeat in its birth: it stays online between its heartbeats
+// (three of them make its silence window) where a node of the default interval would flap silent; a birth that
+// says nothing keeps the default window.
+func TestSilenceFollowsTheIntervalTheBirthSays_P_HB_3(t *testing.T) {
+	b := newBench(t)
+	now := time.Unix(1000, 0)
+	b.tr.Ingest(lifelinev1.NodeTopic("c", "metered", lifelinev1.KindBirth).String(),
+		marshal(&lifelinev1.NodeBirth{Node: "metered", BirthSeq: 1, StateId: "s", BootId: "boot", HeartbeatIntervalMillis: 10000}), now)
+	b.birth("default", 1, "s", now)
+	online := func(node string, at time.Time) bool {
+		b.tr.mu.Lock()
+		defer b.tr.mu.Unlock()
+		return b.tr.isOnline(b.tr.nodes[node], at)
+	}
+	for _, step := range []struct {
+		after             time.Duration
+		metered, standard bool
+	}{
+		{2 * time.Second, true, true},
+		{5 * time.Second, true, false},
+		{29 * time.Second, true, false},
+		{31 * time.Second, false, false},
+	} {
+		at := now.Add(step.after)
+		if got := online("metered", at); got != step.metered {
+			t.Errorf("%v after the birth, node with a 10 s interval online %v, want %v", step.after, got, step.metered)
+		}
+		if got := online("default", at); got != step.standard {
+			t.Errorf("%v after the birth, node with the default interval online %v, want %v", step.after, got, step.standard)
+		}
+	}
+}

@@ -33,6 +33,7 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
 	"github.com/lifeline-edge/lifeline/edge/reportapi"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 // version and revision are stamped at build time (make images: -ldflags -X main.version=... -X main.revision=...).
@@ -75,8 +76,9 @@ func main() {
 		healWait    = flag.Duration("heal-controller-wait", core.DefaultHealTiming.ControllerWait,
 			"while the broker is reachable, how long a dead worker waits for the controller's command before a local restart")
 		poll      = flag.Duration("poll-interval", 500*time.Millisecond, "how often the runtime is read")
-		heartbeat = flag.Duration("heartbeat-interval", time.Second, "heartbeat period")
-		retryMax  = flag.Duration("broker-retry-max", 15*time.Second,
+		heartbeat = flag.Duration("heartbeat-interval", lifelinev1.DefaultHeartbeatInterval,
+			"heartbeat period, said in every birth; the controller takes the node as silent after three of them")
+		retryMax = flag.Duration("broker-retry-max", 15*time.Second,
 			"longest wait between two attempts to reach the broker; the wait starts at 1 s and doubles with each failure")
 		reportAddr     = flag.String("report-address", "127.0.0.1:9100", "address of the Sedna worker report API (LC_SERVER)")
 		metrics        = flag.String("metrics-address", "127.0.0.1:9101", "address of /metrics; empty disables it")
@@ -114,6 +116,10 @@ func main() {
 	// The standard library's JSON logger: the agent stays small, without the controller's logging stack.
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-*verbosity)})).
 		WithValues("node", *node)
+	if err := lifelinev1.CheckHeartbeatInterval(*heartbeat); err != nil {
+		fmt.Fprintf(os.Stderr, "lifeline-agent: --heartbeat-interval: %v\n", err)
+		os.Exit(2)
+	}
 	if *node == "" {
 		fmt.Fprintln(os.Stderr, "lifeline-agent: --node-name (or $NODE_NAME) is required")
 		os.Exit(2)
@@ -196,7 +202,7 @@ func main() {
 		[]string{*stateDir, filepath.Dir(*socket), filepath.Dir(*edgecoreConfig)}, log)
 	var edgeAgent *agent.Agent
 	pub := publisher.New(publisher.Config{Broker: *broker, Username: *username, Password: password, TLS: tlsConfig,
-		Cluster: *cluster, Node: *node, AgentVersion: version, MaxRetryInterval: *retryMax, BootID: bootID(), StateDir: *stateDir,
+		Cluster: *cluster, Node: *node, AgentVersion: version, MaxRetryInterval: *retryMax, HeartbeatInterval: *heartbeat, BootID: bootID(), StateDir: *stateDir,
 		Log: log.WithName("publisher"), OnCommand: func(payload []byte) { edgeAgent.HandleCommand(payload) }}, j)
 	timing := core.DefaultHealTiming
 	timing.APIGrace, timing.DeadFor, timing.ControllerWait = *healGrace, *healDeadFor, *healWait

@@ -60,7 +60,7 @@ func TestBirthNamesTheStateDirectory_P_BIRTH_3(t *testing.T) {
 		}
 		defer j.Close()
 		p := New(Config{Broker: "tcp://" + broker, Cluster: "c", Node: "edge-1", StateDir: dir, BootID: "boot-1",
-			RetryInterval: 50 * time.Millisecond, Log: logr.Discard()}, j)
+			RetryInterval: 50 * time.Millisecond, HeartbeatInterval: 10 * time.Second, Log: logr.Discard()}, j)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { p.Run(ctx); close(done) }()
@@ -86,6 +86,9 @@ func TestBirthNamesTheStateDirectory_P_BIRTH_3(t *testing.T) {
 	fresh := birthFrom(t.TempDir())
 	if !validStateID(first.StateId) || again.StateId != first.StateId || again.BirthSeq <= first.BirthSeq {
 		t.Errorf("births %v then %v on one state directory, want one valid state id and a growing sequence", first, again)
+	}
+	if first.HeartbeatIntervalMillis != 10000 {
+		t.Errorf("birth says a heartbeat every %d ms, want the agent's 10000 [P-HB-3]", first.HeartbeatIntervalMillis)
 	}
 	if fresh.StateId == first.StateId || !validStateID(fresh.StateId) {
 		t.Errorf("a new state directory's birth %v shares the state id of %v", fresh, first)

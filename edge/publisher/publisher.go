@@ -48,6 +48,8 @@ type Config struct {
 	Cluster, Node      string
 	AgentVersion       string
 	BootID             string
+	// HeartbeatInterval is said in every birth, so the controller knows when the node is silent [P-HB-3].
+	HeartbeatInterval time.Duration
 	// StateDir keeps the birth sequence across restarts [P-BIRTH-2].
 	StateDir string
 	// RetryInterval is the mean wait after the first failed connection attempt (default 1 s); it doubles with
@@ -192,7 +194,8 @@ func (p *Publisher) connect(ctx context.Context) (<-chan struct{}, error) {
 		return nil, fmt.Errorf("connecting to %s: %w", p.cfg.Broker, err)
 	}
 	birth, err := proto.Marshal(&lifelinev1.NodeBirth{Node: p.cfg.Node, BootId: p.cfg.BootID, BirthSeq: seq,
-		AgentVersion: p.cfg.AgentVersion, TimeUnixNano: time.Now().UnixNano(), StateId: stateID})
+		AgentVersion: p.cfg.AgentVersion, TimeUnixNano: time.Now().UnixNano(), StateId: stateID,
+		HeartbeatIntervalMillis: uint32(p.cfg.HeartbeatInterval.Milliseconds())})
 	if err != nil {
 		return nil, err
 	}

@@ -208,9 +208,13 @@ type NodeBirth struct {
 	// state_id identifies the agent's state directory (journal, counters, birth sequence). A birth with a new
 	// state_id or boot_id starts a new epoch of the node: the receiver takes it whatever its birth_seq and starts
 	// the node's sequences anew, so a wiped state directory or a reboot never locks a node out [P-BIRTH-3].
-	StateId       string `protobuf:"bytes,6,opt,name=state_id,json=stateId,proto3" json:"state_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StateId string `protobuf:"bytes,6,opt,name=state_id,json=stateId,proto3" json:"state_id,omitempty"`
+	// heartbeat_interval_millis is how often the agent sends its heartbeats; the receiver takes the node as silent
+	// after three intervals without one (an interval outside [MinHeartbeatInterval, MaxHeartbeatInterval], or 0 from
+	// an agent that does not say, is taken as the default of 1 s) [P-HB-3].
+	HeartbeatIntervalMillis uint32 `protobuf:"varint,7,opt,name=heartbeat_interval_millis,json=heartbeatIntervalMillis,proto3" json:"heartbeat_interval_millis,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *NodeBirth) Reset() {
@@ -283,6 +287,13 @@ func (x *NodeBirth) GetStateId() string {
 		return x.StateId
 	}
 	return ""
+}
+
+func (x *NodeBirth) GetHeartbeatIntervalMillis() uint32 {
+	if x != nil {
+		return x.HeartbeatIntervalMillis
+	}
+	return 0
 }
 
 // NodeDeath is the agent's MQTT last will, retained; it carries the birth_seq of the session it ends, so a late
@@ -1018,14 +1029,15 @@ var File_proto_lifeline_v1_liveness_proto protoreflect.FileDescriptor
 
 const file_proto_lifeline_v1_liveness_proto_rawDesc = "" +
 	"\n" +
-	" proto/lifeline/v1/liveness.proto\x12\vlifeline.v1\"\xbb\x01\n" +
+	" proto/lifeline/v1/liveness.proto\x12\vlifeline.v1\"\xf7\x01\n" +
 	"\tNodeBirth\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x17\n" +
 	"\aboot_id\x18\x02 \x01(\tR\x06bootId\x12\x1b\n" +
 	"\tbirth_seq\x18\x03 \x01(\x04R\bbirthSeq\x12#\n" +
 	"\ragent_version\x18\x04 \x01(\tR\fagentVersion\x12$\n" +
 	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\x12\x19\n" +
-	"\bstate_id\x18\x06 \x01(\tR\astateId\"<\n" +
+	"\bstate_id\x18\x06 \x01(\tR\astateId\x12:\n" +
+	"\x19heartbeat_interval_millis\x18\a \x01(\rR\x17heartbeatIntervalMillis\"<\n" +
 	"\tNodeDeath\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1b\n" +
 	"\tbirth_seq\x18\x02 \x01(\x04R\bbirthSeq\"\x85\x01\n" +
