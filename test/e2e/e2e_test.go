@@ -43,8 +43,10 @@ func TestMain(m *testing.M) {
 	var err error
 	// The kubelet's crash back-off, so that what restarts a worker quickly on a cut-off node is Lifeline.
 	// A short node-monitor grace, so a long partition (NotReady, tainted) takes seconds, not a minute.
+	// The chart's memory limits on the daemons (see TestReportFloodWhileTheBrokerIsAwayStaysWithinTheAgentsLimit).
 	s, err = sim.Start(context.Background(), sim.Options{CrashBackoff: 10 * time.Second,
-		Cluster: cluster.Options{NodeMonitorGracePeriod: 20 * time.Second}})
+		Cluster:          cluster.Options{NodeMonitorGracePeriod: 20 * time.Second},
+		AgentMemoryLimit: 64 << 20, ControllerMemoryLimit: 256 << 20})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the simulation:", err)
 		os.Exit(1)

@@ -1,9 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -466,4 +471,71 @@ func TestAgentRestartedAfterALossRebuildsTheWorker(t *testing.T) {
 	eventually(t, within, "the worker back in its own pod, the static pod gone", func(context.Context) (bool, error) {
 		return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") && !s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
 	})
+}
+
+// 10. A process on the node posts the largest reports as fast as it can for one of the node's workers while the
+// node is cut off from the broker and the API server, and the worker dies meanwhile. The agent, under the chart's
+// 64 MiB limit, is never killed; reports beyond the worker's rate are refused; once the broker is back the
+// worker's death reaches the status from the agent.
+func TestReportFloodWhileTheBrokerIsAwayStaysWithinTheAgentsLimit(t *testing.T) {
+	skipShort(t)
+	ji, pod := readyService(t)
+	cutOff(t, edgeNode, true)
+	body, err := json.Marshal(map[string]any{"name": pod.Name, "namespace": "default", "ownerName": ji.Name,
+		"ownerKind": "jointinferenceservice", "kind": "inference", "ownerInfo": map[string]any{"pad": strings.Repeat("x", 60<<10)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := s.ReportURL(edgeNode) + "/sedna/workers/" + pod.Name + "/info"
+	var mu sync.Mutex
+	answers := map[int]int{}
+	var wg sync.WaitGroup
+	end := time.Now().Add(8 * time.Second)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := &http.Client{Timeout: 5 * time.Second}
+			for time.Now().Before(end) {
+				resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+				code := 0
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					code = resp.StatusCode
+				}
+				mu.Lock()
+				answers[code]++
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(2 * time.Second)
+	if err := s.KillWorker(edgeNode, "default", pod.Name, "little-model"); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	t.Logf("answers to the flood by status: %v", answers)
+	if answers[http.StatusTooManyRequests] == 0 || answers[http.StatusOK] == 0 {
+		t.Errorf("answers %v: want the worker's rate taken and the rest refused with 429", answers)
+	}
+	s.RestoreBroker(edgeNode)
+	waitEdgeWorker(t, ji, "the worker's death in the status, from the agent", func(w v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAgent && (w.Liveness == v1alpha1.LivenessDead || w.Restarts >= 1)
+	})
+	use, err := s.MemoryUse()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, ok := use["agent-"+edgeNode]; ok {
+		t.Logf("agent's peak memory %.1f MiB", float64(u.PeakBytes)/(1<<20))
+		if u.OOMKills > 0 {
+			t.Errorf("the agent was killed %d times for outgrowing its 64 MiB", u.OOMKills)
+		}
+	} else {
+		t.Log("no memory cgroup on this machine: the agent ran without its limit")
+	}
+	if err := s.AgentExited(edgeNode); err != nil {
+		t.Errorf("the agent ended during the flood: %v", err)
+	}
 }

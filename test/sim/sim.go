@@ -340,6 +340,17 @@ func (s *Sim) StartAgent(node string) error {
 	return s.startAgent(node, e)
 }
 
+// AgentExited is nil while an edge node's agent runs, and says how it ended once it has.
+func (s *Sim) AgentExited(node string) error {
+	if e := s.edges[node]; e != nil && e.agent != nil {
+		return e.agent.Exited()
+	}
+	return fmt.Errorf("%s has no agent", node)
+}
+
+// ReportURL is the base URL of an edge node's agent's report API (the workers' LC_SERVER).
+func (s *Sim) ReportURL(node string) string { return "http://" + s.edges[node].report }
+
 // MetaServerURL is the base URL of an edge node's MetaServer.
 func (s *Sim) MetaServerURL(node string) string { return "http://" + s.edges[node].metaServer }
 
