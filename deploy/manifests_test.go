@@ -43,6 +43,19 @@ func TestMain(m *testing.M) {
 // applyObjects server-side applies objs, as kubectl apply --server-side does.
 func applyObjects(t *testing.T, source string, objs []*unstructured.Unstructured) {
 	t.Helper()
+	forEachResource(t, objs, func(ri dynamic.ResourceInterface, obj *unstructured.Unstructured) {
+		body, _ := json.Marshal(obj.Object)
+		force := true
+		if _, err := ri.Patch(context.Background(), obj.GetName(), "application/apply-patch+yaml", body,
+			metav1.PatchOptions{FieldManager: "lifeline-install", Force: &force}); err != nil {
+			t.Fatalf("applying %s %s from %s: %v", obj.GetKind(), obj.GetName(), source, err)
+		}
+	})
+}
+
+// forEachResource calls do with each object and the test API server's client of its resource.
+func forEachResource(t *testing.T, objs []*unstructured.Unstructured, do func(dynamic.ResourceInterface, *unstructured.Unstructured)) {
+	t.Helper()
 	dc, err := discovery.NewDiscoveryClientForConfig(controlPlane.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -53,18 +66,13 @@ func applyObjects(t *testing.T, source string, objs []*unstructured.Unstructured
 		gvk := obj.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
-			t.Fatalf("%s: %s: %v", source, gvk, err)
+			t.Fatalf("%s %s: %v", gvk, obj.GetName(), err)
 		}
-		body, _ := json.Marshal(obj.Object)
 		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
 		if obj.GetNamespace() != "" {
 			ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
 		}
-		force := true
-		if _, err := ri.Patch(context.Background(), obj.GetName(), "application/apply-patch+yaml", body,
-			metav1.PatchOptions{FieldManager: "lifeline-install", Force: &force}); err != nil {
-			t.Fatalf("applying %s %s from %s: %v", gvk.Kind, obj.GetName(), source, err)
-		}
+		do(ri, obj)
 	}
 }
 

@@ -16,12 +16,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -238,26 +235,11 @@ func TestStolenControllerTokenCannotReadKubeEdgesSecrets(t *testing.T) {
 // deleteObjects deletes objs from the test's API server, so the cluster-wide ones do not outlive the test.
 func deleteObjects(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
-	dc, err := discovery.NewDiscoveryClientForConfig(controlPlane.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	dyn := dynamic.NewForConfigOrDie(controlPlane.Config)
-	for _, obj := range objs {
-		gvk := obj.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		if obj.GetNamespace() != "" {
-			ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
-		}
+	forEachResource(t, objs, func(ri dynamic.ResourceInterface, obj *unstructured.Unstructured) {
 		if err := ri.Delete(context.Background(), obj.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("deleting %s %s: %v", gvk.Kind, obj.GetName(), err)
+			t.Errorf("deleting %s %s: %v", obj.GetKind(), obj.GetName(), err)
 		}
-	}
+	})
 }
 
 // A node certificate that leaked can be revoked with the chart: broker.revokedCertificates mounts the ConfigMap's
