@@ -7,6 +7,38 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end }}
 
+{{/* lifeline.labels and which part of Lifeline the object is: (list $ "controller"). Selectors never hold the
+component: a Deployment's or DaemonSet's selector cannot change on upgrade. */}}
+{{- define "lifeline.componentLabels" -}}
+app.kubernetes.io/component: {{ index . 1 }}
+{{ include "lifeline.labels" (index . 0) }}
+{{- end }}
+
+{{/* Where the controller's pods run: controller.nodeSelector, .tolerations and .affinity, with the rule that
+keeps them off edge nodes added to each required node-affinity term (the terms are alternatives: a term without it
+would let the scheduler pick an edge node). */}}
+{{- define "lifeline.controllerScheduling" -}}
+{{- $c := .Values.controller -}}
+{{- $affinity := deepCopy ($c.affinity | default dict) -}}
+{{- $node := $affinity.nodeAffinity | default dict -}}
+{{- $required := $node.requiredDuringSchedulingIgnoredDuringExecution | default dict -}}
+{{- $offEdge := dict "key" "node-role.kubernetes.io/edge" "operator" "DoesNotExist" -}}
+{{- $terms := list -}}
+{{- range $required.nodeSelectorTerms | default (list dict) -}}
+{{- $terms = append $terms (merge (dict "matchExpressions" (append (.matchExpressions | default list) $offEdge)) .) -}}
+{{- end -}}
+{{- $_ := set $required "nodeSelectorTerms" $terms -}}
+{{- $_ = set $node "requiredDuringSchedulingIgnoredDuringExecution" $required -}}
+{{- $_ = set $affinity "nodeAffinity" $node -}}
+{{- with $c.nodeSelector }}
+nodeSelector: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $c.tolerations }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+affinity: {{- toYaml $affinity | nindent 2 }}
+{{- end }}
+
 {{- define "lifeline.image" -}}
 {{- $img := index . 0 -}}{{- $root := index . 1 -}}
 {{ $img.repository }}:{{ $img.tag | default $root.Chart.AppVersion }}
@@ -42,22 +74,10 @@ ssl://lifeline-broker.{{ .Release.Namespace }}.svc:{{ $b.port }}
 {{- end -}}
 {{- end }}
 
-{{/* Fails the render on values that cannot work, before anything is applied. */}}
+{{/* Fails the render on values that cannot work, before anything is applied. Each value's type, enum and range
+are values.schema.json's, which helm checks first; these are the rules that span several values or that a schema
+cannot say. */}}
 {{- define "lifeline.validate" -}}
-{{- if not (has .Values.nodeIdentity.mode (list "kubeedgeCert" "password")) -}}
-{{- fail (printf "nodeIdentity.mode is %q; want kubeedgeCert or password" .Values.nodeIdentity.mode) -}}
-{{- end -}}
-{{- if not (has .Values.broker.service.type (list "ClusterIP" "NodePort" "LoadBalancer")) -}}
-{{- fail (printf "broker.service.type is %q; want ClusterIP, NodePort or LoadBalancer" .Values.broker.service.type) -}}
-{{- end -}}
-{{- if lt (int .Values.controller.replicas) 1 -}}
-{{- fail "controller.replicas must be at least 1" -}}
-{{- end -}}
-{{- range .Values.controller.namespaces -}}
-{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" .) -}}
-{{- fail (printf "controller.namespaces holds %q, which is no namespace name" .) -}}
-{{- end -}}
-{{- end -}}
 {{- if and .Values.broker.revokedCertificates.configMap (ne .Values.nodeIdentity.mode "kubeedgeCert") -}}
 {{- fail "broker.revokedCertificates lists certificates, which only nodeIdentity.mode kubeedgeCert admits: revoke a password by removing it from the Secret" -}}
 {{- end -}}
