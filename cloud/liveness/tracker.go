@@ -401,6 +401,9 @@ func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, c checked, now t
 		n.born, n.birthSeq, n.bootID, n.stateID, n.dead = true, m.BirthSeq, m.BootId, m.StateId, false
 		n.lastHeartbeat, n.heartbeatSeq = now, 0 // the agent's heartbeats count from 1 again [P-BIRTH-3]
 		n.silentAfter = t.silenceOf(m)
+		if m.ApiReachable != nil { // the new session's word, not the last one's, from its first message [P-HB-1]
+			n.apiReachable = *m.ApiReachable
+		}
 		changed.pods = workersOf(n)
 	case *lifelinev1.NodeDeath:
 		switch {

@@ -317,3 +317,29 @@ func TestSilenceFollowsTheIntervalTheBirthSays_P_HB_3(t *testing.T) {
 		}
 	}
 }
+
+// [P-HB-1] An agent heard reaching the API server loses the broker and the API server, and comes back to the
+// broker only: its new birth says it is cut off, and the table takes that at once, instead of the last session's
+// word until the first heartbeat. A birth that says nothing (an older agent) leaves the last word as it was.
+func TestBirthSaysTheNewSessionsReach_P_HB_1(t *testing.T) {
+	b := newBench(t)
+	now := time.Unix(1000, 0)
+	reach := func() bool {
+		b.tr.mu.Lock()
+		defer b.tr.mu.Unlock()
+		return b.tr.nodes["edge-1"].apiReachable
+	}
+	b.birth("edge-1", 1, "s", now)
+	b.heartbeat("edge-1", 1, 1, true, now)
+	cut := false
+	b.tr.Ingest(lifelinev1.NodeTopic("c", "edge-1", lifelinev1.KindBirth).String(),
+		marshal(&lifelinev1.NodeBirth{Node: "edge-1", BirthSeq: 2, StateId: "s", BootId: "boot", ApiReachable: &cut}), now.Add(time.Second))
+	if reach() {
+		t.Error("after a birth saying the node is cut off, the table still says it reaches the API server")
+	}
+	b.heartbeat("edge-1", 2, 1, true, now.Add(2*time.Second))
+	b.birth("edge-1", 3, "s", now.Add(3*time.Second))
+	if !reach() {
+		t.Error("a birth that says nothing changed the node's last word")
+	}
+}

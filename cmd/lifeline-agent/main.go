@@ -200,17 +200,18 @@ func main() {
 
 	rebuilder := agent.ChooseRebuilder(source.Pods, *staticDir, *insecurePods, workers,
 		[]string{*stateDir, filepath.Dir(*socket), filepath.Dir(*edgecoreConfig)}, log)
-	var edgeAgent *agent.Agent
-	pub := publisher.New(publisher.Config{Broker: *broker, Username: *username, Password: password, TLS: tlsConfig,
-		Cluster: *cluster, Node: *node, AgentVersion: version, MaxRetryInterval: *retryMax, HeartbeatInterval: *heartbeat, BootID: bootID(), StateDir: *stateDir,
-		Log: log.WithName("publisher"), OnCommand: func(payload []byte) { edgeAgent.HandleCommand(payload) }}, j)
-	timing := core.DefaultHealTiming
-	timing.APIGrace, timing.DeadFor, timing.ControllerWait = *healGrace, *healDeadFor, *healWait
 	probe := agent.ChooseProbe(*cloudProbe, *edgecoreConfig, log.WithName("probe"))
 	if probe != nil {
 		go probe.Run(ctx, *heartbeat)
 	}
-	apiReachable := agent.APIReachability(workers, probe)
+	apiReachable, apiKnown := agent.APIReachability(workers, probe), agent.APIReachabilityKnown(workers, probe)
+	var edgeAgent *agent.Agent
+	pub := publisher.New(publisher.Config{Broker: *broker, Username: *username, Password: password, TLS: tlsConfig,
+		Cluster: *cluster, Node: *node, AgentVersion: version, MaxRetryInterval: *retryMax, HeartbeatInterval: *heartbeat,
+		APIReachable: func() (bool, bool) { return apiReachable(), apiKnown() }, BootID: bootID(), StateDir: *stateDir,
+		Log: log.WithName("publisher"), OnCommand: func(payload []byte) { edgeAgent.HandleCommand(payload) }}, j)
+	timing := core.DefaultHealTiming
+	timing.APIGrace, timing.DeadFor, timing.ControllerWait = *healGrace, *healDeadFor, *healWait
 	reg := prometheus.NewRegistry()
 	reports := reportapi.New(*cluster, *node, pub, workers, pub.BirthSeq, *queue, reg, log.WithName("reports"))
 	reports.Counter = j

@@ -30,6 +30,7 @@ type CloudProbe struct {
 	Timeout time.Duration
 
 	reachable atomic.Bool
+	probed    atomic.Bool // an attempt has ended
 }
 
 // Run probes every interval until ctx ends.
@@ -54,6 +55,7 @@ func (p *CloudProbe) Run(ctx context.Context, interval time.Duration) {
 			}
 		}
 		p.reachable.Store(err == nil)
+		p.probed.Store(true)
 		select {
 		case <-ctx.Done():
 			return
@@ -64,6 +66,9 @@ func (p *CloudProbe) Run(ctx context.Context, interval time.Duration) {
 
 // Reachable tells the outcome of the latest attempt.
 func (p *CloudProbe) Reachable() bool { return p.reachable.Load() }
+
+// Probed tells whether an attempt has ended, so Reachable means something.
+func (p *CloudProbe) Probed() bool { return p.probed.Load() }
 
 // edgecoreConfig is what the agent reads of edgecore's configuration: where edgeHub reaches cloudcore's HTTPS
 // server, and the cloud's CA on the node.

@@ -127,6 +127,15 @@ func APIReachability(workers *desired.Watcher, probe *CloudProbe) func() bool {
 	return func() bool { return workers.Reachable() && probe.Reachable() }
 }
 
+// APIReachabilityKnown tells whether APIReachability's answer is known yet: the watch and the probe have each
+// had an answer since the agent started.
+func APIReachabilityKnown(workers *desired.Watcher, probe *CloudProbe) func() bool {
+	if probe == nil {
+		return workers.Answered
+	}
+	return func() bool { return workers.Answered() && probe.Probed() }
+}
+
 // FollowContainerEvents keeps the runtime's event stream open, so a worker's change is published within
 // milliseconds; the agent's poll covers runtimes without events and the gaps between streams.
 func FollowContainerEvents(ctx context.Context, runtime *cri.Client, changed chan<- struct{}, log logr.Logger) {

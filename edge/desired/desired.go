@@ -73,6 +73,7 @@ type Watcher struct {
 	mu        sync.Mutex
 	workers   map[string]Worker // by UID
 	reachable bool
+	answered  bool // a list or watch has ended, so reachable means something
 	refused   bool // the latest answer was a refusal (401, 403): logged once per streak
 }
 
@@ -147,6 +148,13 @@ func (w *Watcher) HasWorker(namespace, name string) bool {
 	return false
 }
 
+// Answered tells whether a list or watch has succeeded or failed yet: before, Reachable means nothing.
+func (w *Watcher) Answered() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.answered
+}
+
 // Reachable tells whether the watch of the API server is established now.
 func (w *Watcher) Reachable() bool {
 	w.mu.Lock()
@@ -217,7 +225,7 @@ func (w *Watcher) failed(err error) {
 		return
 	}
 	w.mu.Lock()
-	w.reachable = true
+	w.reachable, w.answered = true, true
 	first := !w.refused
 	w.refused = true
 	w.mu.Unlock()
@@ -261,7 +269,7 @@ func (w *Watcher) holding() bool { return w.Hold != nil && w.Hold() }
 func (w *Watcher) setReachable(v bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.reachable, w.refused = v, false
+	w.reachable, w.refused, w.answered = v, false, true
 }
 
 func toWorker(p *Pod) Worker {

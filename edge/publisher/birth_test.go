@@ -60,7 +60,8 @@ func TestBirthNamesTheStateDirectory_P_BIRTH_3(t *testing.T) {
 		}
 		defer j.Close()
 		p := New(Config{Broker: "tcp://" + broker, Cluster: "c", Node: "edge-1", StateDir: dir, BootID: "boot-1",
-			RetryInterval: 50 * time.Millisecond, HeartbeatInterval: 10 * time.Second, Log: logr.Discard()}, j)
+			RetryInterval: 50 * time.Millisecond, HeartbeatInterval: 10 * time.Second,
+			APIReachable: func() (bool, bool) { return false, true }, Log: logr.Discard()}, j)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { p.Run(ctx); close(done) }()
@@ -87,6 +88,9 @@ func TestBirthNamesTheStateDirectory_P_BIRTH_3(t *testing.T) {
 	if !validStateID(first.StateId) || again.StateId != first.StateId || again.BirthSeq <= first.BirthSeq {
 		t.Errorf("births %v then %v on one state directory, want one valid state id and a growing sequence", first, again)
 	}
+	if first.ApiReachable == nil || *first.ApiReachable {
+		t.Errorf("birth says api_reachable %v, want the agent's false [P-HB-1]", first.ApiReachable)
+	}
 	if first.HeartbeatIntervalMillis != 10000 {
 		t.Errorf("birth says a heartbeat every %d ms, want the agent's 10000 [P-HB-3]", first.HeartbeatIntervalMillis)
 	}
@@ -95,5 +99,14 @@ func TestBirthNamesTheStateDirectory_P_BIRTH_3(t *testing.T) {
 	}
 	if data, err := os.ReadFile(filepath.Join(dir, "state-id")); err != nil || string(data) != first.StateId {
 		t.Errorf("state-id file %q (%v), want %q", data, err, first.StateId)
+	}
+}
+
+// [P-HB-1] An agent that has not yet heard from its watch or its probe (just started) says nothing of its reach
+// in the birth, rather than a false "cut off" the controller would act on until the first heartbeat.
+func TestBirthSaysNothingOfAReachNotYetKnown_P_HB_1(t *testing.T) {
+	p := New(Config{APIReachable: func() (bool, bool) { return false, false }}, nil)
+	if got := p.apiReachable(); got != nil {
+		t.Errorf("birth's api_reachable %v before the agent knows, want unset", *got)
 	}
 }

@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -37,7 +38,11 @@ notifications false
 	enqueueReports(t, p, 6, 30)
 	time.Sleep(time.Second)
 	bridgeLink.Restore()
-	if reports, _, _ := collect(t, received, 30, 20*time.Second); fmt.Sprint(reports) != fmt.Sprint(seq(6, 30)) {
+	// The bridge may deliver again a report whose acknowledgement the cut lost, as QoS 1 allows (the controller
+	// drops it by its seq): only what was journaled during the cut must arrive, all of it, in order.
+	reports, _, _ := collect(t, received, 30, 20*time.Second)
+	reports = slices.DeleteFunc(reports, func(n int) bool { return n <= 5 })
+	if fmt.Sprint(reports) != fmt.Sprint(seq(6, 30)) {
 		t.Errorf("after the bridge came back: %v, want 6..30 in order", reports)
 	}
 }

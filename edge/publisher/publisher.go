@@ -50,6 +50,10 @@ type Config struct {
 	BootID             string
 	// HeartbeatInterval is said in every birth, so the controller knows when the node is silent [P-HB-3].
 	HeartbeatInterval time.Duration
+	// APIReachable, when set, says in every birth whether the node reaches the API server, so the controller
+	// does not keep the previous session's word until the first heartbeat [P-HB-1]; a birth before the agent
+	// knows (known false: just started) says nothing.
+	APIReachable func() (reachable, known bool)
 	// StateDir keeps the birth sequence across restarts [P-BIRTH-2].
 	StateDir string
 	// RetryInterval is the mean wait after the first failed connection attempt (default 1 s); it doubles with
@@ -195,7 +199,7 @@ func (p *Publisher) connect(ctx context.Context) (<-chan struct{}, error) {
 	}
 	birth, err := proto.Marshal(&lifelinev1.NodeBirth{Node: p.cfg.Node, BootId: p.cfg.BootID, BirthSeq: seq,
 		AgentVersion: p.cfg.AgentVersion, TimeUnixNano: time.Now().UnixNano(), StateId: stateID,
-		HeartbeatIntervalMillis: uint32(p.cfg.HeartbeatInterval.Milliseconds())})
+		HeartbeatIntervalMillis: uint32(p.cfg.HeartbeatInterval.Milliseconds()), ApiReachable: p.apiReachable()})
 	if err != nil {
 		return nil, err
 	}
@@ -376,6 +380,18 @@ func validStateID(s string) bool {
 	}
 	_, err := hex.DecodeString(s)
 	return err == nil && strings.ToLower(s) == s
+}
+
+// apiReachable is the birth's api_reachable: unset when the publisher was given no way to know.
+func (p *Publisher) apiReachable() *bool {
+	if p.cfg.APIReachable == nil {
+		return nil
+	}
+	v, known := p.cfg.APIReachable()
+	if !known {
+		return nil
+	}
+	return &v
 }
 
 func (p *Publisher) now() time.Time {

@@ -213,8 +213,12 @@ type NodeBirth struct {
 	// after three intervals without one (an interval outside [MinHeartbeatInterval, MaxHeartbeatInterval], or 0 from
 	// an agent that does not say, is taken as the default of 1 s) [P-HB-3].
 	HeartbeatIntervalMillis uint32 `protobuf:"varint,7,opt,name=heartbeat_interval_millis,json=heartbeatIntervalMillis,proto3" json:"heartbeat_interval_millis,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// api_reachable is the node's reach of the API server when the session began, as a heartbeat says it
+	// [P-HB-1]: the receiver takes it at once, rather than keeping the previous session's word until the first
+	// heartbeat. Unset from an agent that does not say.
+	ApiReachable  *bool `protobuf:"varint,8,opt,name=api_reachable,json=apiReachable,proto3,oneof" json:"api_reachable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeBirth) Reset() {
@@ -294,6 +298,13 @@ func (x *NodeBirth) GetHeartbeatIntervalMillis() uint32 {
 		return x.HeartbeatIntervalMillis
 	}
 	return 0
+}
+
+func (x *NodeBirth) GetApiReachable() bool {
+	if x != nil && x.ApiReachable != nil {
+		return *x.ApiReachable
+	}
+	return false
 }
 
 // NodeDeath is the agent's MQTT last will, retained; it carries the birth_seq of the session it ends, so a late
@@ -1029,7 +1040,7 @@ var File_proto_lifeline_v1_liveness_proto protoreflect.FileDescriptor
 
 const file_proto_lifeline_v1_liveness_proto_rawDesc = "" +
 	"\n" +
-	" proto/lifeline/v1/liveness.proto\x12\vlifeline.v1\"\xf7\x01\n" +
+	" proto/lifeline/v1/liveness.proto\x12\vlifeline.v1\"\xb3\x02\n" +
 	"\tNodeBirth\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x17\n" +
 	"\aboot_id\x18\x02 \x01(\tR\x06bootId\x12\x1b\n" +
@@ -1037,7 +1048,9 @@ const file_proto_lifeline_v1_liveness_proto_rawDesc = "" +
 	"\ragent_version\x18\x04 \x01(\tR\fagentVersion\x12$\n" +
 	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\x12\x19\n" +
 	"\bstate_id\x18\x06 \x01(\tR\astateId\x12:\n" +
-	"\x19heartbeat_interval_millis\x18\a \x01(\rR\x17heartbeatIntervalMillis\"<\n" +
+	"\x19heartbeat_interval_millis\x18\a \x01(\rR\x17heartbeatIntervalMillis\x12(\n" +
+	"\rapi_reachable\x18\b \x01(\bH\x00R\fapiReachable\x88\x01\x01B\x10\n" +
+	"\x0e_api_reachable\"<\n" +
 	"\tNodeDeath\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1b\n" +
 	"\tbirth_seq\x18\x02 \x01(\x04R\bbirthSeq\"\x85\x01\n" +
@@ -1168,6 +1181,7 @@ func file_proto_lifeline_v1_liveness_proto_init() {
 	if File_proto_lifeline_v1_liveness_proto != nil {
 		return
 	}
+	file_proto_lifeline_v1_liveness_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
