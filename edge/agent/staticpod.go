@@ -18,15 +18,15 @@ var SystemPaths = []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/
 	"/var/lib/kubelet", "/var/log", "/var/run"}
 
 // RefusedManifestError is a worker's pod that the agent will not write as a static pod: it asks for more than a
-// worker the controller renders ever does.
+// worker may have on a node without admission.
 type RefusedManifestError struct{ Reason string }
 
 func (e *RefusedManifestError) Error() string { return "refused for an offline rebuild: " + e.Reason }
 
 // staticPodManifest turns a worker's last known pod into the static pod the agent writes, marked as standing in
 // for worker, or refuses it. The pod's source may have been forged (the MetaServer's port is anyone's to bind
-// while edgecore restarts) and edged runs a static pod with no admission at all, so only the shape the controller
-// renders passes: no privileged container, no added capability, no host PID or IPC namespace, no unmasked /proc,
+// while edgecore restarts) and edged runs a static pod with no admission at all, so only what a worker may have
+// passes: no privileged container, no added capability, no host PID or IPC namespace, no unmasked /proc,
 // no unconfined seccomp or AppArmor profile, no volume but node directories and files outside the node's system
 // directories and protected (Sedna's Models, Datasets and output directories), emptyDir and downwardAPI. The
 // host network stays allowed: the controller puts every FL trainer on it.
