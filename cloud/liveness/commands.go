@@ -172,6 +172,10 @@ func (t *Tracker) applyResult(node string, m *lifelinev1.CommandResult, now time
 	if n.results >= maxResultsPerNode {
 		return DropOverflow
 	}
+	if w := n.workers[ref]; m.Local && m.Outcome == lifelinev1.Outcome_OUTCOME_DONE && w != nil && m.Epoch != 0 {
+		// The agent healed this death alone: it is acted on, as if commanded [P-HEAL-2].
+		w.commandedUID, w.commandedEpisode, w.commandedAt = m.PodUid, m.Epoch, now
+	}
 	n.results++
 	t.actions[ref] = append(t.actions[ref], pendingResult{result: m, node: node, at: now})
 	changed.pods = []podRef{ref}

@@ -119,6 +119,10 @@ func (e *Edge) Act(pods []*corev1.Pod, views map[string]View, now time.Time) ([]
 		for _, r := range e.Tracker.TakeActions(p.Namespace, p.Name) {
 			ev := Event{Type: corev1.EventTypeNormal, Reason: ReasonRestartedByAgent, Message: fmt.Sprintf("Worker %s: %s", p.Name, r.Message)}
 			switch {
+			case r.Outcome == lifelinev1.Outcome_OUTCOME_DUPLICATE:
+				// The agent had acted on that death already (an earlier delivery, or its offline policy, whose own
+				// result tells of it): nothing failed, and nothing new happened.
+				continue
 			case r.Outcome != lifelinev1.Outcome_OUTCOME_DONE:
 				ev.Type, ev.Reason = corev1.EventTypeWarning, ReasonAgentRestartFailed
 				ev.Message = fmt.Sprintf("Worker %s: %s: %s", p.Name, r.Outcome, r.Message)

@@ -109,5 +109,5 @@ func (c *Core) healed(env Env, p pending, err error) []Action {
 	}
 	w := p.worker
 	return []Action{c.sendResult(env, &lifelinev1.CommandResult{CommandId: lifelinev1.LocalResultID(w.UID, env.Now), Outcome: outcome,
-		Message: message, Namespace: w.Namespace, Pod: w.Name, PodUid: w.UID, Local: true})}
+		Message: message, Namespace: w.Namespace, Pod: w.Name, PodUid: w.UID, Local: true, Epoch: p.episode})}
 }

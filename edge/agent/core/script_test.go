@@ -284,8 +284,9 @@ func TestLocalRebuildIsReportedAsALocalResult_P_HEAL_2(t *testing.T) {
 		s.kill("w", 1)
 		expect(t, fmt.Sprintf("death %d: tick 1.5s", i+1), s.tick(1500*time.Millisecond), "rebuild default/w", "result local default/w DONE")
 		res := s.lastResult()
-		if !res.Local || res.Namespace != "default" || res.Pod != "w" || res.PodUid != "uid-w" || res.BirthSeq != 1 {
-			t.Errorf("local result %v", res)
+		if !res.Local || res.Namespace != "default" || res.Pod != "w" || res.PodUid != "uid-w" || res.BirthSeq != 1 ||
+			res.Epoch != s.state("w").Episode {
+			t.Errorf("local result %v, want it to name the death's episode %d", res, s.state("w").Episode)
 		}
 		ids = append(ids, res.CommandId)
 		s.nodeRestarts("w").tick(10 * time.Second)

@@ -938,7 +938,10 @@ type CommandResult struct {
 	Pod       string `protobuf:"bytes,7,opt,name=pod,proto3" json:"pod,omitempty"`
 	PodUid    string `protobuf:"bytes,8,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
 	// local says the agent acted by the worker's offline policy, without a command [P-HEAL-2].
-	Local         bool `protobuf:"varint,9,opt,name=local,proto3" json:"local,omitempty"`
+	Local bool `protobuf:"varint,9,opt,name=local,proto3" json:"local,omitempty"`
+	// epoch is, for a local result, the episode of the worker's death the agent acted on: the controller sends no
+	// command for it [P-HEAL-2].
+	Epoch         uint64 `protobuf:"varint,10,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1036,6 +1039,13 @@ func (x *CommandResult) GetLocal() bool {
 	return false
 }
 
+func (x *CommandResult) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 var File_proto_lifeline_v1_liveness_proto protoreflect.FileDescriptor
 
 const file_proto_lifeline_v1_liveness_proto_rawDesc = "" +
@@ -1104,7 +1114,7 @@ const file_proto_lifeline_v1_liveness_proto_rawDesc = "" +
 	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12+\n" +
 	"\x06action\x18\x06 \x01(\x0e2\x13.lifeline.v1.ActionR\x06action\x12\x1d\n" +
 	"\n" +
-	"ttl_millis\x18\b \x01(\rR\tttlMillisJ\x04\b\a\x10\bR\x11expires_unix_nano\"\x9a\x02\n" +
+	"ttl_millis\x18\b \x01(\rR\tttlMillisJ\x04\b\a\x10\bR\x11expires_unix_nano\"\xb0\x02\n" +
 	"\rCommandResult\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12.\n" +
@@ -1115,7 +1125,9 @@ const file_proto_lifeline_v1_liveness_proto_rawDesc = "" +
 	"\tnamespace\x18\x06 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03pod\x18\a \x01(\tR\x03pod\x12\x17\n" +
 	"\apod_uid\x18\b \x01(\tR\x06podUid\x12\x14\n" +
-	"\x05local\x18\t \x01(\bR\x05local*{\n" +
+	"\x05local\x18\t \x01(\bR\x05local\x12\x14\n" +
+	"\x05epoch\x18\n" +
+	" \x01(\x04R\x05epoch*{\n" +
 	"\x05Phase\x12\x15\n" +
 	"\x11PHASE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPHASE_PENDING\x10\x01\x12\x11\n" +
