@@ -213,6 +213,7 @@ func main() {
 	timing := core.DefaultHealTiming
 	timing.APIGrace, timing.DeadFor, timing.ControllerWait = *healGrace, *healDeadFor, *healWait
 	reg := prometheus.NewRegistry()
+	agent.RegisterMetrics(reg, agent.StateSources{BrokerUp: pub.Connected, APIReachable: apiReachable, Journal: j})
 	reports := reportapi.New(*cluster, *node, pub, workers, pub.BirthSeq, *queue, reg, log.WithName("reports"))
 	reports.Counter = j
 	reports.MaxConnections, reports.ReportRate, reports.ReportBurst = *reportConns, *reportRate, *reportBurst

@@ -229,6 +229,9 @@ func (j *Journal) PendingLog(after uint64, limit int) ([]Entry, error) {
 	return out, err
 }
 
+// LogEntries is how many entries the log holds.
+func (j *Journal) LogEntries() int64 { return j.logSize.Load() }
+
 // LogBytes is how many bytes the log's entries take, as stored.
 func (j *Journal) LogBytes() int64 { return j.logBytes.Load() }
 

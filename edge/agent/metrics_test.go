@@ -1,0 +1,56 @@
+package agent
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
+	"github.com/lifeline-edge/lifeline/edge/journal"
+)
+
+// An operator scraping a cut-off agent with a backlog sees it in the agent's own metrics, beside the Go and
+// process ones, and every metric passes promlint.
+func TestAgentMetricsTellItsStateAndPassPromlint(t *testing.T) {
+	j, err := journal.Open(filepath.Join(t.TempDir(), "journal.db"), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	for range 3 {
+		if _, err := j.Put(journal.Entry{Topic: "r", Payload: []byte("report")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewPedanticRegistry()
+	RegisterMetrics(reg, StateSources{BrokerUp: func() bool { return false }, APIReachable: func() bool { return false }, Journal: j})
+	want := `
+# HELP lifeline_agent_api_reachable 1 while the node reaches the API server (its watch, and the cloud probe when there is one).
+# TYPE lifeline_agent_api_reachable gauge
+lifeline_agent_api_reachable 0
+# HELP lifeline_agent_broker_connected 1 while the agent's MQTT session with the broker is up.
+# TYPE lifeline_agent_broker_connected gauge
+lifeline_agent_broker_connected 0
+# HELP lifeline_agent_journal_reports Reports journaled and not yet acknowledged by the broker.
+# TYPE lifeline_agent_journal_reports gauge
+lifeline_agent_journal_reports 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lifeline_agent_api_reachable",
+		"lifeline_agent_broker_connected", "lifeline_agent_journal_reports"); err != nil {
+		t.Error(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "go_goroutines", "process_resident_memory_bytes"); err != nil || n != 2 {
+		t.Errorf("Go and process metrics: %d (%v), want both", n, err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(families).Lint()
+	if err != nil || len(problems) > 0 {
+		t.Errorf("promlint: %v %v", problems, err)
+	}
+}
