@@ -69,8 +69,12 @@ func marshal(m proto.Message) []byte {
 }
 
 func (b *bench) birth(node string, seq uint64, stateID string, now time.Time) {
-	b.tr.Ingest(lifelinev1.NodeTopic("c", node, lifelinev1.KindBirth).String(),
-		marshal(&lifelinev1.NodeBirth{Node: node, BirthSeq: seq, StateId: stateID, BootId: "boot"}), now)
+	b.ingestBirth(&lifelinev1.NodeBirth{Node: node, BirthSeq: seq, StateId: stateID, BootId: "boot"}, now)
+}
+
+// ingestBirth delivers a birth as its node publishes it.
+func (b *bench) ingestBirth(m *lifelinev1.NodeBirth, now time.Time) {
+	b.tr.Ingest(lifelinev1.NodeTopic("c", m.Node, lifelinev1.KindBirth).String(), marshal(m), now)
 }
 
 func (b *bench) heartbeat(node string, birthSeq, seq uint64, reachable bool, now time.Time) {

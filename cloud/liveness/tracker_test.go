@@ -291,8 +291,7 @@ func TestEmptyStateForgetsTheWorker_P_WS_4(t *testing.T) {
 func TestSilenceFollowsTheIntervalTheBirthSays_P_HB_3(t *testing.T) {
 	b := newBench(t)
 	now := time.Unix(1000, 0)
-	b.tr.Ingest(lifelinev1.NodeTopic("c", "metered", lifelinev1.KindBirth).String(),
-		marshal(&lifelinev1.NodeBirth{Node: "metered", BirthSeq: 1, StateId: "s", BootId: "boot", HeartbeatIntervalMillis: 10000}), now)
+	b.ingestBirth(&lifelinev1.NodeBirth{Node: "metered", BirthSeq: 1, StateId: "s", BootId: "boot", HeartbeatIntervalMillis: 10000}, now)
 	b.birth("default", 1, "s", now)
 	online := func(node string, at time.Time) bool {
 		b.tr.mu.Lock()
@@ -332,8 +331,7 @@ func TestBirthSaysTheNewSessionsReach_P_HB_1(t *testing.T) {
 	b.birth("edge-1", 1, "s", now)
 	b.heartbeat("edge-1", 1, 1, true, now)
 	cut := false
-	b.tr.Ingest(lifelinev1.NodeTopic("c", "edge-1", lifelinev1.KindBirth).String(),
-		marshal(&lifelinev1.NodeBirth{Node: "edge-1", BirthSeq: 2, StateId: "s", BootId: "boot", ApiReachable: &cut}), now.Add(time.Second))
+	b.ingestBirth(&lifelinev1.NodeBirth{Node: "edge-1", BirthSeq: 2, StateId: "s", BootId: "boot", ApiReachable: &cut}, now.Add(time.Second))
 	if reach() {
 		t.Error("after a birth saying the node is cut off, the table still says it reaches the API server")
 	}

@@ -57,33 +57,35 @@ func (cg *memoryCgroup) launcher(binary string, args []string) (string, []string
 
 // OOMKills counts the processes the kernel killed in the cgroup for want of memory.
 func (cg *memoryCgroup) OOMKills() (int, error) {
-	file := "memory.oom_control"
-	if cg.v2 {
-		file = "memory.events"
-	}
-	data, err := os.ReadFile(filepath.Join(cg.dir, file))
+	data, err := cg.read("memory.oom_control", "memory.events")
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(string(data), "\n") {
+	for _, line := range strings.Split(data, "\n") {
 		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
 			return strconv.Atoi(strings.TrimSpace(v))
 		}
 	}
-	return 0, fmt.Errorf("%s/%s has no oom_kill count", cg.dir, file)
+	return 0, fmt.Errorf("%s has no oom_kill count", cg.dir)
 }
 
 // PeakBytes is the most memory the cgroup's processes held at once.
 func (cg *memoryCgroup) PeakBytes() (int64, error) {
-	file := "memory.max_usage_in_bytes"
-	if cg.v2 {
-		file = "memory.peak"
-	}
-	data, err := os.ReadFile(filepath.Join(cg.dir, file))
+	data, err := cg.read("memory.max_usage_in_bytes", "memory.peak")
 	if err != nil {
 		return 0, err
 	}
-	return strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	return strconv.ParseInt(strings.TrimSpace(data), 10, 64)
+}
+
+// read reads the cgroup's file of that name under cgroup v1, or under v2.
+func (cg *memoryCgroup) read(v1, v2 string) (string, error) {
+	file := v1
+	if cg.v2 {
+		file = v2
+	}
+	data, err := os.ReadFile(filepath.Join(cg.dir, file))
+	return string(data), err
 }
 
 // remove deletes the cgroup once its processes are gone.
