@@ -31,22 +31,33 @@ type External struct {
 	cluster string
 }
 
-// Connect opens the session; it reconnects and subscribes again by itself until Close.
+// connectTimeout bounds the first connection attempt, which Connect waits for.
+const connectTimeout = 10 * time.Second
+
+// Connect opens the session; it reconnects and subscribes again by itself until Close. When the first attempt
+// fails, Connect returns why (the broker refused the connection, the login, or did not answer within 10 s), and
+// the caller tries again.
 func Connect(cfg ExternalConfig) (*External, error) {
 	filter := lifelinev1.ControllerFilter(cfg.Cluster)
 	ingest := func(_ mqtt.Client, m mqtt.Message) { cfg.Tracker.Ingest(m.Topic(), m.Payload(), time.Now()) }
 	opts := mqtt.NewClientOptions().AddBroker(cfg.URL).SetClientID("lifeline-controller-" + cfg.Cluster).
 		SetUsername(cfg.Username).SetPassword(cfg.Password).SetCleanSession(true).
-		SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(time.Second).
+		// Only a session that was up reconnects by itself: the first attempt's error goes back to the caller.
+		SetAutoReconnect(true).SetConnectRetry(false).SetConnectTimeout(connectTimeout).
 		SetOrderMatters(true). // a node's messages reach the tracker in the order the broker sent them
 		SetOnConnectHandler(func(c mqtt.Client) { c.Subscribe(filter, 1, ingest) })
 	if cfg.TLS != nil {
 		opts.SetTLSConfig(cfg.TLS)
 	}
 	client := mqtt.NewClient(opts)
-	if tok := client.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+	tok := client.Connect()
+	if !tok.WaitTimeout(connectTimeout + time.Second) {
 		client.Disconnect(0)
-		return nil, fmt.Errorf("connecting to %s: %v", cfg.URL, tok.Error())
+		return nil, fmt.Errorf("connecting to %s: no answer within %s", cfg.URL, connectTimeout)
+	}
+	if err := tok.Error(); err != nil {
+		client.Disconnect(0)
+		return nil, fmt.Errorf("connecting to %s: %w", cfg.URL, err)
 	}
 	return &External{client: client, cluster: cfg.Cluster}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -105,7 +106,14 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// New builds the manager with every controller registered.
+// New builds the manager with every controller registered. When the API server does not serve the sedna.io kinds
+// yet (the CRDs are applied after the controller, or are not established yet), the controllers and the broker are
+// set up once it does, while the manager runs: the controller waits rather than exits, and its readiness says
+// what it waits for. When the API server cannot be asked, the same: the wait retries and logs why.
+//
+// Its readiness checks (served at opts.HealthAddr): crds, the sedna.io kinds are served and the controllers set
+// up; caches, the cache has synced what it watches; broker (with MQTT), the elected replica's broker session is
+// up. Its health check (ping) answers while the manager runs.
 func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	scheme, err := Scheme()
 	if err != nil {
@@ -136,9 +144,36 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
-	edge, err := addEdge(mgr, opts)
+	disc, err := newDiscovery(cfg)
 	if err != nil {
+		return nil, fmt.Errorf("building the discovery client: %w", err)
+	}
+	st := &startState{}
+	if err := addProbes(mgr, st, opts); err != nil {
 		return nil, err
+	}
+	gate := &crdGate{kinds: sednaKinds{disc}, address: cfg.Host, state: st, log: mgr.GetLogger().WithName("startup"),
+		setup: func() error { return setUp(mgr, opts, st) }}
+	// The usual case, CRDs applied first: everything is set up before New returns, as callers (tests) expect.
+	if missing, err := gate.kinds.Missing(); err == nil && len(missing) == 0 {
+		if err := setUp(mgr, opts, st); err != nil {
+			return nil, err
+		}
+		st.established.Store(true)
+		return mgr, nil
+	}
+	if err := mgr.Add(gate); err != nil {
+		return nil, fmt.Errorf("adding the wait for the CRDs: %w", err)
+	}
+	return mgr, nil
+}
+
+// setUp registers the broker session, the liveness tracker and every controller with mgr. It needs the sedna.io
+// kinds served: their informers are made here.
+func setUp(mgr ctrl.Manager, opts Options, st *startState) error {
+	edge, err := addEdge(mgr, opts, st)
+	if err != nil {
+		return err
 	}
 	var now func() time.Time
 	if opts.Clock != nil {
@@ -154,7 +189,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		MaxConcurrentReconciles: opts.ConcurrentReconciles,
 	}
 	if err := ji.SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("setting up the JointInferenceService controller: %w", err)
+		return fmt.Errorf("setting up the JointInferenceService controller: %w", err)
 	}
 	fl := &federatedlearning.Reconciler{
 		Client:                  mgr.GetClient(),
@@ -166,12 +201,12 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		MaxConcurrentReconciles: opts.ConcurrentReconciles,
 	}
 	if err := fl.SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("setting up the FederatedLearningJob controller: %w", err)
+		return fmt.Errorf("setting up the FederatedLearningJob controller: %w", err)
 	}
 	if err := (&datasetstatus.Reconciler{Client: mgr.GetClient(), Edge: edge}).SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("setting up the Dataset status controller: %w", err)
+		return fmt.Errorf("setting up the Dataset status controller: %w", err)
 	}
-	return mgr, nil
+	return nil
 }
 
 // cacheOptions scopes the cache: worker pods only, in opts.Namespaces (all when empty), and of the workloads
@@ -208,7 +243,7 @@ func must(r *labels.Requirement, err error) labels.Requirement {
 
 // addEdge adds the liveness tracker and the broker session (embedded broker, or an external broker's client) to
 // the manager; nil when neither is configured.
-func addEdge(mgr ctrl.Manager, opts Options) (*liveness.Edge, error) {
+func addEdge(mgr ctrl.Manager, opts Options, st *startState) (*liveness.Edge, error) {
 	if opts.MQTTAddress == "" && opts.MQTTBrokerURL == "" {
 		return nil, nil
 	}
@@ -228,34 +263,40 @@ func addEdge(mgr ctrl.Manager, opts Options) (*liveness.Edge, error) {
 	// Only edge Nodes get a record in the liveness table, and its prune forgets those that no longer are (once
 	// silent), whichever broker: the table is bounded by the cluster's edge Nodes, not by every name it saw.
 	tracker.Nodes = broker.CacheNodes{Reader: mgr.GetClient()}
-	s := &sessionRunnable{open: func(ctx context.Context) (session, error) {
-		if opts.MQTTBrokerURL != "" {
-			return broker.Connect(broker.ExternalConfig{URL: opts.MQTTBrokerURL, Username: opts.MQTTUsername,
-				Password: opts.MQTTPassword, TLS: opts.MQTTTLS, Cluster: opts.Cluster, Tracker: tracker})
-		}
-		// Nodes are read from the manager's cache: a CONNECT costs no request to the API server. The broker
-		// starts once that cache holds the Nodes, with the watch that ends a gone Node's session in place.
-		nodes, err := mgr.GetCache().GetInformer(ctx, &corev1.Node{})
-		if err != nil {
-			return nil, fmt.Errorf("watching nodes for the broker: %w", err)
-		}
-		b, err := broker.Start(broker.Config{Address: opts.MQTTAddress, Cluster: opts.Cluster,
-			CredentialsDir: opts.MQTTCredentialsDir, TLS: opts.MQTTTLS, Limits: opts.MQTTLimits, Tracker: tracker,
-			ClientCerts: broker.ClientCerts{CAs: opts.MQTTClientCAs, RevokedFile: opts.MQTTRevokedCertificatesFile},
-			Nodes:       broker.CacheNodes{Reader: mgr.GetClient()}, Clock: opts.Clock})
-		if err != nil {
-			return nil, err
-		}
-		closer, err := endSessionsOfGoneNodes(nodes, func(node string) {
-			b.CloseNode(node) // first: the agent, let in again should its Node come back, announces itself anew
-			tracker.ForgetNode(node)
-		})
-		if err != nil {
-			_ = b.Close()
-			return nil, err
-		}
-		return &embedded{Broker: b, closeWatch: closer}, nil
-	}}
+	address := opts.MQTTAddress
+	if opts.MQTTBrokerURL != "" {
+		address = redactURL(opts.MQTTBrokerURL)
+	}
+	s := &sessionRunnable{external: opts.MQTTBrokerURL != "", address: address, log: mgr.GetLogger().WithName("broker"),
+		open: func(ctx context.Context) (session, error) {
+			if opts.MQTTBrokerURL != "" {
+				return broker.Connect(broker.ExternalConfig{URL: opts.MQTTBrokerURL, Username: opts.MQTTUsername,
+					Password: opts.MQTTPassword, TLS: opts.MQTTTLS, Cluster: opts.Cluster, Tracker: tracker})
+			}
+			// Nodes are read from the manager's cache: a CONNECT costs no request to the API server. The broker
+			// starts once that cache holds the Nodes, with the watch that ends a gone Node's session in place.
+			nodes, err := mgr.GetCache().GetInformer(ctx, &corev1.Node{})
+			if err != nil {
+				return nil, fmt.Errorf("watching nodes for the broker: %w", err)
+			}
+			b, err := broker.Start(broker.Config{Address: opts.MQTTAddress, Cluster: opts.Cluster,
+				CredentialsDir: opts.MQTTCredentialsDir, TLS: opts.MQTTTLS, Limits: opts.MQTTLimits, Tracker: tracker,
+				ClientCerts: broker.ClientCerts{CAs: opts.MQTTClientCAs, RevokedFile: opts.MQTTRevokedCertificatesFile},
+				Nodes:       broker.CacheNodes{Reader: mgr.GetClient()}, Clock: opts.Clock})
+			if err != nil {
+				return nil, err
+			}
+			closer, err := endSessionsOfGoneNodes(nodes, func(node string) {
+				b.CloseNode(node) // first: the agent, let in again should its Node come back, announces itself anew
+				tracker.ForgetNode(node)
+			})
+			if err != nil {
+				_ = b.Close()
+				return nil, err
+			}
+			return &embedded{Broker: b, closeWatch: closer}, nil
+		}}
+	st.session.Store(s)
 	if err := mgr.Add(s); err != nil {
 		return nil, err
 	}
@@ -315,18 +356,58 @@ func endSessionsOfGoneNodes(informer cache.Informer, end func(node string)) (fun
 }
 
 // sessionRunnable holds the broker session for as long as the manager runs, on the elected leader only: one
-// controller hears the agents and commands them.
+// controller hears the agents and commands them. A session that cannot be opened (an external broker out of
+// reach, the listener's address taken) is tried again, with a growing wait, until the manager stops: the agents
+// journal what they cannot send meanwhile, and readiness says the broker is not up.
 type sessionRunnable struct {
 	open func(context.Context) (session, error)
+	// external: the session is with an external broker at address (else the embedded broker listens there).
+	external bool
+	address  string
+	log      logr.Logger
 
 	mu      sync.Mutex
 	running session
 }
 
+// Session retries: the first wait, and the longest.
+const (
+	sessionRetryMin = time.Second
+	sessionRetryMax = 30 * time.Second
+)
+
 func (r *sessionRunnable) Start(ctx context.Context) error {
-	s, err := r.open(ctx)
-	if err != nil {
-		return err
+	var (
+		s       session
+		err     error
+		wait    = sessionRetryMin
+		told    logSchedule
+		failing bool
+	)
+	for {
+		if s, err = r.open(ctx); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		failing = true
+		if told.Due(time.Now()) {
+			if r.external {
+				r.log.Error(err, "cannot connect to the external MQTT broker; retrying", "broker", r.address)
+			} else {
+				r.log.Error(err, "cannot start the embedded MQTT broker; retrying", "address", r.address)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, sessionRetryMax)
+	}
+	if failing {
+		r.log.Info("MQTT broker session up", "address", r.address)
 	}
 	r.mu.Lock()
 	r.running = s
@@ -336,6 +417,13 @@ func (r *sessionRunnable) Start(ctx context.Context) error {
 	r.running = nil
 	r.mu.Unlock()
 	return s.Close()
+}
+
+// up tells whether the session is open: the embedded broker listens, or the external broker took the session.
+func (r *sessionRunnable) up() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.running != nil
 }
 
 func (r *sessionRunnable) PublishCommand(node string, payload []byte) error {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -14,10 +15,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/lifeline-edge/lifeline/cloud/broker"
@@ -25,6 +26,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
+	"github.com/lifeline-edge/lifeline/cmd/internal/flagcheck"
 	"github.com/lifeline-edge/lifeline/cmd/internal/memlimit"
 )
 
@@ -42,72 +44,119 @@ func main() {
 		}
 		return
 	}
-	var opts manager.Options
-	flag.BoolVar(&opts.LeaderElection, "leader-elect", false, "elect one active replica through a Lease")
-	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's)")
-	flag.StringVar(&opts.MetricsAddr, "metrics-bind-address", "127.0.0.1:8080", "address of the Prometheus metrics endpoint (plain HTTP: keep it on loopback); 0 disables it")
-	flag.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz; 0 disables them")
-	flag.StringVar(&opts.PprofAddr, "pprof-bind-address", "", "address of Go's profiles under /debug/pprof/ (plain HTTP: keep it on loopback); empty disables them")
-	flag.StringVar(&opts.LCServer, "lc-server", contract.DefaultLCServer, "LC_SERVER handed to edge workers: the node-local report endpoint")
-	flag.StringVar(&opts.MQTTAddress, "mqtt-address", ":1883", "address of the embedded MQTT broker the edge agents connect to; empty disables edge awareness")
-	flag.StringVar(&opts.MQTTCredentialsDir, "mqtt-credentials-dir", "/etc/lifeline/mqtt-credentials",
-		"one file per edge node, named after it, holding its MQTT password (a mounted Secret)")
-	clientCAFile := flag.String("mqtt-client-ca-file", "",
-		"KubeEdge's CA (PEM): the embedded broker's TLS listener admits a node by the certificate it signed, CN=system:node:<node>, O=system:nodes")
-	flag.StringVar(&opts.MQTTRevokedCertificatesFile, "mqtt-revoked-certificates-file", "",
-		"revoked node certificates' serial numbers, hex, one a line; read again when it changes")
-	limits := broker.DefaultLimits()
-	flag.IntVar(&opts.MQTTLimits.MaxConnections, "mqtt-max-connections", limits.MaxConnections,
-		"authenticated MQTT sessions the embedded broker holds at once (connections still logging in have a budget of their own); "+
-			"leave room above the number of edge nodes")
-	flag.DurationVar(&opts.MQTTLimits.ConnectTimeout, "mqtt-connect-timeout", limits.ConnectTimeout,
-		"a connection to the embedded broker that has not completed its MQTT CONNECT (TLS included) within this is closed")
-	flag.Int("mqtt-max-retained-workers", 0, "deprecated and ignored: the embedded broker retains no message")
-	tlsCert := flag.String("mqtt-tls-cert", "", "certificate of the MQTT listener (PEM); with --mqtt-tls-key, the listener is TLS")
-	tlsKey := flag.String("mqtt-tls-key", "", "private key of the MQTT listener (PEM)")
-	flag.StringVar(&opts.MQTTBrokerURL, "mqtt-broker-url", "", "use this external broker (tcp:// or ssl://) instead of the embedded one; it must enforce the nodes' ACL")
-	flag.StringVar(&opts.MQTTUsername, "mqtt-username", "lifeline-controller", "user on the external broker")
-	passwordFile := flag.String("mqtt-password-file", "", "file holding the password on the external broker")
-	caFile := flag.String("mqtt-ca-file", "", "PEM certificates that sign the external broker's (default: the system's)")
-	flag.StringVar(&opts.Cluster, "cluster", "default", "this cluster's name in the MQTT topic tree")
-	namespaces := flag.String("namespaces", "", "comma-separated namespaces whose workloads Lifeline reconciles; empty: all")
-	selector := flag.String("selector", "", "label selector of the JointInferenceServices and FederatedLearningJobs Lifeline reconciles; empty: all")
-	flag.IntVar(&opts.ConcurrentReconciles, "concurrent-reconciles", manager.DefaultConcurrentReconciles,
-		"JointInferenceServices, and FederatedLearningJobs, reconciled at once (never one twice)")
-	flag.DurationVar(&opts.ReportStatusPeriod, "report-status-period", liveness.DefaultReportPeriod,
-		"how long a workload's status write waits after its workers reported, so the reports meanwhile cost one write; 0: at once")
-	memoryFraction := memlimit.FractionFlag(flag.CommandLine)
-	zapOpts := zap.Options{}
-	zapOpts.BindFlags(flag.CommandLine)
-	showVersion := flag.Bool("version", false, "print the version and exit")
+	c := bindFlags(flag.CommandLine)
 	flag.Parse()
-	if *showVersion {
+	if c.showVersion {
 		fmt.Println(versionLine("lifeline-controller"))
 		return
 	}
+	if err := c.validate(flag.CommandLine); err != nil {
+		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
+		os.Exit(2)
+	}
+	opts := c.opts
 	if opts.ReportStatusPeriod == 0 {
 		opts.ReportStatusPeriod = -1 // the flag's 0 is "at once"; the option's is "the default"
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&c.zap)))
 	ctrl.Log.Info("starting lifeline-controller", "version", version, "revision", revision)
-	if soft, why, err := memlimit.Set(os.DirFS("/"), *memoryFraction); err != nil {
+	if soft, why, err := memlimit.Set(os.DirFS("/"), *c.memoryFraction); err != nil {
 		ctrl.Log.Error(err, "no soft memory limit")
 	} else {
 		ctrl.Log.Info("soft memory limit", "bytes", soft, "from", why)
 	}
-	if err := mqttCredentials(&opts, *tlsCert, *tlsKey, *caFile, *passwordFile, *clientCAFile); err != nil {
+	if err := mqttCredentials(&opts, c.tlsCert, c.tlsKey, c.caFile, c.passwordFile, c.clientCAFile); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
 		os.Exit(1)
 	}
-	if err := scope(&opts, *namespaces, *selector); err != nil {
+	if err := scope(&opts, c.namespaces, c.selector); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
 		os.Exit(1)
 	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lifeline-controller: loading kubeconfig:", err)
+		os.Exit(1)
+	}
+	if err := run(ctrl.SetupSignalHandler(), cfg, opts); err != nil {
+		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
+		os.Exit(1)
+	}
+}
 
-	if err := run(opts); err != nil {
-		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
-		os.Exit(1)
+// config is what the flags say, before the files they name are read.
+type config struct {
+	opts                                                manager.Options
+	clientCAFile, tlsCert, tlsKey, passwordFile, caFile string
+	namespaces, selector                                string
+	memoryFraction                                      *float64
+	zap                                                 zap.Options
+	showVersion                                         bool
+}
+
+// bindFlags defines the controller's flags on fs; their values land in the config it returns once fs is parsed.
+func bindFlags(fs *flag.FlagSet) *config {
+	c := &config{}
+	opts := &c.opts
+	fs.BoolVar(&opts.LeaderElection, "leader-elect", false, "elect one active replica through a Lease")
+	fs.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's)")
+	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", "127.0.0.1:8080", "address of the Prometheus metrics endpoint (plain HTTP: keep it on loopback); 0 disables it")
+	fs.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081",
+		"address of /healthz (the manager runs) and /readyz (CRDs established, caches synced, the broker up); 0 disables them")
+	fs.StringVar(&opts.PprofAddr, "pprof-bind-address", "", "address of Go's profiles under /debug/pprof/ (plain HTTP: keep it on loopback); empty disables them")
+	fs.StringVar(&opts.LCServer, "lc-server", contract.DefaultLCServer, "LC_SERVER handed to edge workers: the node-local report endpoint")
+	fs.StringVar(&opts.MQTTAddress, "mqtt-address", ":1883", "address of the embedded MQTT broker the edge agents connect to; empty disables edge awareness")
+	fs.StringVar(&opts.MQTTCredentialsDir, "mqtt-credentials-dir", "/etc/lifeline/mqtt-credentials",
+		"one file per edge node, named after it, holding its MQTT password (a mounted Secret)")
+	fs.StringVar(&c.clientCAFile, "mqtt-client-ca-file", "",
+		"KubeEdge's CA (PEM): the embedded broker's TLS listener admits a node by the certificate it signed, CN=system:node:<node>, O=system:nodes")
+	fs.StringVar(&opts.MQTTRevokedCertificatesFile, "mqtt-revoked-certificates-file", "",
+		"revoked node certificates' serial numbers, hex, one a line; read again when it changes")
+	limits := broker.DefaultLimits()
+	fs.IntVar(&opts.MQTTLimits.MaxConnections, "mqtt-max-connections", limits.MaxConnections,
+		"authenticated MQTT sessions the embedded broker holds at once (connections still logging in have a budget of their own); "+
+			"leave room above the number of edge nodes")
+	fs.DurationVar(&opts.MQTTLimits.ConnectTimeout, "mqtt-connect-timeout", limits.ConnectTimeout,
+		"a connection to the embedded broker that has not completed its MQTT CONNECT (TLS included) within this is closed")
+	fs.Int("mqtt-max-retained-workers", 0, "deprecated and ignored: the embedded broker retains no message")
+	fs.StringVar(&c.tlsCert, "mqtt-tls-cert", "", "certificate of the MQTT listener (PEM); with --mqtt-tls-key, the listener is TLS")
+	fs.StringVar(&c.tlsKey, "mqtt-tls-key", "", "private key of the MQTT listener (PEM)")
+	fs.StringVar(&opts.MQTTBrokerURL, "mqtt-broker-url", "", "use this external broker (tcp:// or ssl://) instead of the embedded one; it must enforce the nodes' ACL")
+	fs.StringVar(&opts.MQTTUsername, "mqtt-username", "lifeline-controller", "user on the external broker")
+	fs.StringVar(&c.passwordFile, "mqtt-password-file", "", "file holding the password on the external broker")
+	fs.StringVar(&c.caFile, "mqtt-ca-file", "", "PEM certificates that sign the external broker's (default: the system's)")
+	fs.StringVar(&opts.Cluster, "cluster", "default", "this cluster's name in the MQTT topic tree")
+	fs.StringVar(&c.namespaces, "namespaces", "", "comma-separated namespaces whose workloads Lifeline reconciles; empty: all")
+	fs.StringVar(&c.selector, "selector", "", "label selector of the JointInferenceServices and FederatedLearningJobs Lifeline reconciles; empty: all")
+	fs.IntVar(&opts.ConcurrentReconciles, "concurrent-reconciles", manager.DefaultConcurrentReconciles,
+		"JointInferenceServices, and FederatedLearningJobs, reconciled at once (never one twice)")
+	fs.DurationVar(&opts.ReportStatusPeriod, "report-status-period", liveness.DefaultReportPeriod,
+		"how long a workload's status write waits after its workers reported, so the reports meanwhile cost one write; 0: at once")
+	c.memoryFraction = memlimit.FractionFlag(fs)
+	c.zap.BindFlags(fs)
+	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
+	return c
+}
+
+// flagRules are the controller's flags that must be positive beside its durations, and those where zero means
+// something.
+var flagRules = flagcheck.Rules{
+	Counts: []string{"mqtt-max-connections", "concurrent-reconciles"},
+	// --report-status-period=0 writes on each report; --memory-limit-fraction=0 sets no soft limit.
+	ZeroOK: []string{"report-status-period", "memory-limit-fraction"},
+}
+
+// validate refuses, before anything starts, what the parsed flags of fs could only fail with later: a duration
+// or a count that is not positive, an external broker URL that is not one.
+func (c *config) validate(fs *flag.FlagSet) error {
+	errs := []error{flagcheck.Check(fs, flagRules)}
+	if u := c.opts.MQTTBrokerURL; u != "" {
+		errs = append(errs, flagcheck.BrokerURL("mqtt-broker-url", u))
 	}
+	if f := *c.memoryFraction; f > 1 {
+		errs = append(errs, fmt.Errorf("--memory-limit-fraction must be at most 1, got %v", f))
+	}
+	return errors.Join(errs...)
 }
 
 // mqttCredentials loads the embedded listener's certificate and the CA of the nodes' certificates, or the
@@ -164,22 +213,14 @@ func scope(opts *manager.Options, namespaces, selector string) error {
 	return nil
 }
 
-func run(opts manager.Options) error {
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
-	}
+// run builds the manager on cfg and runs it until ctx ends. The CRDs need not be established yet: the manager
+// then waits for them, its readiness false, and starts the controllers once they are (manager.New).
+func run(ctx context.Context, cfg *rest.Config, opts manager.Options) error {
 	mgr, err := manager.New(cfg, opts)
 	if err != nil {
 		return err
 	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return fmt.Errorf("adding health check: %w", err)
-	}
-	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
-		return fmt.Errorf("adding ready check: %w", err)
-	}
-	return mgr.Start(ctrl.SetupSignalHandler())
+	return mgr.Start(ctx)
 }
 
 // release is the `release` subcommand, run before uninstalling Lifeline (a Helm pre-delete hook, or by hand once
@@ -191,6 +232,9 @@ func release(args []string) error {
 	stop := fs.String("stop-deployment", "", "namespace/name of the controller's Deployment, scaled to zero first so no new worker gets the finalizer")
 	stopTimeout := fs.Duration("stop-timeout", 2*time.Minute, "how long to wait for that Deployment's pods to end")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := flagcheck.Check(fs, flagcheck.Rules{}); err != nil {
 		return err
 	}
 	cfg, err := ctrl.GetConfig()
