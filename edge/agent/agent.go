@@ -85,6 +85,17 @@ type Config struct {
 	// Now is the agent's clock (default time.Now).
 	Now func() time.Time
 	Log logr.Logger
+	// Probe, when set, hears the loop's turns and its reads of the runtime, which the agent's health probes
+	// judge it by (Health.AgentLoop).
+	Probe LoopProbe
+}
+
+// LoopProbe hears what the agent's health probes judge its loop by.
+type LoopProbe interface {
+	// Turned: the loop made progress (it turned, or ended an action).
+	Turned()
+	// RuntimeRead: a read of the runtime ended; err is nil when the runtime answered.
+	RuntimeRead(err error)
 }
 
 // Agent is the loop that owns the core.
@@ -134,6 +145,7 @@ func (a *Agent) Run(ctx context.Context) {
 	}
 	observe()
 	for {
+		a.turned()
 		select {
 		case <-ctx.Done():
 			return
@@ -147,6 +159,13 @@ func (a *Agent) Run(ctx context.Context) {
 				a.cfg.Log.Error(err, "command")
 			}
 		}
+	}
+}
+
+// turned tells the probe the loop made progress.
+func (a *Agent) turned() {
+	if a.cfg.Probe != nil {
+		a.cfg.Probe.Turned()
 	}
 }
 
@@ -169,6 +188,9 @@ func (a *Agent) env() core.Env {
 // ObserveOnce reads the runtime and publishes what changed. Not to be called while Run runs.
 func (a *Agent) ObserveOnce(ctx context.Context) error {
 	pods, err := a.cfg.Source.Pods(ctx)
+	if a.cfg.Probe != nil {
+		a.cfg.Probe.RuntimeRead(err)
+	}
 	if err != nil {
 		return fmt.Errorf("listing the runtime's pods: %w", err)
 	}
@@ -227,6 +249,7 @@ func (a *Agent) execute(ctx context.Context, actions []core.Action) {
 	for len(actions) > 0 {
 		act := actions[0]
 		actions = append(actions[1:], a.core.Done(a.env(), act.Op, a.do(ctx, act))...)
+		a.turned() // each action is bounded (actionTimeout): a loop busy with many is not wedged
 	}
 }
 

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+)
+
+// TestFlagValidation: every duration flag, and every count, that is not positive stops the agent before it
+// starts, naming the flag; where zero has a meaning it is taken, and only a negative refused.
+func TestFlagValidation(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string // a substring of the error; empty: valid
+	}{
+		{args: nil},
+		{args: []string{"--poll-interval=0"}, want: "--poll-interval must be positive, got 0s"},
+		{args: []string{"--heal-api-grace=-1s"}, want: "--heal-api-grace must be positive, got -1s"},
+		{args: []string{"--heal-dead-for=0"}, want: "--heal-dead-for must be positive"},
+		{args: []string{"--heal-controller-wait=0"}, want: "--heal-controller-wait must be positive"},
+		{args: []string{"--heartbeat-interval=0"}, want: "--heartbeat-interval must be positive"},
+		{args: []string{"--heartbeat-interval=1m"}, want: "--heartbeat-interval:"}, // within 250 ms..30 s
+		{args: []string{"--broker-retry-max=0"}, want: "--broker-retry-max must be positive"},
+		{args: []string{"--dataset-count-interval=0"}, want: "--dataset-count-interval must be positive"},
+		{args: []string{"--dataset-count-timeout=-5s"}, want: "--dataset-count-timeout must be positive"},
+		{args: []string{"--max-journaled-reports=0"}, want: "--max-journaled-reports must be positive, got 0"},
+		{args: []string{"--max-journaled-report-bytes=0"}, want: "--max-journaled-report-bytes must be positive"},
+		{args: []string{"--report-queue=-1"}, want: "--report-queue must be positive"},
+		{args: []string{"--report-max-connections=0"}, want: "--report-max-connections must be positive"},
+		{args: []string{"--report-burst=0"}, want: "--report-burst must be positive"},
+		{args: []string{"--dataset-index-max-bytes=0"}, want: "--dataset-index-max-bytes must be positive"},
+		{args: []string{"--report-rate=0"}},
+		{args: []string{"--report-rate=-1"}, want: "--report-rate must not be negative"},
+		{args: []string{"--memory-limit-fraction=0"}},
+		{args: []string{"--memory-limit-fraction=2"}, want: "--memory-limit-fraction must be at most 1"},
+		{args: []string{"--broker=ssl://broker.example:30883"}},
+		{args: []string{"--broker=broker.example:30883"}, want: "--broker"},
+		{args: []string{"--broker=tcp://broker.example"}, want: "--broker"},
+		{args: []string{"--forward-unowned-reports-to=127.0.0.1:9100"}, want: "--forward-unowned-reports-to"},
+		{args: []string{"--node-name="}, want: "--node-name (or $NODE_NAME) is required"},
+		// Several at once: each is named.
+		{args: []string{"--poll-interval=0", "--report-queue=0"}, want: "--poll-interval must be positive, got 0s\n--report-queue must be positive"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			fs := flag.NewFlagSet("lifeline-agent", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			o := bindFlags(fs)
+			if err := fs.Parse(append([]string{"--node-name=edge-1"}, tt.args...)); err != nil {
+				t.Fatal(err)
+			}
+			err := o.validate(fs)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("validate: %v, want nil", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("validate: %v, want an error with %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestEveryDurationFlagIsChecked: the agent has no duration flag that validation lets through at zero, so a new
+// one cannot slip past it.
+func TestEveryDurationFlagIsChecked(t *testing.T) {
+	fs := flag.NewFlagSet("lifeline-agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o := bindFlags(fs)
+	var durations []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if g, ok := f.Value.(flag.Getter); ok {
+			if _, isDuration := g.Get().(interface{ Seconds() float64 }); isDuration {
+				durations = append(durations, f.Name)
+			}
+		}
+	})
+	if len(durations) < 8 {
+		t.Fatalf("found only the duration flags %v", durations)
+	}
+	for _, name := range durations {
+		if err := fs.Set(name, "0s"); err != nil {
+			t.Fatal(err)
+		}
+		o.node = "edge-1"
+		if err := o.validate(fs); err == nil || !strings.Contains(err.Error(), "--"+name) {
+			t.Errorf("--%s=0s: validate said %v", name, err)
+		}
+		if err := fs.Set(name, "1s"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
