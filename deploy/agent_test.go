@@ -117,3 +117,46 @@ func TestAgentDaemonSetProbesCloudcoresHTTPSServer(t *testing.T) {
 		})
 	}
 }
+
+// The agent shares the node's network: the kubelet (edged) asks its /healthz and /readyz on the node's loopback,
+// at the port the agent serves them on (--health-address), which agent.probePort moves.
+func TestAgentIsProbedOnTheNodesLoopback(t *testing.T) {
+	renderings := agentRenderings(t)
+	renderings["the chart, agent.probePort=9202"] = mustObject[appsv1.DaemonSet](t,
+		renderChart(t, "--set", "nodeIdentity.mode=password", "--set", "agent.probePort=9202"), "DaemonSet", "lifeline-agent")
+	for name, ds := range renderings {
+		t.Run(name, func(t *testing.T) {
+			c := ds.Spec.Template.Spec.Containers[0]
+			address := ""
+			for _, arg := range c.Args {
+				if v, ok := strings.CutPrefix(arg, "--health-address="); ok {
+					address = v
+				}
+			}
+			wantPort := "9102"
+			if strings.Contains(name, "9202") {
+				wantPort = "9202"
+			}
+			if address != "127.0.0.1:"+wantPort {
+				t.Fatalf("--health-address=%q, want 127.0.0.1:%s", address, wantPort)
+			}
+			for _, p := range []struct {
+				probe *corev1.Probe
+				path  string
+			}{{c.LivenessProbe, "/healthz"}, {c.ReadinessProbe, "/readyz"}} {
+				if p.probe == nil || p.probe.HTTPGet == nil {
+					t.Errorf("no HTTP probe of %s", p.path)
+					continue
+				}
+				get := p.probe.HTTPGet
+				if get.Host != "127.0.0.1" || get.Path != p.path || get.Port.String() != wantPort {
+					t.Errorf("probe of %s asks %s:%s%s, want 127.0.0.1:%s%s", p.path, get.Host, get.Port.String(), get.Path, wantPort, p.path)
+				}
+				if p.probe.TimeoutSeconds < 1 || p.probe.PeriodSeconds < 1 || p.probe.FailureThreshold < 2 {
+					t.Errorf("probe of %s: timeout %ds, period %ds, failure threshold %d: one slow answer must not fail it",
+						p.path, p.probe.TimeoutSeconds, p.probe.PeriodSeconds, p.probe.FailureThreshold)
+				}
+			}
+		})
+	}
+}
