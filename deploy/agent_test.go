@@ -6,6 +6,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -158,5 +159,42 @@ func TestAgentIsProbedOnTheNodesLoopback(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// On nodes whose kubelet is Kubernetes' own (agent.nodeDaemon=kubelet), the agent reads the API server with its
+// service account's token, which only then is mounted and may read pods, rebuilds in the kubelet's staticPodPath,
+// and mounts nothing of edgecore's, which such a node does not have (a hostPath of type File would keep the pod
+// from starting).
+func TestAgentOnKubeletNodesReadsTheAPIServerWithItsServiceAccount(t *testing.T) {
+	objs := renderChart(t, "--set", "nodeIdentity.mode=password", "--set", "agent.nodeDaemon=kubelet")
+	ds := mustObject[appsv1.DaemonSet](t, objs, "DaemonSet", "lifeline-agent")
+	spec := ds.Spec.Template.Spec
+	if spec.AutomountServiceAccountToken == nil || !*spec.AutomountServiceAccountToken {
+		t.Error("no service-account token: the agent cannot read the API server")
+	}
+	args := strings.Join(spec.Containers[0].Args, " ")
+	for _, want := range []string{"--in-cluster", "--static-pod-dir=/etc/kubernetes/manifests"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %s lack %s", args, want)
+		}
+	}
+	for _, unwanted := range []string{"--edgecore-config", "--metaserver", "--api-server"} {
+		if strings.Contains(args, unwanted) {
+			t.Errorf("args %s hold %s, of edgecore", args, unwanted)
+		}
+	}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil && strings.HasPrefix(v.HostPath.Path, "/etc/kubeedge") {
+			t.Errorf("volume %s mounts %s, of edgecore", v.Name, v.HostPath.Path)
+		}
+	}
+	role := mustObject[rbacv1.ClusterRole](t, objs, "ClusterRole", "lifeline-agent")
+	if len(role.Rules) != 1 || strings.Join(role.Rules[0].Resources, ",") != "pods" ||
+		strings.Join(role.Rules[0].Verbs, ",") != "get,list,watch" {
+		t.Errorf("the agent's ClusterRole %+v, want get, list and watch of pods alone", role.Rules)
+	}
+	if object[rbacv1.ClusterRole](t, renderChart(t, "--set", "nodeIdentity.mode=password"), "ClusterRole", "lifeline-agent") != nil {
+		t.Error("on edgecore nodes without requireAuthorization the agent gets a ClusterRole it never uses")
 	}
 }

@@ -125,7 +125,7 @@ func main() {
 	}
 	defer runtime.Close()
 
-	source, err := agent.ChoosePods(o.kubeconfig, o.apiServer, explicit["api-server"], o.edgecoreConfig, o.metaServer,
+	source, err := agent.ChoosePods(o.inCluster, o.kubeconfig, o.apiServer, explicit["api-server"], o.edgecoreConfig, o.metaServer,
 		explicit["metaserver"], log.WithName("pods"))
 	if err != nil {
 		log.Error(err, "configuring where the node's pods are read")
@@ -142,7 +142,7 @@ func main() {
 
 	rebuilder := agent.ChooseRebuilder(source.Pods, o.staticDir, o.insecurePods, workers,
 		[]string{o.stateDir, filepath.Dir(o.socket), filepath.Dir(o.edgecoreConfig)}, log)
-	probe := agent.ChooseProbe(o.cloudProbe, o.edgecoreConfig, log.WithName("probe"))
+	probe := agent.ChooseProbe(o.cloudProbe, o.inCluster, o.edgecoreConfig, log.WithName("probe"))
 	if probe != nil {
 		go probe.Run(ctx, o.heartbeat)
 	}
@@ -249,7 +249,7 @@ type options struct {
 	stateDir, socket, apiServer, kubeconfig, cloudProbe, edgecoreConfig  string
 	metaServer, staticDir, reportAddr, metrics, healthAddr, hostRoot     string
 	forwardTo                                                            string
-	insecurePods, showVersion                                            bool
+	inCluster, insecurePods, showVersion                                 bool
 	healGrace, healDeadFor, healWait, poll, heartbeat, retryMax          time.Duration
 	dsInterval, dsCountLimit                                             time.Duration
 	maxReports, queue, reportConns, reportBurst, verbosity               int
@@ -275,6 +275,9 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.apiServer, "api-server", "http://"+constants.DefaultMetaServerAddr,
 		"where the node's pods are listed and watched: KubeEdge's MetaServer on the node by default")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the API server; overrides --api-server")
+	fs.BoolVar(&o.inCluster, "in-cluster", false,
+		"read the node's pods from the API server with the pod's service account (a node whose pods Kubernetes' kubelet runs); "+
+			"overrides --kubeconfig and --api-server")
 	fs.StringVar(&o.cloudProbe, "cloud-probe", "", "URL in the cloud (the API server's /healthz, or cloudcore's HTTPS server) whose answer says "+
 		"the node is connected; needed with the MetaServer, which answers from the node's store even while the node is cut off "+
 		"(default: cloudcore's /ca.crt at the modules.edgeHub.httpServer of --edgecore-config)")

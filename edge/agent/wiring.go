@@ -31,8 +31,17 @@ type PodsSource struct {
 // requireAuthorization feature gate the MetaServer serves HTTPS with a certificate of the API server's CA and
 // takes a service-account token (it authenticates no client certificate): the agent sends its pod's token, and
 // restarts go through the runtime unless actuatorExplicit: the agent's account may only read pods.
-func ChoosePods(kubeconfig, apiServer string, apiServerExplicit bool, edgecoreConfig, actuatorURL string, actuatorExplicit bool,
+func ChoosePods(inCluster bool, kubeconfig, apiServer string, apiServerExplicit bool, edgecoreConfig, actuatorURL string, actuatorExplicit bool,
 	log logr.Logger) (PodsSource, error) {
+	if inCluster {
+		pods, err := desired.InClusterPodClient()
+		if err != nil {
+			return PodsSource{}, fmt.Errorf("reading the API server from the pod: %w", err)
+		}
+		log.Info("the node's pods are read from the API server with the pod's service account", "url", pods.URL())
+		// A kubelet node has no MetaServer to restart through: the runtime restarts.
+		return PodsSource{Pods: pods}, nil
+	}
 	if kubeconfig != "" {
 		pods, err := desired.PodClientFromKubeconfig(kubeconfig)
 		if err != nil {
@@ -98,12 +107,22 @@ func Actuators(metaServerURL string, runtime *cri.Client) FirstWorking {
 	return append(out, &CRIActuator{Runtime: runtime})
 }
 
-// ChooseProbe is the probe of the cloud: url when given, else the one edgecore's configuration implies (empty:
-// none). Without one the MetaServer's answers cannot tell whether the node is cut off, which is logged.
-func ChooseProbe(url, edgecoreConfig string, log logr.Logger) *CloudProbe {
+// ChooseProbe is the probe of the cloud: url when given; in a pod of a kubelet node (inCluster), the API server's
+// /readyz, which answers anyone (a watch that hangs on a dead link would tell only after TCP gives up); else the
+// one edgecore's configuration implies (empty: none). Without one the MetaServer's answers cannot tell whether the
+// node is cut off, which is logged.
+func ChooseProbe(url string, inCluster bool, edgecoreConfig string, log logr.Logger) *CloudProbe {
 	switch {
 	case url != "":
 		return &CloudProbe{URL: url}
+	case inCluster:
+		server, tlsConfig, err := desired.InClusterServer()
+		if err != nil {
+			log.Info("no cloud probe: the API server's address is unknown", "reason", err.Error())
+			return nil
+		}
+		log.Info("probing the API server", "url", server+"/readyz")
+		return &CloudProbe{URL: server + "/readyz", TLS: tlsConfig}
 	case edgecoreConfig != "":
 		probe, why, err := EdgecoreProbe(edgecoreConfig)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 
@@ -133,4 +134,43 @@ func resolve(path, dir string) string {
 		return path
 	}
 	return filepath.Join(dir, path)
+}
+
+// The service account's files in every pod that mounts its token.
+const (
+	inClusterTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+	inClusterCAFile    = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+)
+
+// InClusterPodClient builds a pod client as any client in a pod does: the API server at the `kubernetes`
+// Service's address from the environment, its certificate checked against the service account's CA, and the
+// pod's token, read again at each request as the kubelet renews it. For agents on nodes whose kubelet is
+// Kubernetes' own, where no MetaServer stands between them and the API server.
+func InClusterPodClient() (*PodClient, error) {
+	server, tlsConfig, err := InClusterServer()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(inClusterTokenFile); err != nil {
+		return nil, fmt.Errorf("the service account's token: %w", err)
+	}
+	return NewPodClient(server, tlsConfig, "").WithTokenFile(inClusterTokenFile), nil
+}
+
+// InClusterServer is the API server's address as a pod reaches it, and the TLS configuration that checks its
+// certificate against the service account's CA.
+func InClusterServer() (string, *tls.Config, error) {
+	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	if host == "" || port == "" {
+		return "", nil, fmt.Errorf("not in a pod: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set")
+	}
+	ca, err := os.ReadFile(inClusterCAFile)
+	if err != nil {
+		return "", nil, fmt.Errorf("reading the service account's CA (is its token mounted?): %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return "", nil, fmt.Errorf("no certificate in %s", inClusterCAFile)
+	}
+	return "https://" + net.JoinHostPort(host, port), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
