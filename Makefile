@@ -18,7 +18,8 @@ KUBE_VERSION := $(call modver,test/tools/kube,k8s.io/kubernetes)
 KUBE_LDFLAGS := $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
 	-X $(pkg).gitVersion=$(KUBE_VERSION) -X $(pkg).gitMajor=$(word 1,$(subst ., ,$(KUBE_VERSION:v%=%))) \
 	-X $(pkg).gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION:v%=%))) -X $(pkg).gitTreeState=clean)
-KUBE_TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
+KUBE_TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl \
+	$(BIN)/kubelet $(BIN)/kube-proxy
 GEN_TOOLS  := $(BIN)/controller-gen $(BIN)/protoc-gen-go $(BIN)/staticcheck
 ALL_TOOLS  := $(KUBE_TOOLS) $(BIN)/etcd $(GEN_TOOLS) $(BIN)/kwok $(BIN)/helm $(BIN)/lifeline-images
 
@@ -41,7 +42,10 @@ demo-down: ## Stop a demo left running, with every process and temp dir.
 	@if [ -f $(DEMO_PID) ]; then kill $$(cat $(DEMO_PID)) && echo "demo stopping"; else echo "no demo running"; fi
 
 .PHONY: test
-test: lint verify-generated tools build fuzz ## Everything CI runs: lint, generated code, fuzzing, unit, integration, e2e.
+test: lint verify-generated tools build fuzz ## Everything CI runs: lint, generated code, fuzzing, unit, integration, e2e (real nodes too, as root with containerd).
+	@# The real-node tests (test/realnode) install these images on real kubelets; elsewhere they skip, saying why.
+	@echo "==> images for this machine's real nodes"
+	$(MAKE) --no-print-directory images images-samples PLATFORMS=$(HOST_PLATFORM)
 	@echo "==> go test -race ./... but the soak (integration and e2e packages start their own control plane)"
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v '/test/soak$$')
 	@# Apart from the e2e: both simulations run their nodes' pods on this machine's ports, aggregators on 7363.
@@ -178,6 +182,19 @@ images: $(BIN)/lifeline-images ## Build the controller's and the agent's images 
 		--tag $(IMAGE_TAG) --version $(VERSION) --revision '$(REVISION)' --source '$(IMAGE_SOURCE)' \
 		--platforms $(subst $(space),$(comma),$(strip $(PLATFORMS))) --source-date-epoch $(SOURCE_DATE_EPOCH)
 
+# The host's platform, for images that only this machine's real nodes run.
+HOST_PLATFORM := linux/$(shell $(GO) env GOARCH)
+
+.PHONY: images-samples
+images-samples: $(BIN)/lifeline-images ## Build the pod sandbox's image and the sample worker under Sedna's example image names into dist/images/samples/, for real nodes without a registry.
+	@echo "==> go build the sample worker and the pod sandbox for $(HOST_PLATFORM)"
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(notdir $(HOST_PLATFORM)) $(GO) build -trimpath -ldflags '-s -w' \
+		-o $(DIST)/bin/linux_$(notdir $(HOST_PLATFORM))/lifeline-sampleworker ./test/workers
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(notdir $(HOST_PLATFORM)) $(GO) build -trimpath -ldflags '-s -w' \
+		-o $(DIST)/bin/linux_$(notdir $(HOST_PLATFORM))/lifeline-pause ./test/cmd/lifeline-pause
+	$(BIN)/lifeline-images --samples --bin-dir $(DIST)/bin --out $(DIST)/images/samples --platforms $(HOST_PLATFORM) \
+		--source-date-epoch $(SOURCE_DATE_EPOCH)
+
 ##@ Tools (pinned in test/tools/*/go.mod, built into bin/)
 
 .PHONY: tools
@@ -185,9 +202,10 @@ tools: $(ALL_TOOLS) ## Build the pinned tools that are missing or out of date.
 	@echo "==> tools up to date in bin/: $(notdir $(ALL_TOOLS))"
 
 $(KUBE_TOOLS) &: test/tools/kube/go.mod test/tools/kube/go.sum
-	@echo "==> building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl from k8s.io/kubernetes $(KUBE_VERSION) (cold: about 10 min on 2 cores)"
+	@echo "==> building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy from k8s.io/kubernetes $(KUBE_VERSION) (cold: about 12 min on 2 cores)"
 	@cd test/tools/kube && $(PROGRESS) "kubernetes" $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $(BIN)/ k8s.io/kubernetes/cmd/kube-apiserver \
-		k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+		k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl \
+		k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
 	@touch $(KUBE_TOOLS)
 
 $(BIN)/etcd: test/tools/etcd/go.mod test/tools/etcd/go.sum test/tools/etcd/main.go

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -23,11 +24,16 @@ func etcdArgs(dir, clientURL string, peerPort int) []string {
 	}
 }
 
-func apiserverArgs(p *pki, etcdURL string, port int) []string {
+func apiserverArgs(p *pki, etcdURL string, port int, advertise net.IP) []string {
+	bind, advertised, reconciler := "127.0.0.1", "127.0.0.1", "none"
+	if advertise != nil {
+		// Real nodes reach it through the `kubernetes` Service, whose endpoint the lease reconciler keeps.
+		bind, advertised, reconciler = "0.0.0.0", advertise.String(), "lease"
+	}
 	return []string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + bind,
+		"--advertise-address=" + advertised,
 		"--secure-port=" + strconv.Itoa(port),
 		"--tls-cert-file=" + p.servingCert,
 		"--tls-private-key-file=" + p.servingKey,
@@ -38,9 +44,11 @@ func apiserverArgs(p *pki, etcdURL string, port int) []string {
 		"--service-cluster-ip-range=" + serviceCIDR,
 		"--authorization-mode=Node,RBAC",
 		"--allow-privileged=true",
-		// The advertise address is loopback, which an EndpointSlice may not hold; nothing in the tests reaches
+		// Nodes are known by address, not by a name in DNS (logs, exec).
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		// Without an advertise address it is loopback, which an EndpointSlice may not hold, and nothing reaches
 		// the API server through the `kubernetes` Service.
-		"--endpoint-reconciler-type=none",
+		"--endpoint-reconciler-type=" + reconciler,
 		"--v=1",
 	}
 }

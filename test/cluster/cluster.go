@@ -78,6 +78,11 @@ type Options struct {
 	// WithoutScheduler and WithoutControllerManager leave those components out.
 	WithoutScheduler, WithoutControllerManager bool
 
+	// AdvertiseAddress, when set, makes kube-apiserver listen on every address and advertise this one (also named
+	// in its serving certificate) as the `kubernetes` Service's endpoint, so that pods of real nodes reach it
+	// through kube-proxy. Nil keeps everything on loopback.
+	AdvertiseAddress net.IP
+
 	// StartTimeout bounds the whole start-up. Zero means three minutes.
 	StartTimeout time.Duration
 	// Progress receives one line per start-up step. Nil means os.Stderr.
@@ -100,6 +105,7 @@ type ControlPlane struct {
 	StartupDuration time.Duration
 
 	mu               sync.Mutex
+	pki              *pki
 	components       []*Process
 	controlPlaneSize int // the first components are the control plane's own; Healthy checks only those
 	removeDir        bool
@@ -154,12 +160,17 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		}
 	}()
 
-	p, err := newPKI(filepath.Join(cp.Dir, "pki"), []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(kubernetesSvcIP)},
+	servingIPs := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(kubernetesSvcIP)}
+	if opts.AdvertiseAddress != nil {
+		servingIPs = append(servingIPs, opts.AdvertiseAddress)
+	}
+	p, err := newPKI(filepath.Join(cp.Dir, "pki"), servingIPs,
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 			"kubernetes.default.svc.cluster.local"})
 	if err != nil {
 		return nil, err
 	}
+	cp.pki = p
 	cp.APIServerURL = fmt.Sprintf("https://127.0.0.1:%d", ports.apiserver)
 
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", ports.etcdClient)
@@ -172,7 +183,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	}
 	step("etcd ready on %s", etcdURL)
 
-	apiserver, err := cp.launch(APIServerBinary, bins[APIServerBinary], apiserverArgs(p, etcdURL, ports.apiserver))
+	apiserver, err := cp.launch(APIServerBinary, bins[APIServerBinary], apiserverArgs(p, etcdURL, ports.apiserver, opts.AdvertiseAddress))
 	if err != nil {
 		return nil, err
 	}
@@ -279,6 +290,20 @@ func (cp *ControlPlane) Healthy() error {
 	}
 	return nil
 }
+
+// ClientKubeconfig writes a kubeconfig for user in groups, with a client certificate signed by the cluster's CA,
+// as a cluster hands out to its nodes (user system:node:<name> in group system:nodes) and node components; server
+// is the API server's address as that client reaches it. It returns the kubeconfig's path.
+func (cp *ControlPlane) ClientKubeconfig(server, user string, groups ...string) (string, error) {
+	cred, err := cp.pki.clientCert(user, groups...)
+	if err != nil {
+		return "", err
+	}
+	return writeKubeconfig(cp.Dir, user, server, cp.pki.caCert, cred)
+}
+
+// CAFile is the path of the cluster's CA certificate, which signed the API server's serving certificate.
+func (cp *ControlPlane) CAFile() string { return cp.pki.caCert }
 
 // Client returns a typed admin client.
 func (cp *ControlPlane) Client() (kubernetes.Interface, error) {

@@ -2,8 +2,9 @@
 // contract (environment, ports, the LC report API) with trivial "models", so the controllers, the hollow edge
 // nodes and the agents can be exercised end to end without a container engine.
 //
-// Roles: ji-big (the cloud model), ji-little (the edge model), fl-aggregator, fl-trainer. SIGUSR1 makes any of
-// them exit 0.
+// Roles: ji-big (the cloud model), ji-little (the edge model), fl-aggregator, fl-trainer, given as the first
+// argument or, in the sample images that stand in for Sedna's, by $LIFELINE_SAMPLE_ROLE (the pod's own args, such
+// as an example's "-i 1", are then ignored). SIGUSR1 makes any of them exit 0.
 package main
 
 import (
@@ -14,8 +15,12 @@ import (
 )
 
 func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: lifeline-sampleworker ji-big|ji-little|fl-aggregator|fl-trainer")
+	role := os.Getenv("LIFELINE_SAMPLE_ROLE")
+	if role == "" && len(os.Args) > 1 {
+		role = os.Args[1]
+	}
+	if role == "" {
+		fmt.Fprintln(os.Stderr, "usage: lifeline-sampleworker ji-big|ji-little|fl-aggregator|fl-trainer (or $LIFELINE_SAMPLE_ROLE)")
 		os.Exit(2)
 	}
 	// SIGUSR1 ends any role successfully (exit 0), as a worker that finished or was told to quit would.
@@ -24,7 +29,7 @@ func main() {
 	go func() { <-done; os.Exit(0) }()
 	env := contractEnv{get: os.Getenv, lookup: os.LookupEnv}
 	var err error
-	switch os.Args[1] {
+	switch role {
 	case "ji-big":
 		err = runBigModel(env)
 	case "ji-little":
@@ -34,7 +39,7 @@ func main() {
 	case "fl-trainer":
 		err = runTrainer(env)
 	default:
-		err = fmt.Errorf("unknown role %q", os.Args[1])
+		err = fmt.Errorf("unknown role %q", role)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-sampleworker:", err)

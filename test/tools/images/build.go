@@ -27,6 +27,21 @@ type imageSpec struct {
 	// User is the numeric uid:gid of the container's process. It is numeric so the kubelet can enforce
 	// runAsNonRoot without a passwd lookup.
 	User string
+	// Reference, when set, is the image's whole name instead of <repository>/<Name>:<tag>: the sample
+	// images stand in for images of other projects, under their names.
+	Reference string
+	// Binary is the command the image runs, when it is not Name.
+	Binary string
+	// Env is the image's environment, e.g. the sample worker's role.
+	Env []string
+}
+
+// binary is the command of <bin-dir>/<os>_<arch> the image holds and runs.
+func (s imageSpec) binary() string {
+	if s.Binary != "" {
+		return s.Binary
+	}
+	return s.Name
 }
 
 // lifelineImages are the images make images writes.
@@ -37,6 +52,42 @@ var lifelineImages = []imageSpec{
 	// dropped, no privilege escalation and a read-only root.
 	{Name: "lifeline-agent", User: "0:0"},
 }
+
+// sampleImages are what make images-samples writes for real nodes, which have no registry: the pod sandbox's
+// image, and the sample worker under each name deploy/examples give Sedna's worker images, its role in the image's
+// environment (the examples' own args, such as the transmitter's "-i 1", are left to it to ignore).
+var sampleImages = append([]imageSpec{
+	{Name: "pause", Reference: "registry.k8s.io/pause:3.10", Binary: "lifeline-pause", User: "65535:65535"},
+}, sampleWorkerImages(map[string][]string{
+	"ji-little": {"joint-inference-helmet-detection-little:v0.3.0", "joint-inference-helmet-detection-little:v0.5.0",
+		"joint-inference-answer-generation-little:v0.8.0"},
+	"ji-big": {"joint-inference-helmet-detection-big:v0.3.0", "joint-inference-helmet-detection-big:v0.5.0",
+		"joint-inference-answer-generation-big:v0.8.0"},
+	"fl-aggregator": {"federated-learning-surface-defect-detection-aggregation:v0.3.0",
+		"federated-learning-mistnet-yolo-aggregator:v0.4.0"},
+	"fl-trainer": {"federated-learning-surface-defect-detection-train:v0.3.0",
+		"federated-learning-mistnet-yolo-client:v0.4.0"},
+})...)
+
+// sampleWorkerImages names the sample worker kubeedge/sedna-example-<name> for each role's names, in a stable order.
+func sampleWorkerImages(byRole map[string][]string) []imageSpec {
+	var out []imageSpec
+	for _, role := range []string{"ji-little", "ji-big", "fl-aggregator", "fl-trainer"} {
+		for _, name := range byRole[role] {
+			out = append(out, imageSpec{
+				Name:      "sedna-example-" + strings.ReplaceAll(name, ":", "-"),
+				Reference: "kubeedge/sedna-example-" + name,
+				Binary:    "lifeline-sampleworker",
+				User:      nonrootUID + ":" + nonrootUID,
+				Env:       []string{sampleRoleEnv + "=" + role},
+			})
+		}
+	}
+	return out
+}
+
+// sampleRoleEnv names the sample worker's role in its image (test/workers reads it).
+const sampleRoleEnv = "LIFELINE_SAMPLE_ROLE"
 
 // nonrootUID is the unprivileged user of the images' /etc/passwd (distroless' "nonroot").
 const nonrootUID = "65532"
@@ -64,6 +115,9 @@ type buildOptions struct {
 
 // reference is the image's name as a person or a manifest writes it (lifeline/lifeline-controller:dev).
 func (o buildOptions) reference(spec imageSpec) string {
+	if spec.Reference != "" {
+		return spec.Reference
+	}
 	return strings.TrimSuffix(o.Repository, "/") + "/" + spec.Name + ":" + o.Tag
 }
 
@@ -103,7 +157,7 @@ func buildIndex(spec imageSpec, opts buildOptions) (v1.ImageIndex, error) {
 
 // buildImage assembles spec's image for one platform: the base layer, then a layer with the binary.
 func buildImage(spec imageSpec, opts buildOptions, p v1.Platform, base v1.Layer) (v1.Image, error) {
-	binPath := filepath.Join(opts.BinDir, p.OS+"_"+p.Architecture, spec.Name)
+	binPath := filepath.Join(opts.BinDir, p.OS+"_"+p.Architecture, spec.binary())
 	bin, err := os.ReadFile(binPath)
 	if err != nil {
 		return nil, fmt.Errorf("reading the binary: %w", err)
@@ -115,7 +169,7 @@ func buildImage(spec imageSpec, opts buildOptions, p v1.Platform, base v1.Layer)
 		{Name: "usr/", Mode: 0o755},
 		{Name: "usr/local/", Mode: 0o755},
 		{Name: binaryDir + "/", Mode: 0o755},
-		{Name: path.Join(binaryDir, spec.Name), Mode: 0o755, Data: bin},
+		{Name: path.Join(binaryDir, spec.binary()), Mode: 0o755, Data: bin},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building the binary's layer: %w", err)
@@ -126,7 +180,7 @@ func buildImage(spec imageSpec, opts buildOptions, p v1.Platform, base v1.Layer)
 		mutate.Addendum{Layer: base, MediaType: types.OCILayer,
 			History: v1.History{Created: created, CreatedBy: "lifeline-images: /etc/passwd and /etc/group (root, nonroot " + nonrootUID + ")"}},
 		mutate.Addendum{Layer: app, MediaType: types.OCILayer,
-			History: v1.History{Created: created, CreatedBy: "lifeline-images: /" + path.Join(binaryDir, spec.Name)}},
+			History: v1.History{Created: created, CreatedBy: "lifeline-images: /" + path.Join(binaryDir, spec.binary())}},
 	)
 	if err != nil {
 		return nil, fmt.Errorf("appending the layers: %w", err)
@@ -140,7 +194,8 @@ func buildImage(spec imageSpec, opts buildOptions, p v1.Platform, base v1.Layer)
 	cfg.Created = created
 	cfg.Config = v1.Config{
 		User:       spec.User,
-		Entrypoint: []string{"/" + path.Join(binaryDir, spec.Name)},
+		Entrypoint: []string{"/" + path.Join(binaryDir, spec.binary())},
+		Env:        spec.Env,
 		WorkingDir: "/",
 		Labels:     opts.annotations(spec),
 	}

@@ -82,7 +82,7 @@ func setUp(tmp string) error {
 	}
 	for i := range builds {
 		builds[i] = filepath.Join(tmp, fmt.Sprintf("images-%d", i))
-		if err := run(testOptions(), builds[i], "linux/amd64,linux/arm64", fmt.Sprint(testEpoch), io.Discard); err != nil {
+		if err := run(lifelineImages, testOptions(), builds[i], "linux/amd64,linux/arm64", fmt.Sprint(testEpoch), io.Discard); err != nil {
 			return fmt.Errorf("build %d: %w", i, err)
 		}
 	}
@@ -353,6 +353,47 @@ func TestDeployManifestsNameTheImagesByDefault(t *testing.T) {
 	}
 }
 
+// Every image deploy/examples run has a sample image of that name, running the sample worker in the role the
+// image's name says, so the examples apply unchanged to real nodes without a registry.
+func TestSampleImagesStandForEveryExampleImage(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "..", "deploy", "examples", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples in deploy/examples (%v)", err)
+	}
+	samples := map[string]imageSpec{}
+	for _, spec := range sampleImages {
+		samples[spec.Reference] = spec
+	}
+	image := regexp.MustCompile(`(?m)^\s*(?:-\s*)?image:[ \t]*["']?([^"'\s]+)`)
+	roles := map[string]string{"-little:": "ji-little", "-big:": "ji-big", "-aggregat": "fl-aggregator", "-train:": "fl-trainer",
+		"-client:": "fl-trainer"}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range image.FindAllStringSubmatch(string(data), -1) {
+			spec, ok := samples[m[1]]
+			if !ok {
+				t.Errorf("%s runs %s, which has no sample image", f, m[1])
+				continue
+			}
+			want := ""
+			for part, role := range roles {
+				if strings.Contains(m[1], part) {
+					want = role
+				}
+			}
+			if spec.Binary != "lifeline-sampleworker" || len(spec.Env) != 1 || spec.Env[0] != sampleRoleEnv+"="+want {
+				t.Errorf("%s: the sample image runs %s with %v, want the sample worker as %s", m[1], spec.Binary, spec.Env, want)
+			}
+		}
+	}
+	if pause, ok := samples["registry.k8s.io/pause:3.10"]; !ok || pause.Binary != "lifeline-pause" {
+		t.Errorf("no pod sandbox image: %+v", pause)
+	}
+}
+
 func TestRefusesABinaryThatWouldNotRun(t *testing.T) {
 	hostTrue, err := exec.LookPath("true")
 	if err != nil {
@@ -385,7 +426,7 @@ func TestRefusesABinaryThatWouldNotRun(t *testing.T) {
 			opts := testOptions()
 			opts.BinDir = dir
 			out := t.TempDir()
-			err = run(opts, out, "linux/"+tc.platform, "0", io.Discard)
+			err = run(lifelineImages, opts, out, "linux/"+tc.platform, "0", io.Discard)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("building from %s as linux/%s: %v, want an error saying %q", tc.binary, tc.platform, err, tc.want)
 			}

@@ -35,16 +35,21 @@ func main() {
 	platforms := flag.String("platforms", "linux/amd64,linux/arm64", "comma-separated platforms, the first one the default")
 	epoch := flag.String("source-date-epoch", os.Getenv("SOURCE_DATE_EPOCH"),
 		"seconds since 1970 dated on everything the images hold (default: $SOURCE_DATE_EPOCH, else 0)")
+	samples := flag.Bool("samples", false, "write the sample images instead (the pod sandbox's and the sample worker under Sedna's example names), for nodes without a registry")
 	flag.Parse()
 
-	if err := run(opts, *out, *platforms, *epoch, os.Stdout); err != nil {
+	specs := lifelineImages
+	if *samples {
+		specs = sampleImages
+	}
+	if err := run(specs, opts, *out, *platforms, *epoch, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-images:", err)
 		os.Exit(1)
 	}
 }
 
-// run writes every image's archive into out, and a line for each to progress.
-func run(opts buildOptions, out, platforms, epoch string, progress io.Writer) error {
+// run writes each spec's archive into out, and a line for each to progress.
+func run(specs []imageSpec, opts buildOptions, out, platforms, epoch string, progress io.Writer) error {
 	var err error
 	if opts.Platforms, err = parsePlatforms(platforms); err != nil {
 		return err
@@ -55,7 +60,7 @@ func run(opts buildOptions, out, platforms, epoch string, progress io.Writer) er
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", out, err)
 	}
-	for _, spec := range lifelineImages {
+	for _, spec := range specs {
 		file := filepath.Join(out, spec.Name+".tar")
 		if err := writeImage(spec, opts, file); err != nil {
 			return fmt.Errorf("writing %s: %w", file, err)

@@ -1,0 +1,509 @@
+package realnode_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
+	"github.com/lifeline-edge/lifeline/cloud/manager"
+	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/controllertest"
+	"github.com/lifeline-edge/lifeline/test/fixtures"
+	"github.com/lifeline-edge/lifeline/test/realnode"
+)
+
+var (
+	rc         *realnode.Cluster
+	kc         client.Client
+	inst       *realnode.Installation
+	repo       string
+	skipReason string
+)
+
+// vars are the examples' placeholders, set to the real nodes.
+var vars = map[string]string{"EDGE_NODE": "edge-1", "EDGE_NODE_1": "edge-1", "EDGE_NODE_2": "edge-2", "CLOUD_NODE": "cloud-1"}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	ctrllog.SetLogger(logr.Discard())
+	os.Exit(runReal(m))
+}
+
+func runReal(m *testing.M) int {
+	if testing.Short() {
+		skipReason = "needs real nodes (run without -short)"
+		return m.Run()
+	}
+	if err := realnode.CheckMachine(); err != nil {
+		if os.Getenv("CI") != "" {
+			fmt.Fprintln(os.Stderr, "real nodes:", err)
+			return 1
+		}
+		skipReason = "this machine cannot run real nodes: " + err.Error()
+		return m.Run()
+	}
+	var err error
+	if repo, err = cluster.RepoRoot(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	images, _ := filepath.Glob(filepath.Join(repo, "dist/images/*.tar"))
+	samples, _ := filepath.Glob(filepath.Join(repo, "dist/images/samples/*.tar"))
+	if len(images) == 0 || len(samples) == 0 {
+		fmt.Fprintln(os.Stderr, "real nodes: no images in dist/images: run make images images-samples first")
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "lln-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx := context.Background()
+	// A short node-monitor grace: a node cut off for long is tainted within the test's time.
+	rc, err = realnode.Start(ctx, realnode.Options{Dir: dir, Images: append(images, samples...),
+		NodeMonitorGracePeriod: 20 * time.Second})
+	if err == nil {
+		err = realnode.PlaceExampleFiles(rc)
+	}
+	if err == nil {
+		inst, err = realnode.InstallLifeline(ctx, rc, realnode.InstallOptions{Repo: repo})
+	}
+	if err == nil {
+		s, serr := manager.Scheme()
+		if serr != nil {
+			err = serr
+		} else {
+			kc, err = client.New(rc.ControlPlane().Config, client.Options{Scheme: s})
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "real nodes:", err)
+		if rc != nil {
+			rc.Stop()
+		}
+		fmt.Fprintf(os.Stderr, "real nodes' logs kept in %s\n", dir)
+		return 1
+	}
+	code := m.Run()
+	rc.Stop()
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "real nodes' logs kept in %s (control-plane/*.log, nodes/*/var/log/pods)\n", dir)
+	} else {
+		_ = rc.Remove()
+	}
+	return code
+}
+
+func needReal(t *testing.T) {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
+}
+
+// apply creates an example's objects in the default namespace, placeholders set to the real nodes, as
+// `envsubst < deploy/examples/<file> | kubectl apply -f -` would, and returns its service or job.
+func apply(t *testing.T, file string) client.Object {
+	t.Helper()
+	objs, err := fixtures.Objects(file, vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var main client.Object
+	for _, obj := range objs {
+		obj.SetNamespace("default")
+		if err := kc.Create(context.Background(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("creating %s of %s: %v", obj.GetName(), file, err)
+		}
+		switch obj.(type) {
+		case *v1alpha1.JointInferenceService, *v1alpha1.FederatedLearningJob:
+			main = obj
+		}
+	}
+	return main
+}
+
+const jiName = "helmet-detection-inference-example"
+
+// edgeWorker is the joint inference example's edge worker as its status says.
+func edgeWorker(ctx context.Context) (*v1alpha1.WorkerStatus, error) {
+	ji := &v1alpha1.JointInferenceService{}
+	if err := kc.Get(ctx, client.ObjectKey{Namespace: "default", Name: jiName}, ji); err != nil {
+		return nil, err
+	}
+	for i := range ji.Status.Workers {
+		if ji.Status.Workers[i].Role == "edge" {
+			return &ji.Status.Workers[i], nil
+		}
+	}
+	return nil, fmt.Errorf("no edge worker in the status")
+}
+
+func TestJointInferenceExampleIsReadyWithTheSampleImages(t *testing.T) {
+	needReal(t)
+	jointInferenceReady(t)
+}
+
+// jointInferenceReady applies the joint inference example, unless an earlier test did, and waits until it is Ready
+// with both workers Alive.
+func jointInferenceReady(t *testing.T) {
+	t.Helper()
+	apply(t, "joint-inference.yaml")
+	controllertest.Eventually(t, 3*time.Minute, "the joint inference example Ready, both workers Alive", func(ctx context.Context) (bool, error) {
+		ji := &v1alpha1.JointInferenceService{}
+		if err := kc.Get(ctx, client.ObjectKey{Namespace: "default", Name: jiName}, ji); err != nil {
+			return false, err
+		}
+		alive := 0
+		for _, w := range ji.Status.Workers {
+			if w.Liveness == v1alpha1.LivenessAlive && w.Phase == string(corev1.PodRunning) {
+				alive++
+			}
+		}
+		return meta.IsStatusConditionTrue(ji.Status.Conditions, "Ready") && alive == 2, nil
+	})
+}
+
+func TestFederatedLearningExampleSucceedsWithTheSampleImages(t *testing.T) {
+	needReal(t)
+	job := apply(t, "federated-learning.yaml")
+	controllertest.Eventually(t, 4*time.Minute, "the federated learning example Succeeded", func(ctx context.Context) (bool, error) {
+		fl := &v1alpha1.FederatedLearningJob{}
+		if err := kc.Get(ctx, client.ObjectKeyFromObject(job), fl); err != nil {
+			return false, err
+		}
+		if fl.Status.Phase == v1alpha1.FLJobFailed {
+			return false, fmt.Errorf("the job failed: %+v", fl.Status)
+		}
+		return fl.Status.Phase == v1alpha1.FLJobSucceeded, nil
+	})
+}
+
+// killEdgeWorker kills the joint inference example's edge worker's process on edge-1 and returns when.
+func killEdgeWorker(t *testing.T) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	pods := &corev1.PodList{}
+	if err := kc.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{"jointinferenceservice.sedna.io/name": jiName}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == "edge-1" {
+			if _, err := rc.Node("edge-1").KillContainer(ctx, p.Name, p.Spec.Containers[0].Name); err != nil {
+				t.Fatal(err)
+			}
+			return time.Now()
+		}
+	}
+	t.Fatal("no edge worker pod on edge-1")
+	return time.Time{}
+}
+
+func TestKilledWorkerIsCountedAndTheKubeletRestartsIt(t *testing.T) {
+	needReal(t)
+	jointInferenceReady(t)
+	waitEdgeWorker(t, time.Minute, "Alive from the API server", func(w *v1alpha1.WorkerStatus) bool {
+		return w.Liveness == v1alpha1.LivenessAlive && w.Source == v1alpha1.StatusSourceAPIServer
+	})
+	before, err := edgeWorker(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	killEdgeWorker(t)
+	waitEdgeWorker(t, 30*time.Second, "a restart more, Alive again", func(w *v1alpha1.WorkerStatus) bool {
+		return w.Restarts > before.Restarts && w.Liveness == v1alpha1.LivenessAlive
+	})
+}
+
+func TestKilledWorkerOnANodeCutOffFromTheAPIServerIsToldByTheAgent(t *testing.T) {
+	needReal(t)
+	jointInferenceReady(t)
+	ctx := context.Background()
+	if err := rc.Cut(ctx, "edge-1", realnode.LinkAPI, inst.BrokerPort); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rc.Mend(ctx, "edge-1") })
+	cutAt := time.Now()
+	waitEdgeWorker(t, 10*time.Second, "told by the agent (its probe of the API server)", func(w *v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAgent
+	})
+	t.Logf("status from the agent %.1fs after the cut", time.Since(cutAt).Seconds())
+	before, err := edgeWorker(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The second crash meets the kubelet's 10 s back-off: the worker stays dead long enough to be seen so.
+	killedAt := killEdgeWorker(t)
+	waitEdgeWorker(t, 30*time.Second, "a restart more, Alive again, from the agent", func(w *v1alpha1.WorkerStatus) bool {
+		return w.Restarts > before.Restarts && w.Liveness == v1alpha1.LivenessAlive && w.Source == v1alpha1.StatusSourceAgent
+	})
+	t.Logf("restarted and told %.1fs after the kill", time.Since(killedAt).Seconds())
+	killedAt = killEdgeWorker(t)
+	waitEdgeWorker(t, 2*time.Second, "Dead, from the agent", func(w *v1alpha1.WorkerStatus) bool {
+		return w.Liveness == v1alpha1.LivenessDead && w.Source == v1alpha1.StatusSourceAgent
+	})
+	t.Logf("dead told %.2fs after the kill", time.Since(killedAt).Seconds())
+	waitEdgeWorker(t, 30*time.Second, "Alive again after the kubelet's back-off", func(w *v1alpha1.WorkerStatus) bool {
+		return w.Liveness == v1alpha1.LivenessAlive
+	})
+	if err := rc.Mend(ctx, "edge-1"); err != nil {
+		t.Fatal(err)
+	}
+	waitEdgeWorker(t, time.Minute, "from the API server again", func(w *v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAPIServer && w.Liveness == v1alpha1.LivenessAlive
+	})
+}
+
+func waitEdgeWorker(t *testing.T, within time.Duration, what string, ok func(*v1alpha1.WorkerStatus) bool) {
+	t.Helper()
+	controllertest.Eventually(t, within, "the edge worker "+what, func(ctx context.Context) (bool, error) {
+		w, err := edgeWorker(ctx)
+		if err != nil {
+			return false, err
+		}
+		return ok(w), nil
+	})
+}
+
+// TestFailedTrainerOnANodeCutOffFromEverythingRunsAgainAsAStaticPod: a trainer under restartPolicy Never fails
+// on a node cut off from the API server and the broker; the kubelet will never run it again, the agent does, as a
+// static pod of the real kubelet; once the link is back, the static pod gives way and at most one trainer runs.
+func TestFailedTrainerOnANodeCutOffFromEverythingRunsAgainAsAStaticPod(t *testing.T) {
+	needReal(t)
+	ctx := context.Background()
+	objs, err := fixtures.Objects("federated-learning.yaml", vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job *v1alpha1.FederatedLearningJob
+	for _, o := range objs {
+		if j, ok := o.(*v1alpha1.FederatedLearningJob); ok {
+			job = j
+		}
+	}
+	job.Namespace, job.Name = "default", "surface-defect-detection-never"
+	// An aggregator that never ends, so the job outlives the scenario.
+	job.Spec.AggregationWorker.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "exit_round", Value: "100000"}}
+	for i := range job.Spec.TrainingWorkers {
+		job.Spec.TrainingWorkers[i].Template.Spec.RestartPolicy = corev1.RestartPolicyNever
+	}
+	if err := kc.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteAndWait(t, job) })
+	trainer := fl.TrainerName(job.Name, 0)
+	edge := rc.Node("edge-1")
+	controllertest.Eventually(t, 2*time.Minute, "trainer 0 running on edge-1", func(ctx context.Context) (bool, error) {
+		n, err := edge.RunningContainers(ctx, trainer)
+		return n == 1, err
+	})
+	if err := rc.Cut(ctx, "edge-1", realnode.LinkAll, inst.BrokerPort); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rc.Mend(ctx, "edge-1") })
+	time.Sleep(3 * time.Second) // the agent learns the node is cut off (its probe, 1 s apart)
+	if _, err := edge.KillContainer(ctx, trainer, job.Spec.TrainingWorkers[0].Template.Spec.Containers[0].Name); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	controllertest.Eventually(t, 90*time.Second, "the trainer's static pod running on edge-1", func(ctx context.Context) (bool, error) {
+		n, err := edge.RunningContainers(ctx, trainer+"-edge-1")
+		return n == 1, err
+	})
+	t.Logf("the trainer ran again %.1fs after it failed, cut off", time.Since(killed).Seconds())
+	if err := rc.Mend(ctx, "edge-1"); err != nil {
+		t.Fatal(err)
+	}
+	mended := time.Now()
+	most := 0
+	controllertest.Eventually(t, 3*time.Minute, "the static pod given way to a trainer of the job", func(ctx context.Context) (bool, error) {
+		running, err := edge.RunningContainers(ctx, job.Name+"-train")
+		if err != nil {
+			return false, err
+		}
+		most = max(most, running)
+		static, err := edge.RunningContainers(ctx, trainer+"-edge-1")
+		if err != nil {
+			return false, err
+		}
+		left, _ := filepath.Glob(filepath.Join(edge.Disk, realnode.StaticPodDir, "lifeline-*"))
+		return static == 0 && len(left) == 0 && running >= 1, nil
+	})
+	t.Logf("the static pod gave way %.1fs after the link returned; at most %d trainer containers ran at once", time.Since(mended).Seconds(), most)
+	if most > 1 {
+		t.Errorf("%d trainers of the same worker ran at once", most)
+	}
+}
+
+// deleteAndWait deletes obj in the foreground and waits until it is gone, its pods with it.
+func deleteAndWait(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := kc.Delete(context.Background(), obj, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
+		if !apierrors.IsNotFound(err) {
+			t.Error(err)
+		}
+		return
+	}
+	controllertest.Eventually(t, 2*time.Minute, obj.GetName()+" gone", func(ctx context.Context) (bool, error) {
+		err := kc.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+}
+
+// workerPods are the joint inference example's worker pods: name → UID and restart count.
+func workerPods(t *testing.T) map[string]string {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := kc.List(context.Background(), pods, client.InNamespace("default"),
+		client.MatchingLabels{"jointinferenceservice.sedna.io/name": jiName}); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		restarts := int32(0)
+		for _, cs := range p.Status.ContainerStatuses {
+			restarts += cs.RestartCount
+		}
+		out[p.Name] = fmt.Sprintf("uid %s restarts %d", p.UID, restarts)
+	}
+	return out
+}
+
+func helm(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(rc.ControlPlane().BinDir, "helm"), append(args, "--kubeconfig", rc.Kubeconfig,
+		"--namespace", realnode.Namespace)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s\n%s", strings.Join(args, " "), err, out, rc.Diagnose(context.Background(), realnode.Namespace))
+	}
+	return string(out)
+}
+
+func TestHelmUpgradeWhileANodeIsCutOffRestartsNoWorker(t *testing.T) {
+	needReal(t)
+	jointInferenceReady(t)
+	ctx := context.Background()
+	before := workerPods(t)
+	if len(before) == 0 {
+		t.Fatal("no worker runs")
+	}
+	oldController := podsOf(t, "app.kubernetes.io/name=lifeline-controller")
+	if err := rc.Cut(ctx, "edge-2", realnode.LinkAll, inst.BrokerPort); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rc.Mend(ctx, "edge-2") })
+	// A new revision of both daemons' pods; the cut node's agent cannot be replaced until the link returns.
+	helm(t, "upgrade", inst.Release, filepath.Join(repo, "deploy/chart/lifeline"), "--reuse-values",
+		"--set-string", "controller.podAnnotations.revision=2", "--set-string", "agent.podAnnotations.revision=2")
+	controllertest.Eventually(t, 2*time.Minute, "a new controller pod ready", func(ctx context.Context) (bool, error) {
+		pods := podsOf(t, "app.kubernetes.io/name=lifeline-controller")
+		for name, ready := range pods {
+			if _, old := oldController[name]; !old && ready {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err := rc.Mend(ctx, "edge-2"); err != nil {
+		t.Fatal(err)
+	}
+	controllertest.Eventually(t, 3*time.Minute, "every agent of the new revision ready", func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		if err := kc.List(ctx, pods, client.InNamespace(realnode.Namespace), client.MatchingLabels{"app.kubernetes.io/name": "lifeline-agent"}); err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, p := range pods.Items {
+			if p.Annotations["revision"] == "2" && isReady(&p) {
+				ready++
+			}
+		}
+		return ready == 2, nil
+	})
+	after := workerPods(t)
+	for name, was := range before {
+		if now := after[name]; now != was {
+			t.Errorf("worker %s: %s before the upgrade, %q after", name, was, now)
+		}
+	}
+}
+
+func podsOf(t *testing.T, selector string) map[string]bool {
+	t.Helper()
+	pods, err := rc.Client().CoreV1().Pods(realnode.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for i := range pods.Items {
+		if pods.Items[i].DeletionTimestamp == nil {
+			out[pods.Items[i].Name] = isReady(&pods.Items[i])
+		}
+	}
+	return out
+}
+
+func isReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// TestHelmUninstallLeavesNoLifelineObject runs last: it removes Lifeline.
+func TestHelmUninstallLeavesNoLifelineObject(t *testing.T) {
+	needReal(t)
+	ctx := context.Background()
+	helm(t, "uninstall", inst.Release, "--wait", "--timeout", "3m")
+	cs := rc.Client()
+	selector := metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=lifeline"}
+	controllertest.Eventually(t, 2*time.Minute, "no Lifeline pod left", func(ctx context.Context) (bool, error) {
+		pods, err := cs.CoreV1().Pods(realnode.Namespace).List(ctx, metav1.ListOptions{})
+		return err == nil && len(pods.Items) == 0, err
+	})
+	if l, err := cs.RbacV1().ClusterRoles().List(ctx, selector); err != nil || len(l.Items) != 0 {
+		t.Errorf("cluster roles left: %v %v", l, err)
+	}
+	if l, err := cs.RbacV1().ClusterRoleBindings().List(ctx, selector); err != nil || len(l.Items) != 0 {
+		t.Errorf("cluster role bindings left: %v %v", l, err)
+	}
+	pods := &corev1.PodList{}
+	if err := kc.List(ctx, pods); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		for _, f := range p.Finalizers {
+			if strings.Contains(f, "lifeline") {
+				t.Errorf("pod %s/%s still has finalizer %s", p.Namespace, p.Name, f)
+			}
+		}
+	}
+	for _, n := range rc.Nodes {
+		left, _ := filepath.Glob(filepath.Join(n.Disk, realnode.StaticPodDir, "lifeline-*"))
+		if len(left) != 0 {
+			t.Errorf("node %s: static pods left: %v", n.Name, left)
+		}
+	}
+}

@@ -1,0 +1,182 @@
+package realnode
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Namespace is where Lifeline is installed.
+const Namespace = "lifeline-system"
+
+// BrokerNodePort is the chart's default NodePort of the broker, which the agents dial on the cloud node.
+const BrokerNodePort = 30883
+
+// InstallOptions say what to install.
+type InstallOptions struct {
+	// Repo is the Lifeline checkout whose chart is installed.
+	Repo string
+	// Values are further --set values.
+	Values []string
+	// Progress receives a line per step; nil means os.Stderr.
+	Progress io.Writer
+}
+
+// Installation is Lifeline as installed.
+type Installation struct {
+	// BrokerPort is the port the agents dial the broker at.
+	BrokerPort int
+	// Release is the Helm release's name.
+	Release string
+}
+
+// InstallLifeline installs the Helm chart as docs/operations.md tells users, nodes logging in with passwords
+// (each edge node's in /etc/lifeline/mqtt-password, all in the Secret lifeline-mqtt-credentials), the images
+// already on the nodes, then waits until the controller and one agent per edge node are ready.
+func InstallLifeline(ctx context.Context, c *Cluster, opts InstallOptions) (*Installation, error) {
+	out := opts.Progress
+	if out == nil {
+		out = os.Stderr
+	}
+	inst := &Installation{BrokerPort: BrokerNodePort, Release: "lifeline"}
+	client := c.client
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("creating namespace %s: %w", Namespace, err)
+	}
+	passwords := map[string]string{}
+	var cloud *Node
+	for _, n := range c.Nodes {
+		if n.Role == RoleCloud && cloud == nil {
+			cloud = n
+		}
+		if n.Role != RoleEdge {
+			continue
+		}
+		secret := make([]byte, 24)
+		if _, err := rand.Read(secret); err != nil {
+			return nil, err
+		}
+		passwords[n.Name] = hex.EncodeToString(secret)
+		if err := os.WriteFile(n.onDisk("/etc/lifeline/mqtt-password"), []byte(passwords[n.Name]+"\n"), 0o600); err != nil {
+			return nil, fmt.Errorf("provisioning node %s's MQTT password: %w", n.Name, err)
+		}
+	}
+	if cloud == nil {
+		return nil, fmt.Errorf("no cloud node to run the controller")
+	}
+	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "lifeline-mqtt-credentials", Namespace: Namespace},
+		StringData: passwords}
+	if _, err := client.CoreV1().Secrets(Namespace).Create(ctx, creds, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("creating the MQTT credentials: %w", err)
+	}
+	args := []string{"install", inst.Release, filepath.Join(opts.Repo, "deploy/chart/lifeline"),
+		"--kubeconfig", c.Kubeconfig, "--namespace", Namespace,
+		"--set", "nodeIdentity.mode=password",
+		"--set", "broker.advertiseAddress={" + cloud.nodeIP() + "}",
+		"--set", "agent.nodeDaemon=kubelet",
+		"--set", "controller.image.pullPolicy=Never", "--set", "agent.image.pullPolicy=Never",
+		"--wait", "--timeout", "90s"}
+	for _, v := range opts.Values {
+		args = append(args, "--set", v)
+	}
+	fmt.Fprintf(out, "real nodes: helm %s\n", strings.Join(args, " "))
+	began := time.Now()
+	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, "helm"), args...)
+	if outp, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("helm install: %w: %s\n%s", err, outp, c.Diagnose(ctx, Namespace))
+	}
+	fmt.Fprintf(out, "real nodes: Lifeline installed, controller and agents ready (%.0fs)\n", time.Since(began).Seconds())
+	return inst, nil
+}
+
+// Diagnose describes what in the namespace is not running, for an error: each pod's phase, node and waiting or
+// terminated containers, and the namespace's latest Warning events.
+func (c *Cluster) Diagnose(ctx context.Context, namespace string) string {
+	var b strings.Builder
+	pods, err := c.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "listing pods: " + err.Error()
+	}
+	for _, p := range pods.Items {
+		fmt.Fprintf(&b, "pod %s on %q: %s", p.Name, p.Spec.NodeName, p.Status.Phase)
+		for _, cs := range p.Status.ContainerStatuses {
+			switch {
+			case cs.State.Waiting != nil:
+				fmt.Fprintf(&b, "; %s waiting: %s %s", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
+			case cs.State.Terminated != nil:
+				fmt.Fprintf(&b, "; %s terminated: %s (exit %d)", cs.Name, cs.State.Terminated.Reason, cs.State.Terminated.ExitCode)
+			case !cs.Ready:
+				fmt.Fprintf(&b, "; %s running, not ready (restarts %d)", cs.Name, cs.RestartCount)
+			}
+		}
+		b.WriteString("\n")
+	}
+	events, err := c.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
+	if err == nil {
+		items := events.Items
+		if len(items) > 15 {
+			items = items[len(items)-15:]
+		}
+		for _, e := range items {
+			fmt.Fprintf(&b, "event %s %s/%s: %s\n", e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message)
+		}
+	}
+	return b.String()
+}
+
+// exampleFiles are the files deploy/examples' Models and Datasets name on the nodes that run their workers: the
+// models of the joint inference example (a placeholder each: the sample workers load nothing), and each edge node's
+// Dataset index of the federated learning example.
+func exampleFiles(role Role) map[string]string {
+	if role == RoleCloud {
+		return map[string]string{
+			"/data/models/helmet/big/yolov3_darknet.pb": "sample model\n",
+			"/data/models/surface-defects/.keep":        "",
+		}
+	}
+	var index strings.Builder
+	for i := range 20 {
+		fmt.Fprintf(&index, "images/%03d.jpeg %d\n", i, i%2)
+	}
+	return map[string]string{
+		"/data/models/helmet/little/yolov3_resnet18.pb": "sample model\n",
+		"/data/surface-defects/train_index.txt":         index.String(),
+		"/data/models/surface-defects/.keep":            "",
+	}
+}
+
+// PlaceExampleFiles puts on every node the files deploy/examples name there, as a user would before applying them.
+func PlaceExampleFiles(c *Cluster) error {
+	for _, n := range c.Nodes {
+		for path, content := range exampleFiles(n.Role) {
+			if err := n.WriteFile(path, []byte(content)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// WriteFile writes a file at path on the node's disk, making its directories.
+func (n *Node) WriteFile(path string, data []byte) error {
+	file := n.onDisk(path)
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	return nil
+}

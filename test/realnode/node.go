@@ -1,0 +1,324 @@
+package realnode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lifeline-edge/lifeline/test/cluster"
+)
+
+// Role is what a node is for.
+type Role string
+
+// The roles of nodes.
+const (
+	// RoleCloud nodes run the controller and the cloud workers.
+	RoleCloud Role = "cloud"
+	// RoleEdge nodes are labelled as keadm labels edge nodes and run the agent and the edge workers.
+	RoleEdge Role = "edge"
+)
+
+// Node is one real node: a kubelet, kube-proxy and a containerd of its own, in the node's own network and mount
+// namespaces, so that its host-network pods, its host paths and its containers are its own.
+type Node struct {
+	// Name is the Node's name.
+	Name string
+	// Role is what the node is for.
+	Role Role
+	// Disk is the node's disk: what survives a reboot.
+	Disk string
+	// CRISocket is the node's containerd socket, as this machine reaches it.
+	CRISocket string
+
+	index   int
+	runDir  string // the node's /run: emptied by a reboot
+	mountNS string // the file that holds the node's mount namespace
+	procs   []*cluster.Process
+}
+
+// The node's view of the file system: each path is bound from the node's disk (or its /run) in the node's mount
+// namespace, so that nodes on one machine share none of them.
+var (
+	diskPaths = []string{"/var/lib/kubelet", "/var/lib/containerd", "/var/lib/cni", "/etc/cni/net.d",
+		"/etc/kubernetes", "/var/log/pods", "/var/log/containers", "/var/lib/lifeline-agent", "/etc/lifeline", "/data"}
+	// /run/netns holds the pods' network namespaces, which containerd names there.
+	runPaths = []string{"/run/containerd", "/run/netns"}
+)
+
+// StaticPodDir is the kubelet's staticPodPath on every node, as kubeadm sets it.
+const StaticPodDir = "/etc/kubernetes/manifests"
+
+// CRISocketPath is containerd's socket as the node's own processes see it.
+const CRISocketPath = "/run/containerd/containerd.sock"
+
+// onDisk is where path of the node lives on the machine.
+func (n *Node) onDisk(path string) string {
+	for _, p := range runPaths {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return filepath.Join(n.runDir, path)
+		}
+	}
+	return filepath.Join(n.Disk, path)
+}
+
+// boot gives the node a fresh /run and mount namespace and starts containerd; the kubelet and kube-proxy start
+// once images are in (startKubelet).
+func (n *Node) boot(ctx context.Context, c *Cluster) error {
+	if err := os.RemoveAll(n.runDir); err != nil {
+		return fmt.Errorf("emptying node %s's /run: %w", n.Name, err)
+	}
+	for _, p := range append(append([]string{}, diskPaths...), runPaths...) {
+		if err := os.MkdirAll(n.onDisk(p), 0o755); err != nil {
+			return fmt.Errorf("node %s's disk: %w", n.Name, err)
+		}
+	}
+	if err := os.MkdirAll(n.onDisk(StaticPodDir), 0o755); err != nil {
+		return fmt.Errorf("node %s's disk: %w", n.Name, err)
+	}
+	if err := n.plugIn(ctx); err != nil {
+		return err
+	}
+	if err := n.writeConfigs(c); err != nil {
+		return err
+	}
+	if err := n.newMountNamespace(ctx); err != nil {
+		return err
+	}
+	containerd, err := c.cp.Launch(n.Name+"-containerd", "nsenter",
+		n.enter("containerd", "--config", filepath.Join(n.Disk, "containerd.toml")), nil)
+	if err != nil {
+		return err
+	}
+	n.procs = append(n.procs, containerd)
+	return waitFor(ctx, containerd, "node "+n.Name+"'s containerd socket", func() error {
+		_, err := os.Stat(n.CRISocket)
+		return err
+	})
+}
+
+// startKubelet starts the node's kubelet and kube-proxy, with the credentials a cluster gives its nodes.
+func (n *Node) startKubelet(c *Cluster) error {
+	server := fmt.Sprintf("https://%s:%d", apiAddress, c.apiPort)
+	kubeletKubeconfig, err := c.cp.ClientKubeconfig(server, "system:node:"+n.Name, "system:nodes")
+	if err != nil {
+		return fmt.Errorf("node %s's credentials: %w", n.Name, err)
+	}
+	proxyKubeconfig, err := c.cp.ClientKubeconfig(server, "system:kube-proxy")
+	if err != nil {
+		return fmt.Errorf("kube-proxy's credentials: %w", err)
+	}
+	kubelet, err := c.cp.Launch(n.Name+"-kubelet", "nsenter", n.enter(filepath.Join(c.binDir, "kubelet"),
+		"--config="+filepath.Join(n.Disk, "kubelet.yaml"),
+		"--kubeconfig="+kubeletKubeconfig,
+		"--hostname-override="+n.Name,
+		"--node-ip="+n.nodeIP(),
+		"--v=1"), nil)
+	if err != nil {
+		return err
+	}
+	n.procs = append(n.procs, kubelet)
+	// With --config, kube-proxy takes its kubeconfig and name from the file only.
+	proxyConfig := filepath.Join(n.Disk, "kube-proxy.yaml")
+	if err := os.WriteFile(proxyConfig, []byte(fmt.Sprintf(kubeProxyConfig, clusterCIDR, n.Name, proxyKubeconfig)), 0o644); err != nil {
+		return fmt.Errorf("node %s's kube-proxy configuration: %w", n.Name, err)
+	}
+	proxy, err := c.cp.Launch(n.Name+"-kube-proxy", "nsenter", n.enter(filepath.Join(c.binDir, "kube-proxy"),
+		"--config="+proxyConfig, "--v=1"), nil)
+	if err != nil {
+		return err
+	}
+	n.procs = append(n.procs, proxy)
+	return nil
+}
+
+// enter is nsenter's arguments that run a command in the node's namespaces.
+func (n *Node) enter(command string, args ...string) []string {
+	return append([]string{"--mount=" + n.mountNS, "--net=/run/netns/" + n.netns(), "--", command}, args...)
+}
+
+// newMountNamespace makes a mount namespace for the node, held by a file, where the node's paths are bound.
+func (n *Node) newMountNamespace(ctx context.Context) error {
+	if err := os.WriteFile(n.mountNS, nil, 0o600); err != nil {
+		return fmt.Errorf("node %s's mount namespace: %w", n.Name, err)
+	}
+	var script strings.Builder
+	script.WriteString("set -e\n")
+	for _, p := range append(append([]string{}, diskPaths...), runPaths...) {
+		fmt.Fprintf(&script, "mkdir -p %s && mount --bind %s %s\n", p, n.onDisk(p), p)
+	}
+	if err := run(ctx, "unshare", "--mount="+n.mountNS, "--propagation", "private", "--", "sh", "-c", script.String()); err != nil {
+		return fmt.Errorf("node %s's mount namespace: %w", n.Name, err)
+	}
+	return nil
+}
+
+// powerOff ends every process of the node, its containers' included, and drops its namespaces: what a power
+// cut leaves is the disk.
+func (n *Node) powerOff(ctx context.Context) {
+	for i := len(n.procs) - 1; i >= 0; i-- {
+		n.procs[i].Stop(5 * time.Second)
+	}
+	n.procs = nil
+	n.killRemaining()
+	if n.mountNS != "" {
+		_ = syscall.Unmount(n.mountNS, syscall.MNT_DETACH)
+		_ = os.Remove(n.mountNS)
+	}
+	n.unplug(ctx)
+}
+
+// killRemaining kills what outlives containerd: its shims and the containers they hold, found by the node's
+// mount namespace.
+func (n *Node) killRemaining() {
+	var nsInode uint64
+	if fi, err := os.Stat(n.mountNS); err == nil {
+		nsInode = fi.Sys().(*syscall.Stat_t).Ino
+	}
+	if nsInode == 0 {
+		return
+	}
+	for range 3 {
+		entries, _ := os.ReadDir("/proc")
+		killed := 0
+		for _, e := range entries {
+			var pid int
+			if _, err := fmt.Sscan(e.Name(), &pid); err != nil || pid == os.Getpid() {
+				continue
+			}
+			var st syscall.Stat_t
+			if syscall.Stat(filepath.Join("/proc", e.Name(), "ns", "mnt"), &st) != nil || st.Ino != nsInode {
+				continue
+			}
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				killed++
+			}
+		}
+		if killed == 0 {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// writeConfigs writes containerd's, the CNI's, the kubelet's and kube-proxy's configuration on the node's disk.
+func (n *Node) writeConfigs(c *Cluster) error {
+	files := map[string]string{
+		filepath.Join(n.Disk, "containerd.toml"): containerdConfig,
+		filepath.Join(n.Disk, "kubelet.yaml"):    fmt.Sprintf(kubeletConfig, StaticPodDir, CRISocketPath, c.cp.CAFile(), apiAddress, clusterDomain),
+	}
+	cni, err := json.MarshalIndent(cniConfig(n.podCIDR()), "", "  ")
+	if err != nil {
+		return err
+	}
+	files[n.onDisk("/etc/cni/net.d/10-lifeline.conflist")] = string(cni)
+	for path, content := range files {
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			return fmt.Errorf("node %s's configuration: %w", n.Name, err)
+		}
+	}
+	return nil
+}
+
+// containerdConfig is Debian's containerd with what this machine needs (shared/real-node settings): the home-built
+// pause image, Debian's CNI plugin directory, and oom_score_adj left alone (runc cannot lower it in this guest).
+const containerdConfig = `version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+[grpc]
+  address = "/run/containerd/containerd.sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.10"
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+`
+
+// kubeletConfig keeps the cgroup tree flat (no systemd; cgroup v1 allowed), serves on the node's own address,
+// and lets the API server read logs without a client certificate (the nodes' addresses are this machine's only).
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+staticPodPath: %s
+containerRuntimeEndpoint: unix://%s
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+  x509: {clientCAFile: %s}
+authorization: {mode: AlwaysAllow}
+evictionHard: {memory.available: "50Mi"}
+imageGCHighThresholdPercent: 100
+serializeImagePulls: false
+resolvConf: /etc/resolv.conf
+clusterDNS: [%s]
+clusterDomain: %s
+nodeStatusUpdateFrequency: 2s
+syncFrequency: 10s
+fileCheckFrequency: 1s
+`
+
+const kubeProxyConfig = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clusterCIDR: %s
+hostnameOverride: %s
+clientConnection: {kubeconfig: %s}
+metricsBindAddress: 127.0.0.1:10249
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+`
+
+func cniConfig(podCIDR string) map[string]any {
+	return map[string]any{
+		"cniVersion": "0.4.0",
+		"name":       "lifeline",
+		"plugins": []map[string]any{
+			{
+				"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+				"ipam": map[string]any{
+					"type":   "host-local",
+					"ranges": [][]map[string]string{{{"subnet": podCIDR}}},
+					"routes": []map[string]string{{"dst": "0.0.0.0/0"}},
+				},
+			},
+			{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
+		},
+	}
+}
+
+// waitFor polls check until it passes, the process exits, or ctx ends.
+func waitFor(ctx context.Context, p *cluster.Process, what string, check func() error) error {
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		if p != nil {
+			if exited := p.Exited(); exited != nil {
+				return fmt.Errorf("waiting for %s: %w", what, exited)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w (last: %v)", what, ctx.Err(), err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+var errNotYet = errors.New("not yet")

@@ -1,0 +1,92 @@
+package realnode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// KillContainer kills, with SIGKILL, the process of the pod's running container on the node, as the kernel's OOM
+// killer or a crash would end it, found through the node's own container runtime. It returns the killed PID.
+func (n *Node) KillContainer(ctx context.Context, pod, container string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var pid int
+	err := n.withRuntime(func(rt runtimeapi.RuntimeServiceClient) error {
+		running, err := runningContainers(ctx, rt, map[string]string{"io.kubernetes.pod.name": pod, "io.kubernetes.container.name": container})
+		if err != nil {
+			return err
+		}
+		if len(running) != 1 {
+			return fmt.Errorf("%d containers %s of pod %s run, not one", len(running), container, pod)
+		}
+		status, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: running[0].Id, Verbose: true})
+		if err != nil {
+			return fmt.Errorf("container %s: %w", running[0].Id, err)
+		}
+		var info struct {
+			PID int `json:"pid"`
+		}
+		if err := json.Unmarshal([]byte(status.Info["info"]), &info); err != nil || info.PID <= 0 {
+			return fmt.Errorf("container %s: no PID in its status (%v)", running[0].Id, err)
+		}
+		pid = info.PID
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return 0, fmt.Errorf("killing PID %d: %w", pid, err)
+	}
+	return pid, nil
+}
+
+// RunningContainers counts the containers of pods whose name starts with podPrefix that run on the node, as its
+// runtime says (static pods are named <pod>-<node>).
+func (n *Node) RunningContainers(ctx context.Context, podPrefix string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	count := 0
+	err := n.withRuntime(func(rt runtimeapi.RuntimeServiceClient) error {
+		running, err := runningContainers(ctx, rt, nil)
+		for _, c := range running {
+			if strings.HasPrefix(c.Labels["io.kubernetes.pod.name"], podPrefix) {
+				count++
+			}
+		}
+		return err
+	})
+	return count, err
+}
+
+// withRuntime calls use with a client of the node's container runtime.
+func (n *Node) withRuntime(use func(runtimeapi.RuntimeServiceClient) error) error {
+	conn, err := grpc.NewClient("unix://"+n.CRISocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("node %s's runtime: %w", n.Name, err)
+	}
+	defer conn.Close()
+	if err := use(runtimeapi.NewRuntimeServiceClient(conn)); err != nil {
+		return fmt.Errorf("node %s's runtime: %w", n.Name, err)
+	}
+	return nil
+}
+
+func runningContainers(ctx context.Context, rt runtimeapi.RuntimeServiceClient, labels map[string]string) ([]*runtimeapi.Container, error) {
+	list, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: labels,
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("listing containers: %w", err)
+	}
+	return list.Containers, nil
+}
