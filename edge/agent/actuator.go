@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lifeline-edge/lifeline/edge/agent/core"
 	"github.com/lifeline-edge/lifeline/edge/cri"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
@@ -166,41 +167,68 @@ func (s *StaticPods) Rebuild(_ context.Context, namespace, pod, uid string) erro
 	return fmt.Errorf("pod %s/%s (%s) is not one of this node's workers", namespace, pod, uid)
 }
 
-// writtenByAgent tells whether the manifest at path is one Rebuild wrote: it carries the StaticPodOfAnnotation
-// naming a worker whose file is this one. A file someone else put there, even named lifeline-*, is left alone.
-func writtenByAgent(path string) bool {
+// readStandIn reads the manifest at path when Rebuild wrote it: it carries the StaticPodOfAnnotation naming a
+// worker whose file is this one. A file someone else put there, even named lifeline-*, is not the agent's.
+func readStandIn(path string) (core.StandIn, bool) {
 	f, err := os.Open(path)
 	if err != nil {
-		return false
+		return core.StandIn{}, false
 	}
 	defer f.Close()
 	var pod struct {
 		Metadata struct {
 			Annotations map[string]string `json:"annotations"`
 		} `json:"metadata"`
+		Spec struct {
+			Containers []struct {
+				Env []struct {
+					Name  string `json:"name"`
+					Value string `json:"value"`
+				} `json:"env"`
+			} `json:"containers"`
+		} `json:"spec"`
 	}
 	if json.NewDecoder(io.LimitReader(f, 1<<20)).Decode(&pod) != nil {
-		return false
+		return core.StandIn{}, false
 	}
 	namespace, name, ok := lifelinev1.ParseStaticPodOf(pod.Metadata.Annotations[lifelinev1.StaticPodOfAnnotation])
-	return ok && staticPodFile(namespace, name) == filepath.Base(path)
+	if !ok || staticPodFile(namespace, name) != filepath.Base(path) {
+		return core.StandIn{}, false
+	}
+	in := core.StandIn{Namespace: namespace, Pod: name}
+	for _, c := range pod.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == "WORKER_NAME" && in.WorkerName == "" {
+				in.WorkerName = e.Value
+			}
+		}
+	}
+	return in, true
 }
 
-// Release removes every manifest the agent wrote and says how many there were.
-func (s *StaticPods) Release() (int, error) {
+// StandIns lists the manifests the agent wrote, each with the pod it stands in for and that pod's WORKER_NAME.
+func (s *StaticPods) StandIns() ([]core.StandIn, error) {
 	files, err := filepath.Glob(filepath.Join(s.Dir, staticPrefix+"*.json"))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	removed := 0
+	var out []core.StandIn
 	for _, f := range files {
-		if !writtenByAgent(f) {
-			continue
+		if in, ok := readStandIn(f); ok {
+			out = append(out, in)
 		}
-		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
-			return removed, fmt.Errorf("removing the static pod %s: %w", f, err)
-		}
-		removed++
 	}
-	return removed, nil
+	return out, nil
+}
+
+// Release removes the manifest the agent wrote for namespace/pod, if it is there.
+func (s *StaticPods) Release(namespace, pod string) error {
+	f := filepath.Join(s.Dir, staticPodFile(namespace, pod))
+	if _, ok := readStandIn(f); !ok {
+		return nil
+	}
+	if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("removing the static pod %s: %w", f, err)
+	}
+	return nil
 }

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"testing"
 
+	"github.com/lifeline-edge/lifeline/edge/agent/core"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -59,32 +61,42 @@ func TestStaticPodsOfLookalikeWorkersDoNotShareAFile_P_HEAL_3(t *testing.T) {
 	}
 }
 
-// [P-HEAL-3] Release removes the static pods the agent wrote, and nothing else in edged's directory: not an
-// operator's static pod that happens to be named lifeline-*.json, nor one that copies the agent's mark under
-// another name.
-func TestReleaseRemovesOnlyTheStaticPodsTheAgentWrote_P_HEAL_3(t *testing.T) {
+// [P-HEAL-3] The stand-ins are the static pods the agent wrote, each with the pod it stands in for and its
+// WORKER_NAME; Release removes one of them and nothing else in the node's directory: not an operator's static
+// pod that happens to be named lifeline-*.json, nor one that copies the agent's mark under another name.
+func TestStandInsAreOnlyTheStaticPodsTheAgentWrote_P_HEAL_3(t *testing.T) {
 	dir := t.TempDir()
-	s := &StaticPods{Dir: dir, Workers: fixedWorkers{{Namespace: "default", Name: "w", UID: "u", Manifest: manifestOf("default", "w")}}}
-	if err := s.Rebuild(context.Background(), "default", "w", "u"); err != nil {
-		t.Fatal(err)
+	trainer := `{"metadata":{"name":"t","namespace":"default"},"spec":{"containers":[{"name":"c","image":"i",` +
+		`"env":[{"name":"WORKER_NAME","value":"job-trainworker-0"}]}]}}`
+	s := &StaticPods{Dir: dir, Workers: fixedWorkers{{Namespace: "default", Name: "w", UID: "u", Manifest: manifestOf("default", "w")},
+		{Namespace: "default", Name: "t", UID: "ut", Manifest: trainer}}}
+	for _, w := range []struct{ name, uid string }{{"w", "u"}, {"t", "ut"}} {
+		if err := s.Rebuild(context.Background(), "default", w.name, w.uid); err != nil {
+			t.Fatal(err)
+		}
 	}
 	theirs := map[string]string{
-		"lifeline-default-w.json": manifestOf("default", "w"),
-		"lifeline-copied.json":    `{"metadata":{"name":"w","annotations":{"` + lifelinev1.StaticPodOfAnnotation + `":"default/w"}}}`,
-		"lifeline-garbage.json":   "not json",
-		"kube-proxy.json":         manifestOf("kube-system", "kube-proxy"),
+		"lifeline-copied.json":  `{"metadata":{"name":"w","annotations":{"` + lifelinev1.StaticPodOfAnnotation + `":"default/w"}}}`,
+		"lifeline-garbage.json": "not json",
+		"kube-proxy.json":       manifestOf("kube-system", "kube-proxy"),
 	}
 	for name, content := range theirs {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	n, err := s.Release()
-	if err != nil || n != 1 {
-		t.Fatalf("released %d (%v), want the agent's one", n, err)
+	got, err := s.StandIns()
+	want := []core.StandIn{{Namespace: "default", Pod: "t", WorkerName: "job-trainworker-0"}, {Namespace: "default", Pod: "w"}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("stand-ins %+v (%v), want %+v", got, err, want)
 	}
-	if _, err := os.Stat(filepath.Join(dir, staticPodFile("default", "w"))); !os.IsNotExist(err) {
-		t.Errorf("the agent's static pod is still there: %v", err)
+	for _, pod := range []string{"w", "copied", "kube-proxy"} {
+		if err := s.Release("default", pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := s.StandIns(); !slices.Equal(got, want[:1]) {
+		t.Errorf("stand-ins after releasing w: %+v, want the trainer's alone", got)
 	}
 	for name := range theirs {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {

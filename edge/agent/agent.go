@@ -41,11 +41,14 @@ type Actuator interface {
 	Restart(ctx context.Context, namespace, pod, uid string) error
 }
 
-// Rebuilder runs a worker again from its last known pod when the node will never run it again, and gives the
-// workers back to the node's API-driven pods when the API server returns.
+// Rebuilder runs a worker again from its last known pod when the node will never run it again (a stand-in), and
+// gives the worker back to its own pod, or its replacement, once that runs.
 type Rebuilder interface {
 	Rebuild(ctx context.Context, namespace, pod, uid string) error
-	Release() (int, error)
+	// StandIns are the stand-ins in the node's directory, of this life of the agent or an earlier one.
+	StandIns() ([]core.StandIn, error)
+	// Release removes the stand-in of the pod namespace/pod; one already gone is no error.
+	Release(namespace, pod string) error
 }
 
 // Store keeps what the agent's decisions need across its restarts: the journal.
@@ -182,6 +185,13 @@ func (a *Agent) env() core.Env {
 	env := core.Env{Now: a.cfg.Now(), BirthSeq: a.cfg.Publisher.BirthSeq()}
 	env.APIReachable = a.cfg.APIReachable != nil && a.cfg.APIReachable()
 	env.BrokerUp = a.cfg.BrokerUp != nil && a.cfg.BrokerUp()
+	if a.cfg.Rebuilder != nil {
+		standIns, err := a.cfg.Rebuilder.StandIns()
+		if err != nil {
+			a.cfg.Log.Error(err, "listing the stand-ins in the static-pod directory")
+		}
+		env.StandIns = standIns
+	}
 	return env
 }
 
@@ -320,13 +330,12 @@ func (a *Agent) do(ctx context.Context, act core.Action) error {
 		}
 		return err
 	case core.Release:
-		n, err := a.cfg.Rebuilder.Release()
-		if err != nil {
-			log.Error(err, "removing the static pods of rebuilt workers")
-		} else if n > 0 {
-			a.cfg.Log.Info("the API server is back: rebuilt workers handed back to their pods", "count", n)
+		if err := a.cfg.Rebuilder.Release(act.Namespace, act.Name); err != nil {
+			log.Error(err, "removing a stand-in")
+			return err
 		}
-		return err
+		log.Info("a rebuilt worker handed back: its pod runs, or it has none to run")
+		return nil
 	case core.SendResult:
 		payload, err := proto.Marshal(act.Result)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -36,20 +37,29 @@ type recordingRebuilder struct {
 	mu       sync.Mutex
 	rebuilt  []string
 	released int
+	standIns []core.StandIn
 }
 
 func (r *recordingRebuilder) Rebuild(_ context.Context, ns, pod, _ string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.rebuilt = append(r.rebuilt, ns+"/"+pod)
+	r.standIns = append(r.standIns, core.StandIn{Namespace: ns, Pod: pod})
 	return nil
 }
 
-func (r *recordingRebuilder) Release() (int, error) {
+func (r *recordingRebuilder) StandIns() ([]core.StandIn, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.standIns), nil
+}
+
+func (r *recordingRebuilder) Release(ns, pod string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.released++
-	return 1, nil
+	r.standIns = slices.DeleteFunc(r.standIns, func(s core.StandIn) bool { return s.Namespace == ns && s.Pod == pod })
+	return nil
 }
 
 func (r *recordingRebuilder) snapshot() []string {
@@ -270,7 +280,8 @@ func TestEpisodeContinuesAcrossAgentRestarts_P_WS_3(t *testing.T) {
 }
 
 // [P-HEAL-1] [P-HEAL-3] The loop rebuilds a lost worker on a node cut off from everything, reports it, and
-// hands it back once the API server is reachable again, on the agent's clock.
+// hands it back once the worker's own pod runs again, on the agent's clock: not when the API server is back.
+
 func TestAgentRebuildsALostWorkerAndHandsItBack_P_HEAL_3(t *testing.T) {
 	reachable, now := true, time.Unix(1000, 0)
 	src := &podsSource{pods: []cri.Pod{{Namespace: "default", Name: "w", UID: "u", Containers: []cri.Container{{Name: "main", Running: true}}}}}
@@ -299,8 +310,13 @@ func TestAgentRebuildsALostWorkerAndHandsItBack_P_HEAL_3(t *testing.T) {
 		t.Errorf("results %v, want one local DONE for the worker", res)
 	}
 	reachable = true
-	steps(2)
-	if rebuild.released != 2 { // at the first tick of its life, and once back
-		t.Errorf("released %d times, want twice", rebuild.released)
+	steps(4)
+	if rebuild.released != 0 {
+		t.Errorf("released %d times while the worker's pod does not run, want none", rebuild.released)
+	}
+	src.pods = []cri.Pod{{Namespace: "default", Name: "w", UID: "u", Containers: []cri.Container{{Name: "main", Running: true, Attempt: 1}}}}
+	steps(1)
+	if rebuild.released != 1 {
+		t.Errorf("released %d times once the worker's pod runs, want once", rebuild.released)
 	}
 }

@@ -214,7 +214,15 @@ func (w *Watcher) hasOurs(pods []Pod) bool {
 }
 
 // ours tells whether a listed or watched pod is bound to this node.
-func (w *Watcher) ours(p *Pod) bool { return p.Spec.NodeName == w.node }
+// ours: bound to this node, and not a mirror pod. A mirror pod is the API server's copy of one of the node's
+// static pods (the agent's stand-in for a worker carries the worker's labels): the node runs it from its
+// manifest directory, never from the API server, so it is no worker for the agent to watch, report or rebuild.
+func (w *Watcher) ours(p *Pod) bool {
+	return p.Spec.NodeName == w.node && p.Metadata.Annotations[mirrorAnnotation] == ""
+}
+
+// mirrorAnnotation marks a mirror pod (Kubernetes' kubetypes.ConfigMirrorAnnotationKey).
+const mirrorAnnotation = "kubernetes.io/config.mirror"
 
 // failed records a failed list or watch: a refusal means reachable, anything else unreachable.
 func (w *Watcher) failed(err error) {

@@ -137,6 +137,26 @@ func TestWatcherLearnsWorkersWhileCutOffFromAStoreWithoutFieldSelectors(t *testi
 	}
 }
 
+// A mirror pod (the API server's copy of a static pod of the node, such as the agent's stand-in for a worker, whose
+// labels it carries) is no worker: the node runs it from its manifest, and the agent must not report it lost.
+func TestMirrorPodIsNoWorker(t *testing.T) {
+	mirror := strings.Replace(podJSON("w-edge-1", "edge-1", ""), `"labels"`,
+		`"annotations":{"kubernetes.io/config.mirror":"8ca8cad6"},"labels"`, 1)
+	store := &kubeEdgeStore{events: make(chan Event), pods: []Pod{decodePod(t, podJSON("w", "edge-1", "")), decodePod(t, mirror)}}
+	w, err := New(store, "edge-1", t.TempDir(), logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, w)
+	waitFor(t, "the node's worker listed", func() bool { return w.Reachable() && w.HasWorker("default", "w") })
+	store.events <- Event{Type: "MODIFIED", Pod: decodePod(t, mirror)}
+	store.events <- Event{Type: "ADDED", Pod: decodePod(t, podJSON("next", "edge-1", ""))}
+	waitFor(t, "the next event seen", func() bool { return w.HasWorker("default", "next") })
+	if w.HasWorker("default", "w-edge-1") {
+		t.Error("a mirror pod taken as a worker")
+	}
+}
+
 // A pod that does not say its restart policy has the API's default, Always.
 func TestWorkerRestartPolicyDefaultsToAlways(t *testing.T) {
 	p := decodePod(t, podJSON("w", "edge-1", ""))

@@ -29,6 +29,18 @@ type Env struct {
 	BrokerUp bool
 	// BirthSeq of the current (or last) session: a new one has every state published again.
 	BirthSeq uint64
+	// StandIns are the static pods the agent's rebuilds left in the node's manifest directory.
+	StandIns []StandIn
+}
+
+// StandIn is a static pod the agent wrote for a worker the node would never run again. It runs in the worker's
+// place until the worker's own pod, or the pod that replaces it, runs: handed back earlier, nothing would run
+// until then (the node's own pod may need its link back, the controller's replacement its retry back-off).
+type StandIn struct {
+	// Namespace and Pod name the pod it stands in for.
+	Namespace, Pod string
+	// WorkerName is that pod's WORKER_NAME, which its replacement carries too; empty when the manifest has none.
+	WorkerName string
 }
 
 // Config is fixed for the life of a Core.
@@ -60,7 +72,8 @@ const (
 	Restart
 	// Rebuild runs the worker again as a static pod from its last known manifest [P-HEAL-3].
 	Rebuild
-	// Release removes the static pods the agent wrote: the API server is there again.
+	// Release removes a stand-in (Namespace, Name: the pod it stood in for): its worker runs in its own pod again,
+	// or no longer needs one.
 	Release
 	// SendResult journals and sends Result on the node's results topic [P-CMD-4] [P-HEAL-2].
 	SendResult
@@ -102,7 +115,7 @@ func (a Action) String() string {
 	case ClaimCommand:
 		return "claim " + a.CommandID
 	case Release:
-		return "release"
+		return fmt.Sprintf("release %s/%s", a.Namespace, a.Name)
 	case SaveEpisode:
 		if a.Episode == nil {
 			return fmt.Sprintf("save-episode %s/%s none", a.Namespace, a.Name)
@@ -142,7 +155,8 @@ type Core struct {
 	healedAt map[string]time.Time // by UID: the offline policy's last rebuild
 	acted    map[string]uint64    // by UID: the episode last acted on, by a command or the offline policy
 	apiDown  time.Time            // zero while the API server is reachable
-	tidied   bool                 // static pods left by an earlier life of the agent were handed back
+	apiUp    time.Time            // since when the API server is reachable; zero while it is not
+	unwanted map[string]time.Time // stand-in (namespace/pod) -> since when the API server wants no pod of its worker
 	claims   map[string]time.Time // command id -> when it may be forgotten
 	lastNow  time.Time            // the latest env.Now seen, to notice the clock stepping back
 
@@ -190,7 +204,7 @@ type pending struct {
 // New returns a core that knows nothing yet.
 func New(cfg Config) *Core {
 	return &Core{cfg: cfg, seq: cfg.FirstSeq - min(cfg.FirstSeq, 1), workers: map[string]*worker{}, desired: map[string]desired.Worker{},
-		deaths: map[string]death{}, healedAt: map[string]time.Time{}, acted: map[string]uint64{}, claims: map[string]time.Time{},
+		deaths: map[string]death{}, healedAt: map[string]time.Time{}, acted: map[string]uint64{}, claims: map[string]time.Time{}, unwanted: map[string]time.Time{},
 		pending: map[uint64]pending{}}
 }
 
@@ -278,6 +292,12 @@ func (c *Core) clock(env Env) {
 		back := c.lastNow.Sub(env.Now)
 		if !c.apiDown.IsZero() {
 			c.apiDown = c.apiDown.Add(-back)
+		}
+		if !c.apiUp.IsZero() {
+			c.apiUp = c.apiUp.Add(-back)
+		}
+		for key, since := range c.unwanted {
+			c.unwanted[key] = since.Add(-back)
 		}
 		for uid, d := range c.deaths {
 			d.since = d.since.Add(-back)

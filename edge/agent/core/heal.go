@@ -22,10 +22,14 @@ type HealTiming struct {
 	ControllerWait time.Duration
 	// Cooldown between two local rebuilds of the same worker.
 	Cooldown time.Duration
+	// HandBackLimit: a stand-in whose worker has no running pod this long after the API server returned is
+	// handed back all the same, so none outlives a controller that never replaces its worker.
+	HandBackLimit time.Duration
 }
 
 // DefaultHealTiming is the agent's default.
-var DefaultHealTiming = HealTiming{APIGrace: 5 * time.Second, DeadFor: time.Second, ControllerWait: 5 * time.Second, Cooldown: 10 * time.Second}
+var DefaultHealTiming = HealTiming{APIGrace: 5 * time.Second, DeadFor: time.Second, ControllerWait: 5 * time.Second, Cooldown: 10 * time.Second,
+	HandBackLimit: 10 * time.Minute}
 
 // healCase is what the rule looks at for one worker.
 type healCase struct {
@@ -58,24 +62,23 @@ func shouldHeal(t HealTiming, c healCase) bool {
 }
 
 // Tick applies the workers' offline policies: while the node is cut off from the API server it rebuilds the
-// workers the node will never run again [P-HEAL-1] [P-HEAL-3]; once the API server is reachable again (or at
-// the first tick of the agent's life) it hands rebuilt workers back to their pods.
+// workers the node will never run again [P-HEAL-1] [P-HEAL-3]; it hands each rebuilt worker back once its own
+// pod or its replacement runs (handBack).
 func (c *Core) Tick(env Env, workers []desired.Worker) []Action {
 	c.clock(env)
 	c.setDesired(workers)
 	if env.APIReachable {
-		// Back from a cut (or just started): static pods stand in for no one any more.
-		release := c.cfg.CanRebuild && (!c.apiDown.IsZero() || !c.tidied)
-		c.apiDown, c.tidied = time.Time{}, true
-		if release {
-			return []Action{{Op: c.op(pending{kind: Release}), Kind: Release}}
+		if c.apiUp.IsZero() {
+			c.apiUp = env.Now
 		}
-		return nil // the API server's side acts
+		c.apiDown = time.Time{}
+		return c.handBack(env) // the API server's side acts
 	}
+	c.apiUp = time.Time{}
 	if c.apiDown.IsZero() {
 		c.apiDown = env.Now
 	}
-	var out []Action
+	out := c.handBack(env)
 	for _, w := range workers {
 		hc := healCase{policy: w.OfflinePolicy, controllerReachable: env.BrokerUp}
 		d, down := c.deaths[w.UID]
@@ -110,4 +113,64 @@ func (c *Core) healed(env Env, p pending, err error) []Action {
 	w := p.worker
 	return []Action{c.sendResult(env, &lifelinev1.CommandResult{CommandId: lifelinev1.LocalResultID(w.UID, env.Now), Outcome: outcome,
 		Message: message, Namespace: w.Namespace, Pod: w.Name, PodUid: w.UID, Local: true, Epoch: p.episode})}
+}
+
+// unwantedGrace is how long the API server must want no pod of a stand-in's worker before the stand-in goes: a
+// controller replacing a pod deletes it before it creates the next, and the node's watch sees the gap.
+const unwantedGrace = 10 * time.Second
+
+// handBack releases the stand-ins whose work is over: the worker's own pod, or the pod that replaces it, runs
+// (then at once, cut off or not: two would run); or, with the API server back, the API server has wanted no pod
+// of that worker on the node for unwantedGrace, or none of its pods has run within HandBackLimit. Until then the
+// stand-in keeps running, so the worker is never down for the hand-over.
+func (c *Core) handBack(env Env) []Action {
+	var out []Action
+	present := map[string]bool{}
+	for _, s := range env.StandIns {
+		key := s.Namespace + "/" + s.Pod
+		present[key] = true
+		release := c.podOfRuns(s)
+		if !release && env.APIReachable {
+			if c.wanted(s) {
+				delete(c.unwanted, key)
+			} else if _, ok := c.unwanted[key]; !ok {
+				c.unwanted[key] = env.Now
+			}
+			since, unwanted := c.unwanted[key]
+			release = unwanted && env.Now.Sub(since) >= unwantedGrace ||
+				env.Now.Sub(c.apiUp) >= c.cfg.Timing.HandBackLimit
+		}
+		if release {
+			out = append(out, Action{Op: c.op(pending{kind: Release}), Kind: Release, Namespace: s.Namespace, Name: s.Pod})
+		}
+	}
+	for key := range c.unwanted {
+		if !present[key] {
+			delete(c.unwanted, key)
+		}
+	}
+	return out
+}
+
+// podOfRuns: a pod of the stand-in's worker (its own, or one of the same WORKER_NAME) runs on the node.
+func (c *Core) podOfRuns(s StandIn) bool {
+	for _, w := range c.workers {
+		if w.namespace != s.Namespace || w.last == nil || w.last.Phase != lifelinev1.Phase_PHASE_RUNNING {
+			continue
+		}
+		if d, ok := c.desired[w.last.Uid]; ok && (d.Name == s.Pod || s.WorkerName != "" && d.WorkerName == s.WorkerName) {
+			return true
+		}
+	}
+	return false
+}
+
+// wanted: the API server still binds a pod of the stand-in's worker to the node.
+func (c *Core) wanted(s StandIn) bool {
+	for _, d := range c.desired {
+		if d.Namespace == s.Namespace && (d.Name == s.Pod || s.WorkerName != "" && d.WorkerName == s.WorkerName) {
+			return true
+		}
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -27,6 +28,8 @@ type script struct {
 	results []*lifelinev1.CommandResult
 	states  map[string]*lifelinev1.WorkerState // the latest state published per worker
 	cleared []string
+	// standIns are the static pods in the node's directory: a rebuild adds one, a release removes it.
+	standIns map[string]StandIn
 }
 
 var t0 = time.Unix(1_000_000, 0)
@@ -38,7 +41,7 @@ func newScript(t *testing.T, cfg Config) *script {
 	}
 	return &script{t: t, core: New(cfg), env: Env{Now: t0, APIReachable: true, BrokerUp: true, BirthSeq: 1},
 		pods: map[string]cri.Pod{}, workers: map[string]desired.Worker{}, fail: map[Kind]error{},
-		states: map[string]*lifelinev1.WorkerState{}}
+		states: map[string]*lifelinev1.WorkerState{}, standIns: map[string]StandIn{}}
 }
 
 // worker adds a worker of the node (restartPolicy, offline policy) running in the runtime.
@@ -106,6 +109,10 @@ func (s *script) observe() []string {
 		pods = append(pods, p)
 	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+	s.env.StandIns = nil
+	for _, name := range slices.Sorted(maps.Keys(s.standIns)) {
+		s.env.StandIns = append(s.env.StandIns, s.standIns[name])
+	}
 	return s.run(s.core.Observe(s.env, pods, s.desired()))
 }
 
@@ -162,6 +169,14 @@ func (s *script) run(actions []Action) []string {
 			s.cleared = append(s.cleared, a.Name)
 		case SendResult:
 			s.results = append(s.results, a.Result)
+		case Rebuild:
+			if err == nil {
+				s.standIns[a.Name] = StandIn{Namespace: a.Namespace, Pod: a.Name, WorkerName: s.workers[a.Name].WorkerName}
+			}
+		case Release:
+			if err == nil {
+				delete(s.standIns, a.Name)
+			}
 		}
 		if a.Kind != PublishState && a.Kind != SaveEpisode && a.Kind != ClaimCommand && a.Kind != ClearState {
 			effects = append(effects, a.String())
@@ -296,11 +311,12 @@ func TestLocalRebuildIsReportedAsALocalResult_P_HEAL_2(t *testing.T) {
 	}
 }
 
-// [P-HEAL-3] cut api; the node loses w's pod: it is published GONE and rebuilt; once the API server is back
-// the static pods are released; a first tick with the API server reachable releases those of an earlier life.
-func TestLostPodIsRebuiltAndHandedBack_P_HEAL_3(t *testing.T) {
+// [P-HEAL-3] cut api; the node loses w's pod: it is published GONE and rebuilt. The stand-in stays while the API
+// server is back but the node has not run w's pod again (handed back then, nothing would run), and goes as soon
+// as it does, so the worker is never down for the hand-over.
+func TestLostPodIsRebuiltAndHandedBackOnceItsOwnPodRuns_P_HEAL_3(t *testing.T) {
 	s := newScript(t, Config{CanRebuild: true}).worker("w", "Always")
-	expect(t, "the agent starts, API reachable", s.tick(500*time.Millisecond), "release")
+	s.observe()
 	s.cutAPI().cutBroker()
 	s.tick(6 * time.Second)
 	s.lose("w")
@@ -309,7 +325,48 @@ func TestLostPodIsRebuiltAndHandedBack_P_HEAL_3(t *testing.T) {
 		t.Errorf("published %s for the lost pod, want GONE", got)
 	}
 	s.restoreAPI()
-	expect(t, "restore api; tick 2s", s.tick(2*time.Second), "release")
+	expect(t, "restore api; tick 30s: w's own pod does not run yet", s.tick(30*time.Second))
+	s.worker("w", "Always")
+	expect(t, "the node runs w's pod again; tick 500ms", s.tick(500*time.Millisecond), "release default/w")
+}
+
+// [P-HEAL-3] Stand-ins left in the node's directory by an earlier life of the agent go as their rules say: at
+// once for a worker whose pod runs; for one the API server no longer binds to the node, after unwantedGrace (a
+// controller replacing a pod deletes it first); for one whose pod never runs, after HandBackLimit.
+func TestStandInsOfAnEarlierLifeAreHandedBack_P_HEAL_3(t *testing.T) {
+	s := newScript(t, Config{CanRebuild: true}).worker("runs", "Always").worker("never-runs", "Never")
+	s.kill("never-runs", 1)
+	for _, name := range []string{"runs", "never-runs", "deleted"} {
+		s.standIns[name] = StandIn{Namespace: "default", Pod: name, WorkerName: name}
+	}
+	expect(t, "the agent starts; tick 9.5s", s.tick(9500*time.Millisecond), "release default/runs")
+	expect(t, "tick 1s: 'deleted' unwanted for 10s", s.tick(time.Second), "release default/deleted")
+	expect(t, "tick 9m30s", s.tick(9*time.Minute+30*time.Second))
+	expect(t, "tick 30s: the hand-back limit", s.tick(30*time.Second), "release default/never-runs")
+}
+
+// [P-HEAL-3] An FL trainer under Never fails on a cut-off node and is rebuilt. Once the link is back the
+// controller replaces its pod, deleting the failed one before creating the next under the same WORKER_NAME: the
+// stand-in stays through that gap and goes when the replacement runs.
+func TestFailedTrainerStandInGoesWhenItsReplacementRuns_P_HEAL_3(t *testing.T) {
+	s := newScript(t, Config{CanRebuild: true}).worker("trainer", "Never")
+	w := s.workers["trainer"]
+	w.WorkerName = "trainer"
+	s.workers["trainer"] = w
+	s.observe()
+	s.cutAPI().cutBroker()
+	s.tick(6 * time.Second)
+	s.kill("trainer", 1)
+	expect(t, "kill; tick 1.5s", s.tick(1500*time.Millisecond), "rebuild default/trainer", "result local default/trainer DONE")
+	s.restoreAPI().reconnect()
+	s.deleteWorker("trainer")
+	delete(s.pods, "trainer")
+	expect(t, "the failed pod deleted; tick 5s", s.tick(5*time.Second))
+	s.workers["trainer"] = desired.Worker{Namespace: "default", Name: "trainer", UID: "uid-trainer-2", RestartPolicy: "Never",
+		WorkerName: "trainer"}
+	expect(t, "its replacement bound, not running; tick 2s", s.tick(2*time.Second))
+	s.pods["trainer"] = cri.Pod{Namespace: "default", Name: "trainer", UID: "uid-trainer-2", Containers: []cri.Container{{Name: "main", Running: true}}}
+	expect(t, "the replacement runs; tick 500ms", s.tick(500*time.Millisecond), "release default/trainer")
 }
 
 // [P-HEAL-3] A worker that completed and whose containers then vanish is finished, not lost: no GONE, no
