@@ -72,12 +72,16 @@ type nodeRecord struct {
 	reportSeq    uint64
 	datasetSeq   uint64
 	apiReachable bool
-	workers      map[podRef]*workerRecord
-	pending      int // workers whose state is kept while the cache does not know their pod
-	results      int // results waiting in Tracker.actions
-	reports      int // workers whose report is kept
-	datasets     int // Datasets whose count is kept
-	commands     tokenBucket
+	// apiBackAt is when the agent last said its node reaches the API server again after it had said it did not:
+	// the API server's pods may still be what the node posted before the cut (freshAfterReconnect).
+	apiBackAt time.Time
+	apiKnown  bool // the agent has said whether its node reaches the API server
+	workers   map[podRef]*workerRecord
+	pending   int // workers whose state is kept while the cache does not know their pod
+	results   int // results waiting in Tracker.actions
+	reports   int // workers whose report is kept
+	datasets  int // Datasets whose count is kept
+	commands  tokenBucket
 }
 
 // workerRecord is the latest accepted state of one worker, as one node reported it.
@@ -402,7 +406,7 @@ func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, c checked, now t
 		n.lastHeartbeat, n.heartbeatSeq = now, 0 // the agent's heartbeats count from 1 again [P-BIRTH-3]
 		n.silentAfter = t.silenceOf(m)
 		if m.ApiReachable != nil { // the new session's word, not the last one's, from its first message [P-HB-1]
-			n.apiReachable = *m.ApiReachable
+			n.setAPIReachable(*m.ApiReachable, now)
 		}
 		changed.pods = workersOf(n)
 	case *lifelinev1.NodeDeath:
@@ -425,7 +429,8 @@ func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, c checked, now t
 			n.birthSeq, n.dead = m.BirthSeq, false
 		}
 		flipped := n.apiReachable != m.ApiReachable || n.dead
-		n.lastHeartbeat, n.heartbeatSeq, n.apiReachable, n.dead = now, m.Seq, m.ApiReachable, false
+		n.setAPIReachable(m.ApiReachable, now)
+		n.lastHeartbeat, n.heartbeatSeq, n.dead = now, m.Seq, false
 		if flipped {
 			changed.pods = workersOf(n)
 		}
@@ -528,6 +533,14 @@ func (t *Tracker) removeWorker(k workerKey, n *nodeRecord) {
 		t.setPending(k, n, w, false)
 		delete(n.workers, k.pod)
 	}
+}
+
+// setAPIReachable takes the agent's word on its node's reach of the API server, noting when it came back.
+func (n *nodeRecord) setAPIReachable(reachable bool, now time.Time) {
+	if reachable && !n.apiReachable && n.apiKnown {
+		n.apiBackAt = now
+	}
+	n.apiReachable, n.apiKnown = reachable, true
 }
 
 func workersOf(n *nodeRecord) []podRef {

@@ -378,3 +378,50 @@ func TestADeathHealedOfflineGetsNoCommandNorWarning_P_HEAL_2(t *testing.T) {
 		t.Errorf("events %+v, want the offline heal only", events)
 	}
 }
+
+// Back from a cut, the API server may still hold the pod as the node posted it before: a trainer that failed
+// twice offline still Running with no restart. Until the node posts the pod anew (it then agrees with the agent)
+// the agent's word stands, for at most freshAfterReconnect; a pod that agrees is the API server's at once.
+func TestStalePodAfterReconnectKeepsTheAgentsWord(t *testing.T) {
+	b := newBench(t)
+	pod := b.addPod("edge1", "default", "trainer", "u")
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "c", RestartCount: 0}}}
+	now := time.Unix(1000, 0)
+	b.cutOff("edge1", now)
+	b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "trainer", Uid: "u", Seq: 1,
+		Phase: lifelinev1.Phase_PHASE_FAILED, Restarts: 2}, now)
+	if v := b.tr.ViewOf(pod, false, now); v.Truth != TruthAgent {
+		t.Fatalf("cut off: truth %s, want Agent", v.Truth)
+	}
+	back := now.Add(10 * time.Second)
+	b.heartbeat("edge1", 1, 2, true, back)
+	seq := uint64(2)
+	for _, step := range []struct {
+		what  string
+		pod   corev1.PodStatus
+		at    time.Duration
+		truth Truth
+	}{
+		{"the link back, the pod as before the cut", pod.Status, time.Second, TruthAgent},
+		{"still so 30 s later", pod.Status, 30 * time.Second, TruthAgent},
+		{"the node posted the failure, restarts counted", corev1.PodStatus{Phase: corev1.PodFailed,
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "c", RestartCount: 2}}}, 31 * time.Second, TruthAPIServer},
+		{"never posted, past the bound", pod.Status, freshAfterReconnect, TruthAPIServer},
+	} {
+		seq++
+		b.heartbeat("edge1", 1, seq, true, back.Add(step.at)) // the agent heard all along
+		p := pod.DeepCopy()
+		p.Status = step.pod
+		if v := b.tr.ViewOf(p, true, back.Add(step.at)); v.Truth != step.truth {
+			t.Errorf("%s: truth %s, want %s", step.what, v.Truth, step.truth)
+		}
+	}
+	// A node the controller never saw cut off: its pods are the API server's from the start.
+	fresh := b.addPod("edge2", "default", "other", "o")
+	b.birth("edge2", 1, "state-edge2", now)
+	b.heartbeat("edge2", 1, 1, true, now)
+	b.state("edge2", &lifelinev1.WorkerState{Namespace: "default", Name: "other", Uid: "o", Seq: 1, Phase: lifelinev1.Phase_PHASE_RUNNING}, now)
+	if v := b.tr.ViewOf(fresh, true, now); v.Truth != TruthAPIServer {
+		t.Errorf("a node never cut off: truth %s, want APIServer", v.Truth)
+	}
+}

@@ -38,6 +38,22 @@ func whoseTruth(nodeReady, agentOnline, agentReachesAPI, agentKnowsPod bool) Tru
 	}
 }
 
+// freshAfterReconnect bounds how long after a node's link to the API server returns the API server's pods may
+// still be what the node posted before the cut: the node posts anew only once its own daemon has noticed the link
+// (edgehub retries on a cycle of about 55 s, and then edged posts) and synced. Within it, a pod the API server
+// shows otherwise than the agent's latest state is taken in the agent's word.
+const freshAfterReconnect = 2 * time.Minute
+
+// agrees tells whether the API server's pod says what the agent last said of it: the same phase and at least its
+// restarts. A pod that does not has not been posted by the node since; the agent's word is the newer.
+func agrees(pod *corev1.Pod, s *lifelinev1.WorkerState) bool {
+	var restarts int32
+	for _, c := range pod.Status.ContainerStatuses {
+		restarts += c.RestartCount
+	}
+	return string(pod.Status.Phase) == phaseName(s.Phase) && restarts >= s.Restarts
+}
+
 // View is what Lifeline believes of one worker pod.
 type View struct {
 	Truth Truth
@@ -59,6 +75,9 @@ func (t *Tracker) ViewOf(pod *corev1.Pod, nodeReady bool, now time.Time) View {
 	}
 	knows := w != nil && w.state.Uid == string(pod.UID)
 	v := View{Truth: whoseTruth(nodeReady, online, online && n.apiReachable, knows)}
+	if v.Truth == TruthAPIServer && knows && online && now.Sub(n.apiBackAt) < freshAfterReconnect && !agrees(pod, w.state) {
+		v.Truth = TruthAgent // the link is back, but the node has not posted this pod since
+	}
 	if v.Truth == TruthAgent {
 		v.State, v.SeenAt = proto.Clone(w.state).(*lifelinev1.WorkerState), w.at
 	}
