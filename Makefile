@@ -86,10 +86,11 @@ soak: tools build ## Seeded chaos on the simulation: partitions, kills, restarts
 	SOAK_CYCLES=$(SOAK_CYCLES) SOAK_SEED=$(SOAK_SEED) $(GO) test -count=1 -timeout 90m -v -run '^TestSoak$$' ./test/soak/
 
 # Packages that hold benchmarks; those that need it start their own control plane (test/e2e: the whole simulation).
-BENCH_PKGS := ./cloud/broker/ ./cloud/jointinference/ ./cloud/federatedlearning/ ./cloud/liveness/ ./edge/agent/ ./test/e2e/
+BENCH_PKGS := ./cloud/broker/ ./cloud/jointinference/ ./cloud/federatedlearning/ ./cloud/liveness/ ./edge/agent/ ./test/e2e/ ./test/realnode/
 
 .PHONY: bench
-bench: tools build ## Benchmarks, each printed beside an anchor measured in the same run.
+bench: tools build ## Benchmarks, each printed beside an anchor measured in the same run (real nodes too, as root with containerd).
+	$(MAKE) --no-print-directory images images-samples PLATFORMS=$(HOST_PLATFORM)
 	@echo "==> benchmarks (each package starts a control plane first)"
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
 

@@ -119,7 +119,7 @@ func (n *Node) startKubelet(c *Cluster) error {
 		"--kubeconfig="+kubeletKubeconfig,
 		"--hostname-override="+n.Name,
 		"--node-ip="+n.nodeIP(),
-		"--v=1"), nil)
+		"--v=1"), append(os.Environ(), KubeletLinkCheck...))
 	if err != nil {
 		return err
 	}
@@ -137,6 +137,13 @@ func (n *Node) startKubelet(c *Cluster) error {
 	n.procs = append(n.procs, proxy)
 	return nil
 }
+
+// KubeletLinkCheck is the environment docs/operations.md gives the kubelet of an edge node: its client checks
+// an idle link to the API server every 2 s and gives it up 2 s after an unanswered ping. Before the kubelet starts
+// a static pod (the agent's stand-in for a worker) it creates the pod's mirror pod, and on a link that died
+// without a word (packets dropped) that request waits until the link is given up: 45 s with client-go's
+// defaults (30 s idle, 15 s ping), about 4 s with these (then a new dial waits out its own 30 s timeout).
+var KubeletLinkCheck = []string{"HTTP2_READ_IDLE_TIMEOUT_SECONDS=2", "HTTP2_PING_TIMEOUT_SECONDS=2"}
 
 // enter is nsenter's arguments that run a command in the node's namespaces.
 func (n *Node) enter(command string, args ...string) []string {

@@ -1,0 +1,78 @@
+package realnode_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/test/controllertest"
+	"github.com/lifeline-edge/lifeline/test/realnode"
+)
+
+// BenchmarkRealNodes measures, on the real nodes, what Lifeline gives a node cut off from the cloud, each figure
+// beside the same run's anchor, the kubelet alone, as `name value unit` lines:
+//   - kill of the joint inference edge worker -> the status shows the death (Dead, or one restart more): on a
+//     node cut off from the API server (the agent's word) and, as the anchor, on a connected one (the kubelet's
+//     word through the API server);
+//   - an FL trainer under restartPolicy Never fails on a node cut off from everything -> a trainer runs again
+//     (anchor: the kubelet never runs it again); the link back -> its stand-in gives way; seconds with no trainer,
+//     and with two, meanwhile.
+func BenchmarkRealNodes(b *testing.B) {
+	needReal(b)
+	const samples = 3
+	jointInferenceReady(b)
+	ctx := context.Background()
+	var connected, cutOff []time.Duration
+	for range samples {
+		connected = append(connected, timeToTellDeath(b))
+	}
+	if err := rc.Cut(ctx, "edge-1", realnode.LinkAPI, inst.BrokerPort); err != nil {
+		b.Fatal(err)
+	}
+	waitEdgeWorker(b, 30*time.Second, "told by the agent", func(w *v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAgent
+	})
+	for range samples {
+		cutOff = append(cutOff, timeToTellDeath(b))
+	}
+	if err := rc.Mend(ctx, "edge-1"); err != nil {
+		b.Fatal(err)
+	}
+	var rebuilt, gaveWay []time.Duration
+	var gap, overlap time.Duration
+	for i := range samples {
+		h := failNeverTrainerCutOff(b, fmt.Sprintf("bench-never-%d", i))
+		rebuilt, gaveWay = append(rebuilt, h.rebuilt), append(gaveWay, h.gaveWay)
+		gap, overlap = gap+h.gap, overlap+h.overlap
+	}
+	line := func(name string, d time.Duration) { fmt.Printf("%s %.3f s\n", name, d.Seconds()) }
+	fmt.Printf("\nreal nodes, %d samples each (p99 of %d is their worst)\n", samples, samples)
+	line("detect-cut-off-p50", controllertest.Percentile(cutOff, 50))
+	line("detect-cut-off-p99", controllertest.Percentile(cutOff, 99))
+	line("detect-connected-anchor-p50", controllertest.Percentile(connected, 50))
+	line("detect-connected-anchor-p99", controllertest.Percentile(connected, 99))
+	line("rebuild-never-trainer-cut-off-p50", controllertest.Percentile(rebuilt, 50))
+	line("rebuild-never-trainer-cut-off-p99", controllertest.Percentile(rebuilt, 99))
+	fmt.Println("rebuild-never-trainer-anchor never (the kubelet does not run a failed Never container again)")
+	line("reconnect-stand-in-gave-way-p99", controllertest.Percentile(gaveWay, 99))
+	line("reconnect-no-trainer-running", gap)
+	line("reconnect-two-trainers-running", overlap)
+}
+
+// timeToTellDeath kills the joint inference edge worker and returns how long until its status shows the death:
+// Dead, or one restart more. It waits for the worker to be Alive first.
+func timeToTellDeath(b testing.TB) time.Duration {
+	b.Helper()
+	waitEdgeWorker(b, time.Minute, "Alive", func(w *v1alpha1.WorkerStatus) bool { return w.Liveness == v1alpha1.LivenessAlive })
+	before, err := edgeWorker(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	killed := killEdgeWorker(b)
+	waitEdgeWorker(b, time.Minute, "dead or restarted", func(w *v1alpha1.WorkerStatus) bool {
+		return w.Liveness == v1alpha1.LivenessDead || w.Restarts > before.Restarts
+	})
+	return time.Since(killed)
+}
