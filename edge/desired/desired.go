@@ -214,11 +214,14 @@ func (w *Watcher) hasOurs(pods []Pod) bool {
 }
 
 // ours tells whether a listed or watched pod is bound to this node.
-// ours: bound to this node, and not a mirror pod. A mirror pod is the API server's copy of one of the node's
-// static pods (the agent's stand-in for a worker carries the worker's labels): the node runs it from its
-// manifest directory, never from the API server, so it is no worker for the agent to watch, report or rebuild.
+// ours: bound to this node, and neither a mirror pod nor one of the agent's stand-ins. A mirror pod is the API
+// server's copy of one of the node's static pods; the agent's stand-in for a worker carries the worker's labels
+// and is marked with StaticPodOfAnnotation, which its mirror (or a node listing its static pods) shows too. The
+// node runs those from its manifest directory, never from the API server: no worker for the agent to watch,
+// report or rebuild.
 func (w *Watcher) ours(p *Pod) bool {
-	return p.Spec.NodeName == w.node && p.Metadata.Annotations[mirrorAnnotation] == ""
+	a := p.Metadata.Annotations
+	return p.Spec.NodeName == w.node && a[mirrorAnnotation] == "" && a[lifelinev1.StaticPodOfAnnotation] == ""
 }
 
 // mirrorAnnotation marks a mirror pod (Kubernetes' kubetypes.ConfigMirrorAnnotationKey).

@@ -138,7 +138,8 @@ func TestWatcherLearnsWorkersWhileCutOffFromAStoreWithoutFieldSelectors(t *testi
 }
 
 // A mirror pod (the API server's copy of a static pod of the node, such as the agent's stand-in for a worker, whose
-// labels it carries) is no worker: the node runs it from its manifest, and the agent must not report it lost.
+// labels it carries) is no worker, nor is a stand-in as a node may list it: the node runs them from its
+// manifests, and the agent must not report them lost, nor hand a stand-in back because it runs.
 func TestMirrorPodIsNoWorker(t *testing.T) {
 	mirror := strings.Replace(podJSON("w-edge-1", "edge-1", ""), `"labels"`,
 		`"annotations":{"kubernetes.io/config.mirror":"8ca8cad6"},"labels"`, 1)
@@ -149,11 +150,17 @@ func TestMirrorPodIsNoWorker(t *testing.T) {
 	}
 	run(t, w)
 	waitFor(t, "the node's worker listed", func() bool { return w.Reachable() && w.HasWorker("default", "w") })
+	standIn := strings.Replace(podJSON("w-edge-1-x", "edge-1", ""), `"labels"`,
+		`"annotations":{"`+lifelinev1.StaticPodOfAnnotation+`":"default/w"},"labels"`, 1)
+	store.events <- Event{Type: "ADDED", Pod: decodePod(t, standIn)}
 	store.events <- Event{Type: "MODIFIED", Pod: decodePod(t, mirror)}
 	store.events <- Event{Type: "ADDED", Pod: decodePod(t, podJSON("next", "edge-1", ""))}
 	waitFor(t, "the next event seen", func() bool { return w.HasWorker("default", "next") })
 	if w.HasWorker("default", "w-edge-1") {
 		t.Error("a mirror pod taken as a worker")
+	}
+	if w.HasWorker("default", "w-edge-1-x") {
+		t.Error("the agent's stand-in, as a node lists its static pods, taken as a worker")
 	}
 }
 
