@@ -37,6 +37,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
+	"github.com/lifeline-edge/lifeline/internal/lograte"
 )
 
 // Options configure the manager.
@@ -381,7 +382,7 @@ func (r *sessionRunnable) Start(ctx context.Context) error {
 		s       session
 		err     error
 		wait    = sessionRetryMin
-		told    logSchedule
+		told    lograte.Schedule
 		failing bool
 	)
 	for {

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/internal/lograte"
 )
 
 // RequiredKinds are the sedna.io/v1alpha1 kinds the controllers watch: until the API server serves each (its CRD
@@ -195,7 +196,7 @@ func (g *crdGate) Start(ctx context.Context) error {
 	began := now()
 	var (
 		toldMissing bool
-		apiErrors   logSchedule
+		apiErrors   lograte.Schedule
 	)
 	for {
 		missing, err := g.kinds.Missing()
@@ -213,7 +214,7 @@ func (g *crdGate) Start(ctx context.Context) error {
 			g.state.established.Store(true)
 			return nil
 		default:
-			apiErrors = logSchedule{}
+			apiErrors = lograte.Schedule{}
 			g.state.wait("waiting for CRDs to be established: " + strings.Join(missing, ", "))
 			if !toldMissing {
 				toldMissing = true
@@ -228,35 +229,6 @@ func (g *crdGate) Start(ctx context.Context) error {
 		}
 		wait = min(2*wait, retryMax)
 	}
-}
-
-// Log schedule of a failure that lasts: the first line at once, the next after logFirstRepeat, then each gap
-// twice the one before, up to logMaxRepeat.
-const (
-	logFirstRepeat = time.Minute
-	logMaxRepeat   = 10 * time.Minute
-)
-
-// logSchedule says when a lasting failure is logged again, so that it is seen at once and then does not flood
-// the log. The zero value logs at the first Due.
-type logSchedule struct {
-	next time.Time
-	gap  time.Duration
-}
-
-// Due tells whether to log now, and if so moves the next time on.
-func (s *logSchedule) Due(now time.Time) bool {
-	if !s.next.IsZero() && now.Before(s.next) {
-		return false
-	}
-	switch {
-	case s.gap == 0:
-		s.gap = logFirstRepeat
-	default:
-		s.gap = min(2*s.gap, logMaxRepeat)
-	}
-	s.next = now.Add(s.gap)
-	return true
 }
 
 // redactURL is u without its password, for logs.

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/lifeline-edge/lifeline/cmd/internal/flagcheck"
 )
 
 // TestFlagValidation: every duration flag, and every count, that is not positive stops the agent before it
@@ -67,14 +69,7 @@ func TestEveryDurationFlagIsChecked(t *testing.T) {
 	fs := flag.NewFlagSet("lifeline-agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	o := bindFlags(fs)
-	var durations []string
-	fs.VisitAll(func(f *flag.Flag) {
-		if g, ok := f.Value.(flag.Getter); ok {
-			if _, isDuration := g.Get().(interface{ Seconds() float64 }); isDuration {
-				durations = append(durations, f.Name)
-			}
-		}
-	})
+	durations := flagcheck.DurationFlags(fs)
 	if len(durations) < 8 {
 		t.Fatalf("found only the duration flags %v", durations)
 	}

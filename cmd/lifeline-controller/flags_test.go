@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/lifeline-edge/lifeline/cmd/internal/flagcheck"
 )
 
 // TestFlagValidation: a duration, or a count, that is not positive stops the controller before it starts,
@@ -61,14 +63,7 @@ func TestEveryDurationFlagIsChecked(t *testing.T) {
 	fs := flag.NewFlagSet("lifeline-controller", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c := bindFlags(fs)
-	var durations []string
-	fs.VisitAll(func(f *flag.Flag) {
-		if g, ok := f.Value.(flag.Getter); ok {
-			if _, isDuration := g.Get().(interface{ Seconds() float64 }); isDuration {
-				durations = append(durations, f.Name)
-			}
-		}
-	})
+	durations := flagcheck.DurationFlags(fs)
 	if len(durations) < 2 {
 		t.Fatalf("found only the duration flags %v", durations)
 	}

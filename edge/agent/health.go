@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"github.com/lifeline-edge/lifeline/internal/lograte"
 	"net/http"
 	"strings"
 	"sync"
@@ -137,24 +138,24 @@ type Failure struct {
 }
 
 // failureLog decides the first-failure log lines: a dependency's failure is logged when first seen, then again
-// at a bounded rate while it lasts (logSchedule), and its recovery once. The broker and the pod source are
+// at a bounded rate while it lasts (lograte.Schedule), and its recovery once. The broker and the pod source are
 // logged only until they are first reached: after that their losses are the edge's normal life, which the
 // journal and the offline policy are for. The runtime is logged whenever it fails.
 type failureLog struct {
-	schedules map[string]*logSchedule
+	schedules map[string]*lograte.Schedule
 }
 
 // next returns the lines due at r.Now.
 func (f *failureLog) next(r Readiness) []Failure {
 	if f.schedules == nil {
-		f.schedules = map[string]*logSchedule{}
+		f.schedules = map[string]*lograte.Schedule{}
 	}
 	var out []Failure
 	check := func(dep, address string, failing bool, err error) {
 		s := f.schedules[dep]
 		switch {
 		case failing && s == nil:
-			s = &logSchedule{}
+			s = &lograte.Schedule{}
 			f.schedules[dep] = s
 			fallthrough
 		case failing:
@@ -171,34 +172,6 @@ func (f *failureLog) next(r Readiness) []Failure {
 		check(s.Name, s.Address, !s.EverUp && s.Err != nil, s.Err)
 	}
 	return out
-}
-
-// Log schedule of a failure that lasts: the first line at once, the next after logFirstRepeat, then each gap
-// twice the one before, up to logMaxRepeat.
-const (
-	logFirstRepeat = time.Minute
-	logMaxRepeat   = 10 * time.Minute
-)
-
-// logSchedule says when a lasting failure is logged again, so it is seen at once and then does not flood the
-// log. The zero value logs at the first Due.
-type logSchedule struct {
-	next time.Time
-	gap  time.Duration
-}
-
-// Due tells whether to log now, and if so moves the next time on.
-func (s *logSchedule) Due(now time.Time) bool {
-	if !s.next.IsZero() && now.Before(s.next) {
-		return false
-	}
-	if s.gap == 0 {
-		s.gap = logFirstRepeat
-	} else {
-		s.gap = min(2*s.gap, logMaxRepeat)
-	}
-	s.next = now.Add(s.gap)
-	return true
 }
 
 // Session is a dependency the agent keeps a session with, as Health watches it.

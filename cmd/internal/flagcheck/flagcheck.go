@@ -51,6 +51,20 @@ func Check(fs *flag.FlagSet, r Rules) error {
 	return errors.Join(errs...)
 }
 
+// DurationFlags names fs's time.Duration flags, which Check holds to its rules without being told: the daemons'
+// tests set each one wrong to see that it is.
+func DurationFlags(fs *flag.FlagSet) []string {
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if g, ok := f.Value.(flag.Getter); ok {
+			if _, isDuration := g.Get().(time.Duration); isDuration {
+				names = append(names, f.Name)
+			}
+		}
+	})
+	return names
+}
+
 // signOf is the sign (-1, 0, 1) of a flag's value, and whether the value is a number at all.
 func signOf(value any) (int, bool) {
 	var f float64
