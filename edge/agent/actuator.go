@@ -17,6 +17,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/edge/agent/core"
 	"github.com/lifeline-edge/lifeline/edge/cri"
+	"github.com/lifeline-edge/lifeline/edge/desired"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -175,19 +176,7 @@ func readStandIn(path string) (core.StandIn, bool) {
 		return core.StandIn{}, false
 	}
 	defer f.Close()
-	var pod struct {
-		Metadata struct {
-			Annotations map[string]string `json:"annotations"`
-		} `json:"metadata"`
-		Spec struct {
-			Containers []struct {
-				Env []struct {
-					Name  string `json:"name"`
-					Value string `json:"value"`
-				} `json:"env"`
-			} `json:"containers"`
-		} `json:"spec"`
-	}
+	var pod desired.Pod
 	if json.NewDecoder(io.LimitReader(f, 1<<20)).Decode(&pod) != nil {
 		return core.StandIn{}, false
 	}
@@ -195,15 +184,7 @@ func readStandIn(path string) (core.StandIn, bool) {
 	if !ok || staticPodFile(namespace, name) != filepath.Base(path) {
 		return core.StandIn{}, false
 	}
-	in := core.StandIn{Namespace: namespace, Pod: name}
-	for _, c := range pod.Spec.Containers {
-		for _, e := range c.Env {
-			if e.Name == "WORKER_NAME" && in.WorkerName == "" {
-				in.WorkerName = e.Value
-			}
-		}
-	}
-	return in, true
+	return core.StandIn{Namespace: namespace, Pod: name, WorkerName: desired.WorkerNameOf(&pod)}, true
 }
 
 // StandIns lists the manifests the agent wrote, each with the pod it stands in for and that pod's WORKER_NAME.

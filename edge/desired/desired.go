@@ -290,14 +290,15 @@ func toWorker(p *Pod) Worker {
 		restart = RestartAlways
 	}
 	return Worker{Namespace: m.Namespace, Name: m.Name, UID: m.UID, Role: m.Labels[lifelinev1.RoleLabel],
-		OfflinePolicy: m.Annotations[lifelinev1.OfflinePolicyAnnotation], RestartPolicy: restart, WorkerName: workerName(p), Manifest: staticManifest(p.Raw),
+		OfflinePolicy: m.Annotations[lifelinev1.OfflinePolicyAnnotation], RestartPolicy: restart, WorkerName: WorkerNameOf(p), Manifest: staticManifest(p.Raw),
 		Started: p.Status.Phase == "Running" || p.Status.Phase == "Failed",
 		Dataset: m.Annotations[lifelinev1.DatasetAnnotation], DatasetIndex: m.Annotations[lifelinev1.DatasetIndexAnnotation],
 		DatasetFormat: m.Annotations[lifelinev1.DatasetFormatAnnotation]}
 }
 
-// workerName is the WORKER_NAME of the pod's first container that sets it as a plain value, or "".
-func workerName(p *Pod) string {
+// WorkerNameOf is the WORKER_NAME of the pod's first container that sets it as a plain value (the name its Sedna
+// reports carry), or "".
+func WorkerNameOf(p *Pod) string {
 	for _, c := range p.Spec.Containers {
 		for _, e := range c.Env {
 			if e.Name == "WORKER_NAME" {
