@@ -318,6 +318,11 @@ func failNeverTrainerCutOff(t testing.TB, name string) handOver {
 	for _, o := range objs {
 		if j, ok := o.(*v1alpha1.FederatedLearningJob); ok {
 			job = j
+			continue
+		}
+		o.SetNamespace("default") // the example's Datasets and Model, unless an earlier test made them
+		if err := kc.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
 		}
 	}
 	job.Namespace, job.Name = "default", name
