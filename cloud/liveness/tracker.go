@@ -76,14 +76,12 @@ type nodeRecord struct {
 	// the API server's pods may still be what the node posted before the cut (freshAfterReconnect).
 	apiBackAt time.Time
 	apiKnown  bool // the agent has said whether its node reaches the API server
-	// apiBackSettled: the workers were looked at again when freshAfterReconnect ended.
-	apiBackSettled bool
-	workers        map[podRef]*workerRecord
-	pending        int // workers whose state is kept while the cache does not know their pod
-	results        int // results waiting in Tracker.actions
-	reports        int // workers whose report is kept
-	datasets       int // Datasets whose count is kept
-	commands       tokenBucket
+	workers   map[podRef]*workerRecord
+	pending   int // workers whose state is kept while the cache does not know their pod
+	results   int // results waiting in Tracker.actions
+	reports   int // workers whose report is kept
+	datasets  int // Datasets whose count is kept
+	commands  tokenBucket
 }
 
 // workerRecord is the latest accepted state of one worker, as one node reported it.
@@ -540,7 +538,7 @@ func (t *Tracker) removeWorker(k workerKey, n *nodeRecord) {
 // setAPIReachable takes the agent's word on its node's reach of the API server, noting when it came back.
 func (n *nodeRecord) setAPIReachable(reachable bool, now time.Time) {
 	if reachable && !n.apiReachable && n.apiKnown {
-		n.apiBackAt, n.apiBackSettled = now, false
+		n.apiBackAt = now
 	}
 	n.apiReachable, n.apiKnown = reachable, true
 }
@@ -708,11 +706,6 @@ func (t *Tracker) onlineChanges(now time.Time) []podRef {
 		online := t.isOnline(n, now)
 		if t.online[name] != online {
 			t.online[name] = online
-			changed = append(changed, workersOf(n)...)
-		}
-		// The window after a reconnect ends: a pod still kept in the agent's word takes the API server's now.
-		if !n.apiBackAt.IsZero() && !n.apiBackSettled && now.Sub(n.apiBackAt) >= freshAfterReconnect {
-			n.apiBackSettled = true
 			changed = append(changed, workersOf(n)...)
 		}
 	}
