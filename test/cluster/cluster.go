@@ -178,7 +178,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := waitUntil(ctx, etcd, "etcd /health", func() error { return etcdHealthy(ctx, etcdURL) }); err != nil {
+	if err := WaitUntil(ctx, etcd, "etcd /health", func() error { return etcdHealthy(ctx, etcdURL) }); err != nil {
 		return nil, err
 	}
 	step("etcd ready on %s", etcdURL)
@@ -202,7 +202,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("building admin client: %w", err)
 	}
-	if err := waitUntil(ctx, apiserver, "kube-apiserver /readyz", func() error {
+	if err := WaitUntil(ctx, apiserver, "kube-apiserver /readyz", func() error {
 		_, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		return err
 	}); err != nil {
@@ -230,12 +230,12 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := waitUntil(ctx, proc, "kube-controller-manager /healthz", func() error {
+		if err := WaitUntil(ctx, proc, "kube-controller-manager /healthz", func() error {
 			return httpsHealthy(ctx, ports.controllerManager)
 		}); err != nil {
 			return nil, err
 		}
-		if err := waitUntil(ctx, proc, "the default ServiceAccount", func() error {
+		if err := WaitUntil(ctx, proc, "the default ServiceAccount", func() error {
 			_, err := client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
 			return err
 		}); err != nil {
@@ -257,7 +257,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := waitUntil(ctx, proc, "kube-scheduler /healthz", func() error {
+		if err := WaitUntil(ctx, proc, "kube-scheduler /healthz", func() error {
 			return httpsHealthy(ctx, ports.scheduler)
 		}); err != nil {
 			return nil, err
@@ -439,8 +439,9 @@ func isRepoRoot(dir string) bool {
 	return false
 }
 
-// waitUntil polls check until it succeeds, the component exits, or ctx ends; the error says which.
-func waitUntil(ctx context.Context, c *Process, what string, check func() error) error {
+// WaitUntil polls check until it succeeds, the process c exits, or ctx ends; the error says which, quoting the end
+// of c's log on a timeout.
+func WaitUntil(ctx context.Context, c *Process, what string, check func() error) error {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {

@@ -77,13 +77,7 @@ func CheckMachine() error {
 		return fmt.Errorf("real nodes need root")
 	}
 	for _, r := range Requirements {
-		if filepath.IsAbs(r) {
-			if _, err := os.Stat(r); err != nil {
-				return fmt.Errorf("%s is missing: apt-get install containerd runc containernetworking-plugins iptables", r)
-			}
-			continue
-		}
-		if _, err := exec.LookPath(r); err != nil {
+		if _, err := exec.LookPath(r); err != nil { // a path with a slash is looked at as it is
 			return fmt.Errorf("%s is missing: apt-get install containerd runc containernetworking-plugins iptables", r)
 		}
 	}
@@ -186,13 +180,7 @@ func (c *Cluster) bootNode(ctx context.Context, n *Node, images []string) error 
 func (c *Cluster) waitReady(ctx context.Context, n *Node) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	var kubelet *cluster.Process
-	for _, p := range n.procs {
-		if filepath.Base(p.LogPath()) == n.Name+"-kubelet.log" {
-			kubelet = p
-		}
-	}
-	err := waitFor(ctx, kubelet, "node "+n.Name+" Ready", func() error {
+	err := cluster.WaitUntil(ctx, n.kubelet, "node "+n.Name+" Ready", func() error {
 		node, err := c.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -41,6 +41,7 @@ type Node struct {
 	runDir  string // the node's /run: emptied by a reboot
 	mountNS string // the file that holds the node's mount namespace
 	procs   []*cluster.Process
+	kubelet *cluster.Process
 }
 
 // The node's view of the file system: each path is bound from the node's disk (or its /run) in the node's mount
@@ -97,7 +98,7 @@ func (n *Node) boot(ctx context.Context, c *Cluster) error {
 		return err
 	}
 	n.procs = append(n.procs, containerd)
-	return waitFor(ctx, containerd, "node "+n.Name+"'s containerd socket", func() error {
+	return cluster.WaitUntil(ctx, containerd, "node "+n.Name+"'s containerd socket", func() error {
 		_, err := os.Stat(n.CRISocket)
 		return err
 	})
@@ -114,7 +115,7 @@ func (n *Node) startKubelet(c *Cluster) error {
 	if err != nil {
 		return fmt.Errorf("kube-proxy's credentials: %w", err)
 	}
-	kubelet, err := c.cp.Launch(n.Name+"-kubelet", "nsenter", n.enter(filepath.Join(c.binDir, "kubelet"),
+	n.kubelet, err = c.cp.Launch(n.Name+"-kubelet", "nsenter", n.enter(filepath.Join(c.binDir, "kubelet"),
 		"--config="+filepath.Join(n.Disk, "kubelet.yaml"),
 		"--kubeconfig="+kubeletKubeconfig,
 		"--hostname-override="+n.Name,
@@ -123,7 +124,7 @@ func (n *Node) startKubelet(c *Cluster) error {
 	if err != nil {
 		return err
 	}
-	n.procs = append(n.procs, kubelet)
+	n.procs = append(n.procs, n.kubelet)
 	// With --config, kube-proxy takes its kubeconfig and name from the file only.
 	proxyConfig := filepath.Join(n.Disk, "kube-proxy.yaml")
 	if err := os.WriteFile(proxyConfig, []byte(fmt.Sprintf(kubeProxyConfig, clusterCIDR, n.Name, proxyKubeconfig)), 0o644); err != nil {
@@ -305,26 +306,6 @@ func cniConfig(podCIDR string) map[string]any {
 			},
 			{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
 		},
-	}
-}
-
-// waitFor polls check until it passes, the process exits, or ctx ends.
-func waitFor(ctx context.Context, p *cluster.Process, what string, check func() error) error {
-	for {
-		err := check()
-		if err == nil {
-			return nil
-		}
-		if p != nil {
-			if exited := p.Exited(); exited != nil {
-				return fmt.Errorf("waiting for %s: %w", what, exited)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w (last: %v)", what, ctx.Err(), err)
-		case <-time.After(200 * time.Millisecond):
-		}
 	}
 }
 
