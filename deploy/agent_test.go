@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 )
 
 // agentRenderings are the agent's DaemonSet as the plain manifests and the chart, in both identity modes, have it.
@@ -196,5 +197,64 @@ func TestAgentOnKubeletNodesReadsTheAPIServerWithItsServiceAccount(t *testing.T)
 	}
 	if object[rbacv1.ClusterRole](t, renderChart(t, "--set", "nodeIdentity.mode=password"), "ClusterRole", "lifeline-agent") != nil {
 		t.Error("on edgecore nodes without requireAuthorization the agent gets a ClusterRole it never uses")
+	}
+}
+
+// On kubelet nodes the agent pod installs its standby, a static pod. A static pod that names a ServiceAccount,
+// a ConfigMap or a Secret is refused by the API server (its mirror) and cannot be served by a cut-off node: the
+// standby must need none of them, run the agent pod's image and flags, and be granted nothing but reading
+// whether the agent's DaemonSet still exists.
+func TestTheStandbyOnKubeletNodesIsAStaticPodThatNeedsNothingFromTheCloud(t *testing.T) {
+	objs := renderChart(t, "--set", "nodeIdentity.mode=password", "--set", "agent.nodeDaemon=kubelet",
+		"--set", "agent.kubelet.apiServer=https://10.0.0.1:6443", "--set", "agent.datasetDirs={/data}")
+	ds := mustObject[appsv1.DaemonSet](t, objs, "DaemonSet", "lifeline-agent")
+	dsArgs := strings.Join(ds.Spec.Template.Spec.Containers[0].Args, " ")
+	if !strings.Contains(dsArgs, "--standby-manifest=/etc/lifeline/standby/pod.yaml") || !strings.Contains(dsArgs, "--daemonset="+namespace+"/lifeline-agent") {
+		t.Errorf("the agent pod's args %s do not install the standby", dsArgs)
+	}
+	cm := mustObject[corev1.ConfigMap](t, objs, "ConfigMap", "lifeline-agent-standby")
+	pod := &corev1.Pod{}
+	if err := yaml.UnmarshalStrict([]byte(cm.Data["pod.yaml"]), pod); err != nil {
+		t.Fatalf("the standby's manifest: %v", err)
+	}
+	spec := pod.Spec
+	if spec.ServiceAccountName != "" || !spec.HostNetwork || len(spec.Containers) != 1 {
+		t.Errorf("standby: service account %q, host network %v, %d containers", spec.ServiceAccountName, spec.HostNetwork, len(spec.Containers))
+	}
+	for _, v := range spec.Volumes {
+		if v.HostPath == nil {
+			t.Errorf("standby volume %s is not a node path: a static pod cannot have it", v.Name)
+		}
+	}
+	c := spec.Containers[0]
+	if c.Image != ds.Spec.Template.Spec.Containers[0].Image {
+		t.Errorf("standby image %s, the agent pod's %s", c.Image, ds.Spec.Template.Spec.Containers[0].Image)
+	}
+	args := strings.Join(c.Args, " ")
+	for _, want := range []string{"--standby", "--cloud-probe=https://10.0.0.1:6443/readyz", "--ca-file=/var/lib/lifeline-agent/standby/broker-ca.crt",
+		"--static-pod-dir=/etc/kubernetes/manifests", "--health-address=", "--metrics-address="} {
+		if !strings.Contains(args, want) {
+			t.Errorf("standby args %s lack %s", args, want)
+		}
+	}
+	if strings.Contains(args, "--in-cluster") {
+		t.Errorf("standby args %s read the API server, with no token", args)
+	}
+	if c.SecurityContext == nil || c.SecurityContext.ReadOnlyRootFilesystem == nil || !*c.SecurityContext.ReadOnlyRootFilesystem ||
+		len(c.SecurityContext.Capabilities.Drop) != 1 {
+		t.Errorf("the standby runs with %+v, not the agent pod's locked-down context", c.SecurityContext)
+	}
+	role := mustObject[rbacv1.Role](t, objs, "Role", "lifeline-agent-standby")
+	if len(role.Rules) != 1 || strings.Join(role.Rules[0].Verbs, ",") != "get" || strings.Join(role.Rules[0].ResourceNames, ",") != "lifeline-agent" {
+		t.Errorf("the standby's Role %+v, want get of the agent's DaemonSet alone", role.Rules)
+	}
+
+	off := renderChart(t, "--set", "nodeIdentity.mode=password", "--set", "agent.nodeDaemon=kubelet", "--set", "agent.kubelet.standby=false")
+	if object[corev1.ConfigMap](t, off, "ConfigMap", "lifeline-agent-standby") != nil ||
+		strings.Contains(strings.Join(mustObject[appsv1.DaemonSet](t, off, "DaemonSet", "lifeline-agent").Spec.Template.Spec.Containers[0].Args, " "), "standby") {
+		t.Error("agent.kubelet.standby=false still installs the standby")
+	}
+	if object[corev1.ConfigMap](t, renderChart(t, "--set", "nodeIdentity.mode=password"), "ConfigMap", "lifeline-agent-standby") != nil {
+		t.Error("edgecore nodes, which start their pods from their own store, get a standby")
 	}
 }

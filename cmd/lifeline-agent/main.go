@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -56,8 +57,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "lifeline-agent:", err)
 		os.Exit(2)
 	}
-	explicit := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	o.explicit = map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { o.explicit[f.Name] = true })
 	// The standard library's JSON logger: the agent stays small, without the controller's logging stack.
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-o.verbosity)})).
 		WithValues("node", o.node)
@@ -69,84 +70,156 @@ func main() {
 	if o.username == "" {
 		o.username = o.node
 	}
-	password := os.Getenv("LIFELINE_MQTT_PASSWORD")
-	if o.passFile != "" {
-		data, err := os.ReadFile(o.passFile)
-		if err != nil {
-			log.Error(err, "reading the MQTT password")
-			os.Exit(1)
-		}
-		password = strings.TrimSpace(string(data))
-	}
-	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12} // for ssl:// only
-	if o.caFile != "" {
-		pem, err := os.ReadFile(o.caFile)
-		pool := x509.NewCertPool()
-		if err != nil || !pool.AppendCertsFromPEM(pem) {
-			log.Error(err, "reading the broker's CA certificates", "file", o.caFile)
-			os.Exit(1)
-		}
-		tlsConfig.RootCAs = pool
-	}
-	if o.certFile != "" && o.keyFile != "" {
-		// Presented at every connection as the files are then: edgecore rotates them in place.
-		pair := &certfile.Pair{CertFile: o.certFile, KeyFile: o.keyFile}
-		if err := pair.Load(); err != nil {
-			log.Error(err, "loading the client certificate", "certFile", o.certFile, "keyFile", o.keyFile)
-			os.Exit(1)
-		}
-		tlsConfig.GetClientCertificate = pair.GetClientCertificate
-		if c := pair.Current(); c != nil {
-			log.Info("client certificate", "subject", c.Leaf.Subject.String(), "serial", c.Leaf.SerialNumber.Text(16), "notAfter", c.Leaf.NotAfter)
-		} else {
-			log.Info("no client certificate yet: logging in by password until one appears", "certFile", o.certFile)
-		}
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-
 	if err := os.MkdirAll(o.stateDir, 0o700); err != nil {
 		log.Error(err, "creating the state directory")
 		os.Exit(1)
 	}
+	run := runAgentPod
+	if o.standby {
+		run = runStandby
+	}
+	if err := run(ctx, o, log); err != nil {
+		log.Error(err, "stopped")
+		os.Exit(1)
+	}
+}
+
+// runAgentPod runs the agent as the node's agent (its DaemonSet pod, or a service of the node), once it holds the
+// node; with --standby-manifest it also installs the node's standby, and removes it when its DaemonSet is gone.
+func runAgentPod(ctx context.Context, o *options, log logr.Logger) error {
+	release, err := agent.NodeLock{Dir: o.stateDir}.Hold(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if o.standbyManifest != "" {
+		files := agent.StandbyDir(o.stateDir)
+		if err := files.Leave(o.caFile); err != nil {
+			return err
+		}
+		if err := agent.InstallStandby(o.standbyManifest, o.staticDir); err != nil {
+			return err
+		}
+		log.Info("the node's standby is installed", "staticPodDir", o.staticDir)
+		defer removeStandbyIfUninstalled(o, files, log)
+	}
+	return runAgent(ctx, o, log, nil)
+}
+
+// removeStandbyIfUninstalled removes the node's standby once the agent's DaemonSet is gone: an upgrade or a
+// restart keeps it, helm uninstall does not.
+func removeStandbyIfUninstalled(o *options, files agent.StandbyFiles, log logr.Logger) {
+	namespace, name, ok := strings.Cut(o.daemonSet, "/")
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	gone, err := agent.OwnerGone(ctx, namespace, name)
+	if err != nil {
+		log.Info("the standby stays: the DaemonSet could not be read", "reason", err.Error())
+		return
+	}
+	if !gone {
+		return
+	}
+	if err := agent.RemoveStandby(o.staticDir, files); err != nil {
+		log.Error(err, "removing the standby")
+		return
+	}
+	log.Info("the DaemonSet is gone: the node's standby is removed")
+}
+
+// runStandby runs the agent as the node's standby: a static pod that acts only while no agent pod holds the
+// node and the API server is out of reach.
+func runStandby(ctx context.Context, o *options, log logr.Logger) error {
+	probe, err := agent.StandbyDir(o.stateDir).Probe(o.cloudProbe)
+	if err != nil {
+		return err
+	}
+	go probe.Run(ctx, o.heartbeat)
+	log.Info("standing by", "probe", probe.URL)
+	standby := &agent.Standby{Lock: agent.NodeLock{Dir: o.stateDir}, Interval: o.poll, Log: log,
+		CutOff: func() bool { return probe.Probed() && !probe.Reachable() }}
+	standby.Run(ctx, func(ctx context.Context) {
+		if err := runAgent(ctx, o, log, probe); err != nil {
+			log.Error(err, "the standby stopped acting")
+		}
+	})
+	return nil
+}
+
+// runAgent runs the agent's loops until ctx ends and they have stopped. standbyProbe is the standby's probe of
+// the API server: the standby reads no API server (a static pod has no credentials), only the desired workers
+// the agent pod left on the node's disk; nil: the agent pod, reading its pod source.
+func runAgent(ctx context.Context, o *options, log logr.Logger, standbyProbe *agent.CloudProbe) error {
+	password := os.Getenv("LIFELINE_MQTT_PASSWORD")
+	if o.passFile != "" {
+		data, err := os.ReadFile(o.passFile)
+		if err != nil {
+			return fmt.Errorf("reading the MQTT password: %w", err)
+		}
+		password = strings.TrimSpace(string(data))
+	}
+	tlsConfig, err := brokerTLS(o, log)
+	if err != nil {
+		return err
+	}
 	j, err := journal.OpenLimited(filepath.Join(o.stateDir, "journal.db"),
 		journal.Limits{Entries: o.maxReports, Bytes: o.maxReportBytes})
 	if err != nil {
-		log.Error(err, "opening the journal")
-		os.Exit(1)
+		return fmt.Errorf("opening the journal: %w", err)
 	}
 	defer j.Close()
 	// The connection is made at the first call: a socket missing or not answering yet is not an error here, but
 	// a failing dependency the agent logs, and its readiness names, until the runtime answers.
 	runtime, err := cri.Dial(o.socket, 2*time.Second)
 	if err != nil {
-		log.Error(err, "connecting to the container runtime")
-		os.Exit(1)
+		return fmt.Errorf("connecting to the container runtime: %w", err)
 	}
 	defer runtime.Close()
 
-	source, err := agent.ChoosePods(o.inCluster, o.kubeconfig, o.apiServer, explicit["api-server"], o.edgecoreConfig, o.metaServer,
-		explicit["metaserver"], log.WithName("pods"))
-	if err != nil {
-		log.Error(err, "configuring where the node's pods are read")
-		os.Exit(1)
-	}
 	// The watcher and the publisher log their retries at -v=2: the taps keep their latest error for the
 	// first-failure lines and the readiness probe.
 	var podsErrors, brokerErrors agent.ErrorTap
-	workers, err := desired.New(source.Pods, o.node, o.stateDir, podsErrors.Logger(log.WithName("desired")))
-	if err != nil {
-		log.Error(err, "loading the desired workers")
-		os.Exit(1)
+	protected := []string{o.stateDir, filepath.Dir(o.socket), filepath.Dir(o.edgecoreConfig)}
+	var (
+		workers      *desired.Watcher
+		rebuilder    agent.Rebuilder
+		probe        *agent.CloudProbe
+		actuatorURL  string
+		podSourceURL = "none (the standby)"
+	)
+	if standbyProbe != nil {
+		if workers, err = desired.New(agent.StandbySource{}, o.node, o.stateDir, podsErrors.Logger(log.WithName("desired"))); err != nil {
+			return fmt.Errorf("loading the desired workers: %w", err)
+		}
+		// What the agent pod kept came from its authenticated source.
+		rebuilder = &agent.StaticPods{Dir: o.staticDir, Workers: workers, Protected: protected}
+		probe = standbyProbe
+	} else {
+		source, err := agent.ChoosePods(o.inCluster, o.kubeconfig, o.apiServer, o.explicit["api-server"], o.edgecoreConfig, o.metaServer,
+			o.explicit["metaserver"], log.WithName("pods"))
+		if err != nil {
+			return fmt.Errorf("configuring where the node's pods are read: %w", err)
+		}
+		if workers, err = desired.New(source.Pods, o.node, o.stateDir, podsErrors.Logger(log.WithName("desired"))); err != nil {
+			return fmt.Errorf("loading the desired workers: %w", err)
+		}
+		rebuilder = agent.ChooseRebuilder(source.Pods, o.staticDir, o.insecurePods, workers, protected, log)
+		probe = agent.ChooseProbe(o.cloudProbe, o.inCluster, o.edgecoreConfig, log.WithName("probe"))
+		actuatorURL, podSourceURL = source.ActuatorURL, source.Pods.URL()
 	}
-
-	rebuilder := agent.ChooseRebuilder(source.Pods, o.staticDir, o.insecurePods, workers,
-		[]string{o.stateDir, filepath.Dir(o.socket), filepath.Dir(o.edgecoreConfig)}, log)
-	probe := agent.ChooseProbe(o.cloudProbe, o.inCluster, o.edgecoreConfig, log.WithName("probe"))
-	if probe != nil {
-		go probe.Run(ctx, o.heartbeat)
+	var loops sync.WaitGroup
+	if probe != nil && probe != standbyProbe {
+		loops.Go(func() { probe.Run(ctx, o.heartbeat) })
 	}
 	apiReachable, apiKnown := agent.APIReachability(workers, probe), agent.APIReachabilityKnown(workers, probe)
+	if standbyProbe != nil {
+		apiReachable, apiKnown = probe.Reachable, probe.Probed
+	}
 	var edgeAgent *agent.Agent
 	pub := publisher.New(publisher.Config{Broker: o.broker, Username: o.username, Password: password, TLS: tlsConfig,
 		Cluster: o.cluster, Node: o.node, AgentVersion: version, MaxRetryInterval: o.retryMax, HeartbeatInterval: o.heartbeat,
@@ -156,7 +229,7 @@ func main() {
 		Broker: agent.Session{Address: redacted(o.broker), Up: pub.Connected, Err: brokerErrors.Err},
 		// The pod source answers (its watch, or a refusal), whether or not the cloud probe reaches the cloud: a
 		// MetaServer answering a cut-off node is the edge working as it should.
-		Pods: agent.Session{Address: source.Pods.URL(), Up: workers.Reachable, Err: podsErrors.Err}}
+		Pods: agent.Session{Address: podSourceURL, Up: workers.Reachable, Err: podsErrors.Err}}
 	health.Loop(agent.LoopAgent, o.poll)
 	health.Loop(agent.LoopHeartbeats, o.heartbeat)
 	timing := core.DefaultHealTiming
@@ -171,57 +244,91 @@ func main() {
 	}
 	events := make(chan struct{}, 1)
 	edgeAgent, err = agent.New(agent.Config{Cluster: o.cluster, Node: o.node, Source: runtime, Workers: workers, Publisher: pub, Store: j,
-		Actuator: agent.Actuators(source.ActuatorURL, runtime), Rebuilder: rebuilder, APIReachable: apiReachable, BrokerUp: pub.Connected,
+		Actuator: agent.Actuators(actuatorURL, runtime), Rebuilder: rebuilder, APIReachable: apiReachable, BrokerUp: pub.Connected,
 		Timing: timing, Interval: o.poll, Changed: events, Log: log.WithName("agent"), Probe: health.AgentLoop()})
 	if err != nil {
-		log.Error(err, "starting the agent")
-		os.Exit(1)
+		return fmt.Errorf("starting the agent: %w", err)
 	}
 	var probes net.Listener
 	if o.healthAddr != "" {
 		// Bound before anything runs: a probe port another process holds would answer the kubelet in the agent's
 		// place.
 		if probes, err = net.Listen("tcp", o.healthAddr); err != nil {
-			log.Error(err, "serving the probes (--health-address)")
-			os.Exit(1)
+			return fmt.Errorf("serving the probes (--health-address): %w", err)
 		}
 	}
 
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	published := make(chan struct{})
 	go func() { pub.Run(ctx); close(published) }()
-	go reports.Run(ctx)
+	loops.Go(func() { reports.Run(ctx) })
 	datasets := &reportapi.DatasetCounter{Cluster: o.cluster, Node: o.node, Sink: pub, Workers: workers.Workers, BirthSeq: pub.BirthSeq,
 		Counter: j, HostRoot: o.hostRoot, StateDir: o.stateDir, MaxIndexBytes: o.dsMaxBytes, CountTimeout: o.dsCountLimit,
 		Log: log.WithName("datasets")}
-	go datasets.Run(ctx, o.dsInterval)
-	go workers.Run(ctx, time.Second)
-	go edgeAgent.Run(ctx)
-	go agent.FollowContainerEvents(ctx, runtime, events, log.WithName("events"))
-	go agent.Heartbeats(ctx, o.cluster, o.node, o.heartbeat, health.Heartbeats(pub), apiReachable)
-	go health.Run(ctx, log.WithName("health"))
+	loops.Go(func() { datasets.Run(ctx, o.dsInterval) })
+	loops.Go(func() { workers.Run(ctx, time.Second) })
+	loops.Go(func() { edgeAgent.Run(ctx) })
+	loops.Go(func() { agent.FollowContainerEvents(ctx, runtime, events, log.WithName("events")) })
+	loops.Go(func() { agent.Heartbeats(ctx, o.cluster, o.node, o.heartbeat, health.Heartbeats(pub), apiReachable) })
+	loops.Go(func() { health.Run(ctx, log.WithName("health")) })
 	if probes != nil {
-		go serve(ctx, probes, health.Handler(), log.WithName("health"))
+		loops.Go(func() { serve(ctx, probes, health.Handler(), log.WithName("health")) })
 	}
 	if o.metrics != "" {
-		go func() {
-			srv := &http.Server{Addr: o.metrics, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-			go func() { <-ctx.Done(); _ = srv.Close() }()
-			if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
-				log.Error(err, "serving metrics")
-			}
-		}()
+		loops.Go(func() { serveMetrics(ctx, o.metrics, reg, log) })
 	}
 	log.Info("started", "version", version, "revision", revision, "broker", redacted(o.broker), "reportAddress", o.reportAddr,
-		"criSocket", o.socket, "podSource", source.Pods.URL(), "healthAddress", o.healthAddr)
-	if err := reports.ListenAndServe(ctx, o.reportAddr); err != nil {
-		log.Error(err, "report API")
-		os.Exit(1)
+		"criSocket", o.socket, "podSource", podSourceURL, "healthAddress", o.healthAddr)
+	err = reports.ListenAndServe(ctx, o.reportAddr)
+	if err != nil {
+		err = fmt.Errorf("report API: %w", err)
+		cancel()
 	}
 	<-ctx.Done()
 	// The publisher ends with its own death message [P-DEATH-1].
 	select {
 	case <-published:
 	case <-time.After(5 * time.Second):
+	}
+	loops.Wait()
+	return err
+}
+
+// brokerTLS is the TLS configuration of ssl:// brokers: the broker's CA from --ca-file (else the system's), and
+// the node's client certificate when --cert-file and --key-file name one.
+func brokerTLS(o *options, log logr.Logger) (*tls.Config, error) {
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if o.caFile != "" {
+		pem, err := os.ReadFile(o.caFile)
+		pool := x509.NewCertPool()
+		if err != nil || !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("reading the broker's CA certificates from %s: %v", o.caFile, err)
+		}
+		tlsConfig.RootCAs = pool
+	}
+	if o.certFile != "" && o.keyFile != "" {
+		// Presented at every connection as the files are then: edgecore rotates them in place.
+		pair := &certfile.Pair{CertFile: o.certFile, KeyFile: o.keyFile}
+		if err := pair.Load(); err != nil {
+			return nil, fmt.Errorf("loading the client certificate %s (key %s): %w", o.certFile, o.keyFile, err)
+		}
+		tlsConfig.GetClientCertificate = pair.GetClientCertificate
+		if c := pair.Current(); c != nil {
+			log.Info("client certificate", "subject", c.Leaf.Subject.String(), "serial", c.Leaf.SerialNumber.Text(16), "notAfter", c.Leaf.NotAfter)
+		} else {
+			log.Info("no client certificate yet: logging in by password until one appears", "certFile", o.certFile)
+		}
+	}
+	return tlsConfig, nil
+}
+
+// serveMetrics serves reg's metrics at addr until ctx ends.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log logr.Logger) {
+	srv := &http.Server{Addr: addr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+		log.Error(err, "serving metrics")
 	}
 }
 
@@ -248,8 +355,9 @@ type options struct {
 	node, cluster, broker, username, passFile, caFile, certFile, keyFile string
 	stateDir, socket, apiServer, kubeconfig, cloudProbe, edgecoreConfig  string
 	metaServer, staticDir, reportAddr, metrics, healthAddr, hostRoot     string
-	forwardTo                                                            string
-	inCluster, insecurePods, showVersion                                 bool
+	forwardTo, standbyManifest, daemonSet                                string
+	inCluster, insecurePods, showVersion, standby                        bool
+	explicit                                                             map[string]bool // the flags given
 	healGrace, healDeadFor, healWait, poll, heartbeat, retryMax          time.Duration
 	dsInterval, dsCountLimit                                             time.Duration
 	maxReports, queue, reportConns, reportBurst, verbosity               int
@@ -321,6 +429,12 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.Int64Var(&o.dsMaxBytes, "dataset-index-max-bytes", reportapi.DefaultMaxIndexBytes, "a Dataset index file larger than this is not counted")
 	fs.DurationVar(&o.dsCountLimit, "dataset-count-timeout", reportapi.DefaultCountTimeout,
 		"a Dataset index file not read within this is not counted, nor read again until that read ends")
+	fs.BoolVar(&o.standby, "standby", false,
+		"run as the node's standby (a static pod of a kubelet node): act only while the API server is out of reach and no agent pod "+
+			"runs on the node, from the desired workers on the node's disk; give way as soon as an agent pod starts")
+	fs.StringVar(&o.standbyManifest, "standby-manifest", "",
+		"the standby's static-pod manifest, which the agent pod installs in --static-pod-dir with the files the standby needs; empty: none")
+	fs.StringVar(&o.daemonSet, "daemonset", "", "NAMESPACE/NAME of the agent's DaemonSet: once it is gone, the agent pod removes the standby as it stops")
 	o.memoryFraction = memlimit.FractionFlag(fs)
 	fs.IntVar(&o.verbosity, "v", 0, "log verbosity: 2 logs actions, 4 details")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
@@ -352,6 +466,12 @@ func (o *options) validate(fs *flag.FlagSet) error {
 		if u, err := url.Parse(o.forwardTo); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("--forward-unowned-reports-to %q is not an http(s) URL", o.forwardTo))
 		}
+	}
+	if o.standby && o.standbyManifest != "" {
+		errs = append(errs, errors.New("--standby and --standby-manifest: the standby installs no standby"))
+	}
+	if ns, name, ok := strings.Cut(o.daemonSet, "/"); o.daemonSet != "" && (!ok || ns == "" || name == "") {
+		errs = append(errs, fmt.Errorf("--daemonset %q is not NAMESPACE/NAME", o.daemonSet))
 	}
 	if *o.memoryFraction > 1 {
 		errs = append(errs, fmt.Errorf("--memory-limit-fraction must be at most 1, got %v", *o.memoryFraction))

@@ -16,8 +16,11 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/desired"
 )
 
-// serviceAccountTokenFile is where a pod's service-account token is mounted, edged included.
-const serviceAccountTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+// Where a pod's service-account token and the API server's CA are mounted, edged included.
+const (
+	serviceAccountTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+	serviceAccountCAFile    = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+)
 
 // PodsSource is where the node's pods are read, and where ACTION_RESTART goes first.
 type PodsSource struct {

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -43,6 +45,11 @@ type Container struct {
 type Pod struct {
 	Namespace, Name, UID string
 	Containers           []Container
+	// SandboxStopped tells that the runtime holds the pod's sandboxes, none of them ready: its containers run
+	// again only in a new sandbox, which the node's kubelet makes at once for a pod it knows and never for one it
+	// does not (a kubelet booted while cut off knows none but its static pods). False when the runtime does not
+	// say.
+	SandboxStopped bool
 }
 
 // Client talks to a CRI runtime.
@@ -98,13 +105,44 @@ func (c *Client) Pods(ctx context.Context) ([]Pod, error) {
 		}
 		p.Containers = append(p.Containers, container)
 	}
+	stopped, err := c.stoppedSandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]Pod, 0, len(pods))
 	for _, p := range pods {
+		p.SandboxStopped = stopped[p.UID]
 		sort.Slice(p.Containers, func(i, j int) bool { return p.Containers[i].Name < p.Containers[j].Name })
 		out = append(out, *p)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name })
 	return out, nil
+}
+
+// stoppedSandboxes are the pods (by UID) whose sandboxes the runtime holds, none of them ready; none when the
+// runtime does not list sandboxes.
+func (c *Client) stoppedSandboxes(ctx context.Context) (map[string]bool, error) {
+	list, err := call(ctx, c.timeout, func(ctx context.Context) (*runtimeapi.ListPodSandboxResponse, error) {
+		return c.runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	})
+	if status.Code(err) == codes.Unimplemented {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing pod sandboxes: %w", err)
+	}
+	stopped := map[string]bool{}
+	for _, sb := range list.GetItems() {
+		uid := sb.GetMetadata().GetUid()
+		if uid == "" {
+			continue
+		}
+		ready := sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY
+		if was, seen := stopped[uid]; !seen || was {
+			stopped[uid] = !ready
+		}
+	}
+	return stopped, nil
 }
 
 // describe completes a listed container. Only an exited one needs ContainerStatus (its exit code is only

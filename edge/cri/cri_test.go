@@ -40,6 +40,17 @@ func TestPodsTakesTheLatestAttemptWithItsExitCode(t *testing.T) {
 	if got.ID != "c1" || got.Attempt != 1 || !got.Exited || got.ExitCode != 2 || got.Running {
 		t.Errorf("container %+v, want attempt 1 exited with 2", got)
 	}
+	if pods[0].SandboxStopped {
+		t.Error("a pod whose sandboxes the runtime does not list is taken as stopped")
+	}
+	rt.SetSandbox("uid-1", false)
+	if pods, err = c.Pods(context.Background()); err != nil || !pods[0].SandboxStopped {
+		t.Errorf("a pod whose only sandbox is not ready: %+v, %v; want its sandbox stopped", pods, err)
+	}
+	rt.SetSandbox("uid-1", true)
+	if pods, err = c.Pods(context.Background()); err != nil || pods[0].SandboxStopped {
+		t.Errorf("a pod whose sandbox is ready: %+v, %v; want it not stopped", pods, err)
+	}
 	if err := c.StopContainer(context.Background(), "c1", time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,5 @@
 // Package fakecri serves the subset of the CRI RuntimeService that Lifeline's agent calls (ListContainers,
-// ContainerStatus, StopContainer, Version) over a real unix-socket gRPC server, with containers a test sets.
+// ListPodSandbox, ContainerStatus, StopContainer, Version) over a real unix-socket gRPC server, with containers a test sets.
 package fakecri
 
 import (
@@ -29,6 +29,7 @@ type Runtime struct {
 
 	mu         sync.Mutex
 	containers map[string]Container
+	sandboxes  map[string]bool // pod UID -> ready; pods absent have none listed
 	stopped    []string
 
 	server *grpc.Server
@@ -38,7 +39,7 @@ type Runtime struct {
 
 // Start serves a runtime on a socket in dir.
 func Start(dir string) (*Runtime, error) {
-	r := &Runtime{containers: map[string]Container{}, Socket: filepath.Join(dir, "cri.sock")}
+	r := &Runtime{containers: map[string]Container{}, sandboxes: map[string]bool{}, Socket: filepath.Join(dir, "cri.sock")}
 	l, err := net.Listen("unix", r.Socket)
 	if err != nil {
 		return nil, err
@@ -57,6 +58,28 @@ func (r *Runtime) Set(c Container) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.containers[c.ID] = c
+}
+
+// SetSandbox gives the pod podUID one sandbox, ready or stopped.
+func (r *Runtime) SetSandbox(podUID string, ready bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sandboxes[podUID] = ready
+}
+
+// ListPodSandbox lists the sandboxes SetSandbox set.
+func (r *Runtime) ListPodSandbox(context.Context, *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := &runtimeapi.ListPodSandboxResponse{}
+	for uid, ready := range r.sandboxes {
+		state := runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+		if ready {
+			state = runtimeapi.PodSandboxState_SANDBOX_READY
+		}
+		out.Items = append(out.Items, &runtimeapi.PodSandbox{Id: "sandbox-" + uid, Metadata: &runtimeapi.PodSandboxMetadata{Uid: uid}, State: state})
+	}
+	return out, nil
 }
 
 // Stopped lists the containers StopContainer was called for.

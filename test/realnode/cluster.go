@@ -247,8 +247,8 @@ func (c *Cluster) Mend(ctx context.Context, node string) error {
 }
 
 // Reboot power-cycles the node: every process and container of it ends, its /run and network are new, and it
-// boots from its disk with the images it already has. A cut stays cut (the firewall is the network's, re-applied
-// by the caller's Cut). It does not wait for Ready: a node cut off cannot say so.
+// boots from its disk with the images it already has. A cut stays cut: the node boots into the same broken
+// link, before its kubelet starts. It does not wait for Ready: a node cut off cannot say so.
 func (c *Cluster) Reboot(ctx context.Context, node string) error {
 	n := c.Node(node)
 	if n == nil {

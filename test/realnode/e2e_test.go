@@ -198,21 +198,11 @@ func TestFederatedLearningExampleSucceedsWithTheSampleImages(t *testing.T) {
 // killEdgeWorker kills the joint inference example's edge worker's process on edge-1 and returns when.
 func killEdgeWorker(t testing.TB) time.Time {
 	t.Helper()
-	ctx := context.Background()
-	pods := &corev1.PodList{}
-	if err := kc.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{"jointinferenceservice.sedna.io/name": jiName}); err != nil {
+	p := edgeWorkerPod(t)
+	if _, err := rc.Node("edge-1").KillContainer(context.Background(), p.Name, p.Spec.Containers[0].Name); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range pods.Items {
-		if p.Spec.NodeName == "edge-1" {
-			if _, err := rc.Node("edge-1").KillContainer(ctx, p.Name, p.Spec.Containers[0].Name); err != nil {
-				t.Fatal(err)
-			}
-			return time.Now()
-		}
-	}
-	t.Fatal("no edge worker pod on edge-1")
-	return time.Time{}
+	return time.Now()
 }
 
 func TestKilledWorkerIsCountedAndTheKubeletRestartsIt(t *testing.T) {
@@ -384,6 +374,103 @@ func failNeverTrainerCutOff(t testing.TB, name string) handOver {
 	return h
 }
 
+// TestNodeRebootedWhileCutOffGetsItsWorkersBack: edge-1 reboots while cut off from everything. Its kubelet then
+// knows none of its pods, the agent's DaemonSet pod included, and runs only its static pods: the agent's standby
+// among them, which rebuilds the joint inference example's edge worker from what the agent kept on the node's
+// disk. Once the link returns, the agent pod runs again, the standby gives way, and the stand-in gives way to the
+// worker's own pod.
+func TestNodeRebootedWhileCutOffGetsItsWorkersBack(t *testing.T) {
+	needReal(t)
+	jointInferenceReady(t)
+	ctx := context.Background()
+	edge := rc.Node("edge-1")
+	worker := edgeWorkerPod(t).Name
+	standby := filepath.Join(edge.Disk, realnode.StaticPodDir, "lifeline-agent-standby.yaml")
+	controllertest.Eventually(t, time.Minute, "the agent's standby installed on edge-1", func(ctx context.Context) (bool, error) {
+		_, err := os.Stat(standby)
+		return err == nil, nil
+	})
+	if err := rc.Cut(ctx, "edge-1", realnode.LinkAll, inst.BrokerPort); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rc.Mend(ctx, "edge-1") })
+	time.Sleep(3 * time.Second) // the agent learns the node is cut off (its probe, 1 s apart)
+	if err := rc.Reboot(ctx, "edge-1"); err != nil {
+		t.Fatal(err)
+	}
+	booted := time.Now()
+	// A kubelet booted cut off starts its static pods only after its own waits on the dead link (the volumes of
+	// the pods it ran before the reboot among them): about a minute and a half here.
+	controllertest.Eventually(t, 4*time.Minute, "the edge worker's stand-in running on the rebooted, cut-off edge-1", func(ctx context.Context) (bool, error) {
+		n, err := edge.RunningContainers(ctx, worker+"-edge-1")
+		return n == 1, err
+	})
+	back := time.Since(booted)
+	if n, err := edge.RunningContainers(ctx, "lifeline-agent-standby"); err != nil || n != 1 {
+		t.Errorf("%d standby containers run on edge-1 (%v), want 1", n, err)
+	}
+
+	if err := rc.Mend(ctx, "edge-1"); err != nil {
+		t.Fatal(err)
+	}
+	mended, last := time.Now(), time.Now()
+	var gap, overlap time.Duration
+	controllertest.Eventually(t, 3*time.Minute, "the stand-in given way to the worker's own pod, the agent pod back", func(ctx context.Context) (bool, error) {
+		running, err := edge.RunningContainers(ctx, worker) // its own pod's and its stand-in's (<name>-edge-1)
+		if err != nil {
+			return false, err
+		}
+		static, err := edge.RunningContainers(ctx, worker+"-edge-1")
+		if err != nil {
+			return false, err
+		}
+		now := time.Now()
+		switch {
+		case running == 0:
+			gap += now.Sub(last)
+		case running > 1:
+			overlap += now.Sub(last)
+		}
+		last = now
+		left, _ := filepath.Glob(filepath.Join(edge.Disk, realnode.StaticPodDir, "lifeline-*.json"))
+		agents := 0
+		for name, ready := range podsOf(t, "app.kubernetes.io/name=lifeline-agent") {
+			if ready && strings.HasPrefix(name, "lifeline-agent-") {
+				agents++
+			}
+		}
+		return static == 0 && len(left) == 0 && running == 1 && agents == 2, nil
+	})
+	t.Logf("the edge worker ran again %.1fs after the cut-off node booted; the stand-in gave way %.1fs after the link returned; "+
+		"no edge worker ran for %v, two ran for %v", back.Seconds(), time.Since(mended).Seconds(), gap, overlap)
+	if gap > 0 {
+		t.Errorf("no edge worker ran for %v during the hand-over", gap)
+	}
+	if _, err := os.Stat(standby); err != nil {
+		t.Errorf("the standby is gone after the reboot: %v", err)
+	}
+	waitEdgeWorker(t, time.Minute, "the edge worker Alive and Running after the reboot", func(w *v1alpha1.WorkerStatus) bool {
+		return w.Liveness == v1alpha1.LivenessAlive && w.Phase == string(corev1.PodRunning)
+	})
+}
+
+// edgeWorkerPod is the joint inference example's edge worker pod on edge-1.
+func edgeWorkerPod(t testing.TB) *corev1.Pod {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := kc.List(context.Background(), pods, client.InNamespace("default"),
+		client.MatchingLabels{"jointinferenceservice.sedna.io/name": jiName}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == "edge-1" && p.DeletionTimestamp == nil {
+			return &p
+		}
+	}
+	t.Fatal("no edge worker pod on edge-1")
+	return nil
+}
+
 // deleteAndWait deletes obj in the foreground and waits until it is gone, its pods with it.
 func deleteAndWait(t testing.TB, obj client.Object) {
 	t.Helper()
@@ -441,13 +528,24 @@ func TestHelmUpgradeWhileANodeIsCutOffRestartsNoWorker(t *testing.T) {
 		t.Fatal("no worker runs")
 	}
 	oldController := podsOf(t, "app.kubernetes.io/name=lifeline-controller")
+	// A new release of both images, as a registry would serve it: the same images under a new tag on every node.
+	const tag = "0.0.0-upgrade"
+	images := map[string]string{}
+	for _, name := range []string{"lifeline-controller", "lifeline-agent"} {
+		images[name] = imageOf(t, name)
+		for _, n := range rc.Nodes {
+			if err := n.TagImage(ctx, "docker.io/"+images[name], "docker.io/"+repoOf(images[name])+":"+tag); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	if err := rc.Cut(ctx, "edge-2", realnode.LinkAll, inst.BrokerPort); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rc.Mend(ctx, "edge-2") })
-	// A new revision of both daemons' pods; the cut node's agent cannot be replaced until the link returns.
+	// The cut node's agent cannot be replaced until the link returns.
 	helm(t, "upgrade", inst.Release, filepath.Join(repo, "deploy/chart/lifeline"), "--reuse-values",
-		"--set-string", "controller.podAnnotations.revision=2", "--set-string", "agent.podAnnotations.revision=2")
+		"--set", "controller.image.tag="+tag, "--set", "agent.image.tag="+tag)
 	controllertest.Eventually(t, 2*time.Minute, "a new controller pod ready", func(ctx context.Context) (bool, error) {
 		pods := podsOf(t, "app.kubernetes.io/name=lifeline-controller")
 		for name, ready := range pods {
@@ -467,18 +565,41 @@ func TestHelmUpgradeWhileANodeIsCutOffRestartsNoWorker(t *testing.T) {
 		}
 		ready := 0
 		for _, p := range pods.Items {
-			if p.Annotations["revision"] == "2" && isReady(&p) {
+			if strings.HasSuffix(p.Spec.Containers[0].Image, ":"+tag) && isReady(&p) {
 				ready++
 			}
 		}
 		return ready == 2, nil
 	})
+	standby, err := os.ReadFile(filepath.Join(rc.Node("edge-1").Disk, realnode.StaticPodDir, "lifeline-agent-standby.yaml"))
+	if err != nil || !strings.Contains(string(standby), ":"+tag) {
+		t.Errorf("edge-1's standby is not of the new release (%v):\n%s", err, standby)
+	}
 	after := workerPods(t)
 	for name, was := range before {
 		if now := after[name]; now != was {
 			t.Errorf("worker %s: %s before the upgrade, %q after", name, was, now)
 		}
 	}
+}
+
+// imageOf is the image the DaemonSet or Deployment name of Lifeline runs, as its pod template names it.
+func imageOf(t testing.TB, name string) string {
+	t.Helper()
+	cs := rc.Client().AppsV1()
+	if d, err := cs.Deployments(realnode.Namespace).Get(context.Background(), name, metav1.GetOptions{}); err == nil {
+		return d.Spec.Template.Spec.Containers[0].Image
+	}
+	ds, err := cs.DaemonSets(realnode.Namespace).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds.Spec.Template.Spec.Containers[0].Image
+}
+
+// repoOf is an image name without its tag.
+func repoOf(image string) string {
+	return image[:strings.LastIndex(image, ":")]
 }
 
 func podsOf(t testing.TB, selector string) map[string]bool {

@@ -116,7 +116,28 @@ const (
 const cutChain = "LIFELINE-CUT"
 
 // cut drops the node's packets to what it loses, as a broken link would: connections hang, nothing is refused.
+// The cut is the network's, so it outlives a reboot of the node (see applyCuts).
 func (n *Node) cut(ctx context.Context, link Link, apiPort, brokerPort int) error {
+	if err := n.dropLink(ctx, link, apiPort, brokerPort); err != nil {
+		return err
+	}
+	n.cuts = append(n.cuts, link)
+	n.brokerPort = brokerPort
+	return nil
+}
+
+// applyCuts drops again, in a node's new network after a reboot, what its link had lost before.
+func (n *Node) applyCuts(ctx context.Context, apiPort int) error {
+	for _, link := range n.cuts {
+		if err := n.dropLink(ctx, link, apiPort, n.brokerPort); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropLink adds the firewall rules that drop the node's packets to link.
+func (n *Node) dropLink(ctx context.Context, link Link, apiPort, brokerPort int) error {
 	var rules [][]string
 	switch link {
 	case LinkAPI:
@@ -147,6 +168,7 @@ func (n *Node) mend(ctx context.Context) error {
 	if err := n.inNetns(ctx, "iptables", "-w", "-F", cutChain); err != nil {
 		return fmt.Errorf("mending node %s: %w", n.Name, err)
 	}
+	n.cuts = nil
 	return nil
 }
 

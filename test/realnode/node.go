@@ -37,11 +37,13 @@ type Node struct {
 	// CRISocket is the node's containerd socket, as this machine reaches it.
 	CRISocket string
 
-	index   int
-	runDir  string // the node's /run: emptied by a reboot
-	mountNS string // the file that holds the node's mount namespace
-	procs   []*cluster.Process
-	kubelet *cluster.Process
+	index      int
+	runDir     string // the node's /run: emptied by a reboot
+	mountNS    string // the file that holds the node's mount namespace
+	procs      []*cluster.Process
+	kubelet    *cluster.Process
+	cuts       []Link // what the node's link has lost: a reboot does not mend it
+	brokerPort int    // the broker's port when a cut took it
 }
 
 // The node's view of the file system: each path is bound from the node's disk (or its /run) in the node's mount
@@ -84,6 +86,9 @@ func (n *Node) boot(ctx context.Context, c *Cluster) error {
 		return fmt.Errorf("node %s's disk: %w", n.Name, err)
 	}
 	if err := n.plugIn(ctx); err != nil {
+		return err
+	}
+	if err := n.applyCuts(ctx, c.apiPort); err != nil {
 		return err
 	}
 	if err := n.writeConfigs(c); err != nil {

@@ -90,3 +90,11 @@ func runningContainers(ctx context.Context, rt runtimeapi.RuntimeServiceClient, 
 	}
 	return list.Containers, nil
 }
+
+// TagImage gives an image the node has a second name, as a registry serving the same image under a new tag would.
+func (n *Node) TagImage(ctx context.Context, from, to string) error {
+	if err := run(ctx, "ctr", "--address", n.CRISocket, "-n", "k8s.io", "images", "tag", "--force", from, to); err != nil {
+		return fmt.Errorf("node %s: tagging %s as %s: %w", n.Name, from, to, err)
+	}
+	return nil
+}

@@ -334,7 +334,7 @@ func (c *Core) Observe(env Env, pods []cri.Pod, workers []desired.Worker) []Acti
 			continue
 		}
 		seen[p.Namespace+"/"+p.Name] = true
-		out = append(out, c.publishIfChanged(env, c.worker(p.Namespace, p.Name), StateOf(p))...)
+		out = append(out, c.publishIfChanged(env, c.worker(p.Namespace, p.Name), c.stateOf(p))...)
 	}
 	out = append(out, c.lostBeforeFirstSight(env, seen)...)
 	for _, key := range c.sortedKeys() {
@@ -355,6 +355,27 @@ func (c *Core) Observe(env Env, pods []cri.Pod, workers []desired.Worker) []Acti
 		}
 	}
 	return out
+}
+
+// stateOf is the worker's state as its node will run it. A pod whose sandboxes the runtime holds stopped runs
+// again only if the node's kubelet makes it a new one, as it does at once for a pod it knows; a kubelet booted
+// while cut off knows none, and leaves the containers of its last boot where they are. So a pod the node would
+// run again under its restart policy, but whose sandbox is stopped, is gone until it runs again; a completed pod
+// stays completed, and a failed one under Never stays failed (the node never runs it again either way).
+func (c *Core) stateOf(p cri.Pod) *lifelinev1.WorkerState {
+	ws := StateOf(p)
+	if !p.SandboxStopped || ws.Phase == lifelinev1.Phase_PHASE_RUNNING {
+		return ws
+	}
+	switch c.desired[p.UID].RestartPolicy {
+	case desired.RestartAlways:
+		ws.Phase = lifelinev1.Phase_PHASE_GONE
+	case "OnFailure":
+		if ws.Phase != lifelinev1.Phase_PHASE_SUCCEEDED {
+			ws.Phase = lifelinev1.Phase_PHASE_GONE
+		}
+	}
+	return ws
 }
 
 // lostBeforeFirstSight publishes as gone the workers the node had started but the runtime does not hold, of

@@ -673,6 +673,35 @@ func TestReconnectPublishesEveryStateAgain_P_WS_1(t *testing.T) {
 	}
 }
 
+// [P-HEAL-1] A kubelet node boots while cut off: its runtime still holds the worker's containers of the last boot,
+// exited, in a stopped sandbox, and its kubelet, which knows none of its pods, will never make it a new one. The
+// agent (the node's standby, a new core) publishes the worker gone, not failed-and-restarting, and rebuilds it; a
+// trainer that had completed, or failed under Never, keeps its phase (nothing runs it again either way).
+func TestWorkerInAStoppedSandboxOfANodeBootedCutOffIsRebuilt_P_HEAL_1(t *testing.T) {
+	s := newScript(t, Config{CanRebuild: true}).worker("edge", "Always").worker("done", "OnFailure").worker("failed", "Never")
+	for _, name := range []string{"edge", "done", "failed"} {
+		w := s.workers[name]
+		w.Started = true
+		s.workers[name] = w
+	}
+	s.cutAPI().cutBroker()
+	s.kill("edge", 255).kill("done", 0).kill("failed", 1)
+	for _, name := range []string{"edge", "done", "failed"} {
+		p := s.pods[name]
+		p.SandboxStopped = true
+		s.pods[name] = p
+	}
+	s.observe()
+	for name, want := range map[string]lifelinev1.Phase{"edge": lifelinev1.Phase_PHASE_GONE,
+		"done": lifelinev1.Phase_PHASE_SUCCEEDED, "failed": lifelinev1.Phase_PHASE_FAILED} {
+		if got := s.state(name).Phase; got != want {
+			t.Errorf("%s published %v, want %v", name, got, want)
+		}
+	}
+	expect(t, "tick 6s: past the grace", s.tick(6*time.Second),
+		"rebuild default/edge", "rebuild default/failed", "result local default/edge DONE", "result local default/failed DONE")
+}
+
 // [P-HEAL-1] The agent starts (a new core) on a cut-off node whose worker was lost while no agent watched: the
 // API server's last word says the node ran it, the runtime holds nothing. It is published gone, not left at
 // the last session's alive, and rebuilt; a worker the node has not started yet is only on its way.

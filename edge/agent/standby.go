@@ -1,0 +1,329 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/lifeline-edge/lifeline/edge/desired"
+)
+
+// A kubelet that boots while its node is cut off knows none of the pods the API server gave it, the agent's
+// DaemonSet pod among them: it runs only its static pods. The standby is the agent as a static pod of the node,
+// installed by the agent pod, which acts only while no agent pod holds the node and the node is cut off. It then
+// rebuilds the node's workers from the desired workers on the node's disk, and gives way as soon as an agent pod
+// asks: the kubelet runs one once its link returns.
+
+// NodeLock makes the node's agent pod and its standby act one at a time on the node's state: the journal, the
+// birth sequence, the stand-ins and the report port are one agent's. The agent pod holds the lock for its life;
+// the standby takes it only while no agent pod waits for it.
+type NodeLock struct {
+	// Dir is the agent's state directory.
+	Dir string
+}
+
+const (
+	lockFile    = "agent.lock"
+	waitingFile = "agent-pod-waiting"
+)
+
+// Hold takes the lock for the agent pod, waiting while the standby acts: the standby sees the pod waiting and
+// gives way. The lock is the agent pod's until release, or until the process ends.
+func (l NodeLock) Hold(ctx context.Context, log logr.Logger) (release func(), err error) {
+	waiting := filepath.Join(l.Dir, waitingFile)
+	if err := os.WriteFile(waiting, nil, 0o600); err != nil {
+		return nil, fmt.Errorf("saying the agent pod waits for the node: %w", err)
+	}
+	defer os.Remove(waiting)
+	logged := false
+	for {
+		release, ok, err := l.try()
+		if err != nil || ok {
+			return release, err
+		}
+		if !logged {
+			log.Info("waiting for the node's standby agent to give way")
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// PodWaiting tells whether an agent pod waits for the lock.
+func (l NodeLock) PodWaiting() bool {
+	_, err := os.Stat(filepath.Join(l.Dir, waitingFile))
+	return err == nil
+}
+
+// TryForStandby takes the lock for the standby if no agent pod holds it or waits for it.
+func (l NodeLock) TryForStandby() (release func(), ok bool, err error) {
+	if l.PodWaiting() {
+		return nil, false, nil
+	}
+	return l.try()
+}
+
+// try takes the lock if it is free. An flock dies with its holder, so a crashed agent never keeps the node.
+func (l NodeLock) try() (func(), bool, error) {
+	f, err := os.OpenFile(filepath.Join(l.Dir, lockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, false, fmt.Errorf("opening the node's agent lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("taking the node's agent lock: %w", err)
+	}
+	return func() { f.Close() }, true, nil
+}
+
+// Standby acts for the agent pod while the node is cut off and no agent pod holds the node.
+type Standby struct {
+	Lock NodeLock
+	// CutOff tells whether the node is known to be cut off from the API server now. A node that reaches it
+	// runs the agent pod soon, and its kubelet the workers' own pods: the standby waits for them.
+	CutOff func() bool
+	// Interval is how often the standby looks.
+	Interval time.Duration
+	Log      logr.Logger
+}
+
+// Run calls act while the standby holds the node, and ends act (waiting for it to return) as soon as an agent
+// pod asks for the node, until ctx ends.
+func (s *Standby) Run(ctx context.Context, act func(ctx context.Context)) {
+	tick := time.NewTicker(s.Interval)
+	defer tick.Stop()
+	for {
+		if s.CutOff() {
+			release, ok, err := s.Lock.TryForStandby()
+			if err != nil {
+				s.Log.Error(err, "the standby cannot take the node")
+			}
+			if ok {
+				s.actUntilAsked(ctx, act)
+				release()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// actUntilAsked runs act until an agent pod waits for the node, ctx ends or act returns.
+func (s *Standby) actUntilAsked(ctx context.Context, act func(ctx context.Context)) {
+	s.Log.Info("the node is cut off and no agent pod runs: the standby acts")
+	actCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { act(actCtx); close(done) }()
+	tick := time.NewTicker(s.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			cancel()
+			return
+		case <-tick.C:
+			if s.Lock.PodWaiting() {
+				s.Log.Info("an agent pod runs on the node: the standby gives way")
+				cancel()
+				<-done
+				return
+			}
+		}
+	}
+}
+
+// StandbyFiles is what the standby needs from the cloud, which a static pod cannot mount: the agent pod leaves
+// it on the node's disk, under the agent's state directory.
+type StandbyFiles struct {
+	// Dir is the state directory's standby/.
+	Dir string
+}
+
+// The files of StandbyFiles.
+const (
+	standbyBrokerCA  = "broker-ca.crt"
+	standbyAPICA     = "api-ca.crt"
+	standbyAPIServer = "api-server"
+)
+
+// StandbyDir is where, in the agent's state directory, the agent pod leaves the standby's files.
+func StandbyDir(stateDir string) StandbyFiles {
+	return StandbyFiles{Dir: filepath.Join(stateDir, "standby")}
+}
+
+// BrokerCA is the broker's CA as the standby reads it.
+func (f StandbyFiles) BrokerCA() string { return filepath.Join(f.Dir, standbyBrokerCA) }
+
+// Leave writes the broker's CA (from brokerCAFile; empty: none), and the API server's address and CA as this pod
+// reaches it, for the standby's probe.
+func (f StandbyFiles) Leave(brokerCAFile string) error {
+	if err := os.MkdirAll(f.Dir, 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", f.Dir, err)
+	}
+	if brokerCAFile != "" {
+		if err := copyFile(brokerCAFile, f.BrokerCA()); err != nil {
+			return err
+		}
+	}
+	server, _, err := desired.InClusterServer()
+	if err != nil {
+		return fmt.Errorf("the API server's address for the standby: %w", err)
+	}
+	if err := writeIfChanged(filepath.Join(f.Dir, standbyAPIServer), []byte(server+"\n")); err != nil {
+		return err
+	}
+	return copyFile(serviceAccountCAFile, filepath.Join(f.Dir, standbyAPICA))
+}
+
+// Probe is the standby's probe of the API server: url when given, else the address the agent pod left; its
+// certificate checked against the CA the agent pod left, when there is one.
+func (f StandbyFiles) Probe(url string) (*CloudProbe, error) {
+	if url == "" {
+		data, err := os.ReadFile(filepath.Join(f.Dir, standbyAPIServer))
+		if err != nil {
+			return nil, fmt.Errorf("no --cloud-probe and no API server address left by the agent pod: %w", err)
+		}
+		url = strings.TrimSpace(string(data)) + "/readyz"
+	}
+	probe := &CloudProbe{URL: url}
+	if pem, err := os.ReadFile(filepath.Join(f.Dir, standbyAPICA)); err == nil {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("no certificate in the API server's CA left by the agent pod, %s", filepath.Join(f.Dir, standbyAPICA))
+		}
+		probe.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return probe, nil
+}
+
+// standbyManifestFile is the standby's static pod in the kubelet's manifest directory; not a stand-in (those are
+// lifeline-*.json).
+const standbyManifestFile = "lifeline-agent-standby.yaml"
+
+// InstallStandby puts the standby's manifest (read from manifestFile) in staticDir, rewriting it only when it
+// changed: the kubelet restarts a static pod whose manifest changes.
+func InstallStandby(manifestFile, staticDir string) error {
+	data, err := os.ReadFile(manifestFile)
+	if err != nil {
+		return fmt.Errorf("reading the standby's manifest: %w", err)
+	}
+	return writeIfChanged(filepath.Join(staticDir, standbyManifestFile), data)
+}
+
+// RemoveStandby takes the standby's manifest out of staticDir (the kubelet then stops it) and its files off
+// the node.
+func RemoveStandby(staticDir string, files StandbyFiles) error {
+	err := os.Remove(filepath.Join(staticDir, standbyManifestFile))
+	if err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("removing the standby's manifest: %w", err)
+	}
+	if err := os.RemoveAll(files.Dir); err != nil {
+		return fmt.Errorf("removing the standby's files: %w", err)
+	}
+	return nil
+}
+
+// OwnerGone tells whether the agent pod's DaemonSet namespace/name is gone (helm uninstall): the API server
+// answers that it is not found, or refuses the pod's account, which the uninstall removes with it. An API
+// server out of reach says nothing: the standby stays.
+func OwnerGone(ctx context.Context, namespace, name string) (bool, error) {
+	server, tlsConfig, err := desired.InClusterServer()
+	if err != nil {
+		return false, err
+	}
+	token, err := os.ReadFile(serviceAccountTokenFile)
+	if err != nil {
+		return false, fmt.Errorf("reading the pod's token: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		fmt.Sprintf("%s/apis/apps/v1/namespaces/%s/daemonsets/%s", server, namespace, name), nil)
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return false, fmt.Errorf("reading the DaemonSet %s/%s: %w", namespace, name, err)
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		var ds struct {
+			Metadata struct {
+				DeletionTimestamp *string `json:"deletionTimestamp"`
+			} `json:"metadata"`
+		}
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&ds); err != nil {
+			return false, fmt.Errorf("decoding the DaemonSet %s/%s: %w", namespace, name, err)
+		}
+		return ds.Metadata.DeletionTimestamp != nil, nil
+	case http.StatusNotFound, http.StatusUnauthorized, http.StatusForbidden:
+		return true, nil
+	}
+	return false, fmt.Errorf("reading the DaemonSet %s/%s: %s", namespace, name, resp.Status)
+}
+
+func copyFile(from, to string) error {
+	data, err := os.ReadFile(from)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", from, err)
+	}
+	return writeIfChanged(to, data)
+}
+
+// writeIfChanged writes data to path atomically (a kubelet must never read half a manifest; it skips hidden
+// files), unless path already holds it.
+func writeIfChanged(path string, data []byte) error {
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil
+	}
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// StandbySource is the standby's pod source: none. A static pod has no credentials for the API server, and the
+// standby acts only while the API server is out of reach: the node's workers are the desired workers the agent
+// pod left on the node's disk.
+type StandbySource struct{}
+
+var errStandbyReadsNoPods = errors.New("the standby reads no pods: the agent pod does")
+
+// List refuses.
+func (StandbySource) List(context.Context, desired.Selector) (*desired.PodList, error) {
+	return nil, errStandbyReadsNoPods
+}
+
+// Watch refuses.
+func (StandbySource) Watch(context.Context, desired.Selector, string) (<-chan desired.Event, error) {
+	return nil, errStandbyReadsNoPods
+}

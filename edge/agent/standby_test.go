@@ -1,0 +1,165 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+func TestTheStandbyActsOnlyWhileCutOffAndGivesWayToTheAgentPod(t *testing.T) {
+	dir := t.TempDir()
+	lock := NodeLock{Dir: dir}
+	var cutOff, acting atomic.Bool
+	var looks atomic.Int64
+	// waitLooks waits until the standby has looked n more times, any of which could have made it act.
+	waitLooks := func(n int64) {
+		t.Helper()
+		for until := looks.Load() + n; looks.Load() < until; {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	standby := &Standby{Lock: lock, Interval: 10 * time.Millisecond, Log: logr.Discard(),
+		CutOff: func() bool { looks.Add(1); return cutOff.Load() }}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	acts := make(chan struct{}, 10)
+	go standby.Run(ctx, func(ctx context.Context) {
+		acting.Store(true)
+		acts <- struct{}{}
+		<-ctx.Done()
+		acting.Store(false)
+	})
+
+	waitLooks(5)
+	if acting.Load() {
+		t.Fatal("the standby acts while the node reaches the API server")
+	}
+	cutOff.Store(true)
+	select {
+	case <-acts:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the standby does not act on a cut-off node without an agent pod")
+	}
+	if _, ok, _ := lock.TryForStandby(); ok {
+		t.Fatal("the lock is free while the standby acts")
+	}
+
+	release, err := lock.Hold(ctx, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acting.Load() {
+		t.Fatal("the agent pod holds the node while the standby still acts")
+	}
+	if lock.PodWaiting() {
+		t.Error("the agent pod still says it waits once it holds the node")
+	}
+	waitLooks(5)
+	if acting.Load() {
+		t.Fatal("the standby acts while the agent pod holds the node")
+	}
+
+	release()
+	select {
+	case <-acts:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the standby does not act again once the agent pod is gone and the node still cut off")
+	}
+}
+
+func TestTheAgentPodTakesAFreeNodeAtOnce(t *testing.T) {
+	lock := NodeLock{Dir: t.TempDir()}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	release, err := lock.Hold(ctx, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if _, err := lock.Hold(ctx, logr.Discard()); err == nil {
+		t.Fatal("a second agent pod holds the node too")
+	}
+}
+
+func TestTheStandbyManifestIsRewrittenOnlyWhenItChanges(t *testing.T) {
+	dir := t.TempDir()
+	static := filepath.Join(dir, "manifests")
+	if err := os.Mkdir(static, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "pod.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(src, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	installed := filepath.Join(static, standbyManifestFile)
+	write("kind: Pod # 1\n")
+	if err := InstallStandby(src, static); err != nil {
+		t.Fatal(err)
+	}
+	first, err := os.Stat(installed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := InstallStandby(src, static); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := os.Stat(installed); !os.SameFile(first, again) {
+		t.Error("the same manifest was written again: the kubelet would restart the standby")
+	}
+	write("kind: Pod # 2\n")
+	if err := InstallStandby(src, static); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(installed); string(data) != "kind: Pod # 2\n" {
+		t.Errorf("installed %q after the manifest changed", data)
+	}
+	if matches, _ := filepath.Glob(filepath.Join(static, staticPrefix+"*.json")); len(matches) != 0 {
+		t.Errorf("the standby's manifest is taken for a stand-in: %v", matches)
+	}
+
+	files := StandbyFiles{Dir: filepath.Join(dir, "standby")}
+	if err := os.MkdirAll(files.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveStandby(static, files); err != nil {
+		t.Fatal(err)
+	}
+	for _, gone := range []string{installed, files.Dir} {
+		if _, err := os.Stat(gone); !os.IsNotExist(err) {
+			t.Errorf("%s is still there after the standby was removed", gone)
+		}
+	}
+}
+
+func TestTheStandbyProbesWhereTheAgentPodSaid(t *testing.T) {
+	files := StandbyFiles{Dir: t.TempDir()}
+	if _, err := files.Probe(""); err == nil {
+		t.Fatal("a standby with no address to probe starts")
+	}
+	if err := os.WriteFile(filepath.Join(files.Dir, standbyAPIServer), []byte("https://10.96.0.1:443\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	probe, err := files.Probe("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if probe.URL != "https://10.96.0.1:443/readyz" || probe.TLS != nil {
+		t.Errorf("probe %s (TLS %v), want the address left, unchecked without a CA", probe.URL, probe.TLS)
+	}
+	if err := os.WriteFile(filepath.Join(files.Dir, standbyAPICA), []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := files.Probe(""); err == nil {
+		t.Error("a CA that holds no certificate is accepted")
+	}
+	if probe, err := files.Probe("https://api.example:6443/readyz"); err == nil || probe != nil {
+		t.Error("a bad CA is ignored when the probe's URL is given")
+	}
+}
