@@ -37,6 +37,14 @@ demo: tools build ## Run Lifeline on a simulated edge and narrate it; leaves it 
 	$(GO) build -o $(BIN)/lifeline-demo ./test/demo
 	$(BIN)/lifeline-demo --pid-file $(DEMO_PID)
 
+.PHONY: demo-real
+demo-real: tools build ## The same story on real nodes (kubelet and containerd; root, see docs/operations.md); leaves it running.
+	@echo "==> images for this machine's real nodes"
+	$(MAKE) --no-print-directory images images-samples PLATFORMS=$(HOST_PLATFORM)
+	@echo "==> starting the demo on real nodes"
+	$(GO) build -o $(BIN)/lifeline-demo ./test/demo
+	$(BIN)/lifeline-demo --real --pid-file $(DEMO_PID)
+
 .PHONY: demo-down
 demo-down: ## Stop a demo left running, with every process and temp dir.
 	@if [ -f $(DEMO_PID) ]; then kill $$(cat $(DEMO_PID)) && echo "demo stopping"; else echo "no demo running"; fi

@@ -41,6 +41,13 @@ func TestFlagValidation(t *testing.T) {
 		{args: []string{"--broker=tcp://broker.example"}, want: "--broker"},
 		{args: []string{"--forward-unowned-reports-to=127.0.0.1:9100"}, want: "--forward-unowned-reports-to"},
 		{args: []string{"--node-name="}, want: "--node-name (or $NODE_NAME) is required"},
+		{args: []string{"--standby", "--static-pod-dir=/etc/kubernetes/manifests"}},
+		{args: []string{"--standby", "--static-pod-dir="}, want: "--standby needs --static-pod-dir"},
+		{args: []string{"--standby", "--standby-manifest=/etc/lifeline/standby/pod.yaml"}, want: "--standby and --standby-manifest"},
+		{args: []string{"--standby-manifest=/etc/lifeline/standby/pod.yaml", "--in-cluster", "--static-pod-dir=/etc/kubernetes/manifests"}},
+		{args: []string{"--standby-manifest=/etc/lifeline/standby/pod.yaml"}, want: "--standby-manifest needs --in-cluster"},
+		{args: []string{"--daemonset=lifeline-agent"}, want: `--daemonset "lifeline-agent" is not NAMESPACE/NAME`},
+		{args: []string{"--daemonset=lifeline-system/lifeline-agent"}},
 		// Several at once: each is named.
 		{args: []string{"--poll-interval=0", "--report-queue=0"}, want: "--poll-interval must be positive, got 0s\n--report-queue must be positive"},
 	}

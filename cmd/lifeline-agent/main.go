@@ -470,6 +470,12 @@ func (o *options) validate(fs *flag.FlagSet) error {
 	if o.standby && o.standbyManifest != "" {
 		errs = append(errs, errors.New("--standby and --standby-manifest: the standby installs no standby"))
 	}
+	if o.standbyManifest != "" && (!o.inCluster || o.staticDir == "") {
+		errs = append(errs, errors.New("--standby-manifest needs --in-cluster and --static-pod-dir: the standby is for kubelet nodes"))
+	}
+	if o.standby && o.staticDir == "" {
+		errs = append(errs, errors.New("--standby needs --static-pod-dir: rebuilding the workers is what it is for"))
+	}
 	if ns, name, ok := strings.Cut(o.daemonSet, "/"); o.daemonSet != "" && (!ok || ns == "" || name == "") {
 		errs = append(errs, fmt.Errorf("--daemonset %q is not NAMESPACE/NAME", o.daemonSet))
 	}

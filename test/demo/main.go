@@ -27,6 +27,7 @@ import (
 
 func main() {
 	exitAfter := flag.Bool("exit", false, "stop everything once the story is told instead of leaving it running")
+	onRealNodes := flag.Bool("real", false, "tell the story on real nodes (kubelet and containerd; root): see docs/operations.md")
 	pidFile := flag.String("pid-file", "", "write this process's pid here, for `make demo-down`")
 	flag.Parse()
 	if *pidFile != "" {
@@ -35,15 +36,26 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *exitAfter); err != nil {
+	tell := run
+	if *onRealNodes {
+		tell = runReal
+	}
+	if err := tell(ctx, *exitAfter); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
 type demo struct {
-	ctx context.Context
-	s   *sim.Sim
+	ctx    context.Context
+	s      *sim.Sim // the hollow nodes; nil on real nodes
+	client client.Client
+	// vars are the examples' placeholders, set to the nodes' names.
+	vars map[string]string
+	// runKubectl runs kubectl on the demo's cluster.
+	runKubectl func(args ...string) (string, error)
+	// patience bounds each wait.
+	patience time.Duration
 }
 
 func run(ctx context.Context, exitAfter bool) error {
@@ -55,7 +67,7 @@ func run(ctx context.Context, exitAfter bool) error {
 		return err
 	}
 	defer s.Stop()
-	d := &demo{ctx: ctx, s: s}
+	d := &demo{ctx: ctx, s: s, client: s.Client, vars: sim.FixtureVars, runKubectl: s.Kubectl, patience: 2 * time.Minute}
 	d.kubectl("get", "nodes", "-L", "node-role.kubernetes.io/edge")
 
 	step("1. Apply two of Lifeline's examples, in Sedna's format: a JointInferenceService and a FederatedLearningJob")
@@ -251,7 +263,7 @@ func (d *demo) cutOffKill(ji *v1alpha1.JointInferenceService, pod *corev1.Pod) e
 // edgeWorkerStatus is the service's status record of its edge worker.
 func (d *demo) edgeWorkerStatus(ji *v1alpha1.JointInferenceService) v1alpha1.WorkerStatus {
 	got := &v1alpha1.JointInferenceService{}
-	if err := d.s.Client.Get(d.ctx, client.ObjectKeyFromObject(ji), got); err == nil {
+	if err := d.client.Get(d.ctx, client.ObjectKeyFromObject(ji), got); err == nil {
 		for _, w := range got.Status.Workers {
 			if w.Role == v1alpha1.WorkerRoleEdge {
 				return w
@@ -307,7 +319,7 @@ func (d *demo) applyFL() (*v1alpha1.FederatedLearningJob, error) {
 // applyExample creates every object of one of Lifeline's examples in the default namespace, as
 // `envsubst < deploy/examples/<file> | kubectl apply -f -` would; edit sees each object before it is created.
 func (d *demo) applyExample(file string, edit func(client.Object)) error {
-	objs, err := fixtures.Objects(file, sim.FixtureVars)
+	objs, err := fixtures.Objects(file, d.vars)
 	if err != nil {
 		return err
 	}
@@ -325,7 +337,7 @@ func (d *demo) applyExample(file string, edit func(client.Object)) error {
 }
 
 func (d *demo) create(obj client.Object) error {
-	if err := d.s.Client.Create(d.ctx, obj); err != nil {
+	if err := d.client.Create(d.ctx, obj); err != nil {
 		return fmt.Errorf("creating %s: %w", obj.GetName(), err)
 	}
 	return nil
@@ -333,7 +345,7 @@ func (d *demo) create(obj client.Object) error {
 
 func (d *demo) edgeWorkerPod() (*corev1.Pod, error) {
 	pods := &corev1.PodList{}
-	if err := d.s.Client.List(d.ctx, pods, client.InNamespace("default"), client.MatchingLabels{"lifeline.sedna.io/role": "edge"}); err != nil {
+	if err := d.client.List(d.ctx, pods, client.InNamespace("default"), client.MatchingLabels{"lifeline.sedna.io/role": "edge"}); err != nil {
 		return nil, err
 	}
 	for i := range pods.Items {
@@ -344,12 +356,12 @@ func (d *demo) edgeWorkerPod() (*corev1.Pod, error) {
 	return nil, fmt.Errorf("no edge worker pod")
 }
 
-// waitFor polls cond, printing a dot a second, for up to two minutes.
+// waitFor polls cond, printing a dot a second, for up to d.patience.
 func (d *demo) waitFor(what string, cond func() bool) error {
 	fmt.Printf("  waiting for %s ", what)
 	began := time.Now()
 	lastDot := began
-	for time.Since(began) < 2*time.Minute {
+	for time.Since(began) < d.patience {
 		if cond() {
 			fmt.Printf(" done (%.1fs)\n", time.Since(began).Seconds())
 			return nil
@@ -370,7 +382,7 @@ func (d *demo) waitFor(what string, cond func() bool) error {
 
 func (d *demo) kubectl(args ...string) {
 	fmt.Printf("\n$ kubectl %s\n", strings.Join(args, " "))
-	out, err := d.s.Kubectl(args...)
+	out, err := d.runKubectl(args...)
 	fmt.Print(out)
 	if err != nil {
 		fmt.Println("  (kubectl:", err, ")")

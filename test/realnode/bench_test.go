@@ -21,7 +21,9 @@ import (
 //     word through the API server);
 //   - an FL trainer under restartPolicy Never fails on a node cut off from everything -> a trainer runs again
 //     (anchor: the kubelet never runs it again); the link back -> its stand-in gives way; seconds with no trainer,
-//     and with two, meanwhile.
+//     and with two, meanwhile;
+//   - the joint inference edge worker's node reboots while cut off from everything -> the edge worker runs again
+//     (anchor: the kubelet runs none of its API pods until the link returns), once: a reboot costs minutes.
 func BenchmarkRealNodes(b *testing.B) {
 	needReal(b)
 	const samples = 3
@@ -54,6 +56,7 @@ func BenchmarkRealNodes(b *testing.B) {
 		rebuilt, gaveWay = append(rebuilt, h.rebuilt), append(gaveWay, h.gaveWay)
 		gap, overlap = gap+h.gap, overlap+h.overlap
 	}
+	reboot := rebootCutOff(b)
 	line := func(name string, d time.Duration) { fmt.Printf("%s %.3f s\n", name, d.Seconds()) }
 	fmt.Printf("\nreal nodes, %d samples each (p99 of %d is their worst)\n", samples, samples)
 	line("detect-cut-off-p50", controllertest.Percentile(cutOff, 50))
@@ -66,6 +69,11 @@ func BenchmarkRealNodes(b *testing.B) {
 	line("reconnect-stand-in-gave-way-p99", controllertest.Percentile(gaveWay, 99))
 	line("reconnect-no-trainer-running", gap)
 	line("reconnect-two-trainers-running", overlap)
+	line("reboot-cut-off-worker-back", reboot.rebuilt)
+	fmt.Println("reboot-cut-off-anchor never (until the link returns: the kubelet knows none of its API pods)")
+	line("reboot-reconnect-stand-in-gave-way", reboot.gaveWay)
+	line("reboot-reconnect-no-worker-running", reboot.gap)
+	line("reboot-reconnect-two-workers-running", reboot.overlap)
 }
 
 // freshEdgeWorker deletes the joint inference edge worker's pod and waits until its replacement is Alive.

@@ -36,9 +36,6 @@ var (
 	skipReason string
 )
 
-// vars are the examples' placeholders, set to the real nodes.
-var vars = map[string]string{"EDGE_NODE": "edge-1", "EDGE_NODE_1": "edge-1", "EDGE_NODE_2": "edge-2", "CLOUD_NODE": "cloud-1"}
-
 func TestMain(m *testing.M) {
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard())
@@ -63,9 +60,8 @@ func runReal(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	images, _ := filepath.Glob(filepath.Join(repo, "dist/images/*.tar"))
-	samples, _ := filepath.Glob(filepath.Join(repo, "dist/images/samples/*.tar"))
-	if len(images) == 0 || len(samples) == 0 {
+	images := realnode.ImageArchives(repo)
+	if samples, _ := filepath.Glob(filepath.Join(repo, "dist/images/samples/*.tar")); len(samples) == 0 || len(images) == len(samples) {
 		fmt.Fprintln(os.Stderr, "real nodes: no images in dist/images: run make images images-samples first")
 		return 1
 	}
@@ -76,7 +72,7 @@ func runReal(m *testing.M) int {
 	}
 	ctx := context.Background()
 	// A short node-monitor grace: a node cut off for long is tainted within the test's time.
-	rc, err = realnode.Start(ctx, realnode.Options{Dir: dir, Images: append(images, samples...),
+	rc, err = realnode.Start(ctx, realnode.Options{Dir: dir, Images: images,
 		NodeMonitorGracePeriod: 20 * time.Second})
 	if err == nil {
 		err = realnode.PlaceExampleFiles(rc)
@@ -121,7 +117,7 @@ func needReal(t testing.TB) {
 // `envsubst < deploy/examples/<file> | kubectl apply -f -` would, and returns its service or job.
 func apply(t testing.TB, file string) client.Object {
 	t.Helper()
-	objs, err := fixtures.Objects(file, vars)
+	objs, err := fixtures.Objects(file, realnode.FixtureVars)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,8 +284,9 @@ func TestFailedTrainerOnANodeCutOffFromEverythingRunsAgainAsAStaticPod(t *testin
 	}
 }
 
-// handOver is what one failure of a trainer on a cut-off node shows: how long after the failure its stand-in
-// ran, how long after the link returned the stand-in gave way, and meanwhile how long no trainer, or two, ran.
+// handOver is what one rebuild on a cut-off node shows: how long after the failure (or the node's boot) the
+// worker's stand-in ran, how long after the link returned the stand-in gave way, and meanwhile how long no
+// instance of the worker, or two, ran.
 type handOver struct {
 	rebuilt, gaveWay, gap, overlap time.Duration
 }
@@ -300,7 +297,7 @@ type handOver struct {
 func failNeverTrainerCutOff(t testing.TB, name string) handOver {
 	t.Helper()
 	ctx := context.Background()
-	objs, err := fixtures.Objects("federated-learning.yaml", vars)
+	objs, err := fixtures.Objects("federated-learning.yaml", realnode.FixtureVars)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,16 +343,26 @@ func failNeverTrainerCutOff(t testing.TB, name string) handOver {
 		return n == 1, err
 	})
 	h.rebuilt = time.Since(killed)
-	if err := rc.Mend(ctx, "edge-1"); err != nil {
+	mendAndHandBack(t, trainer, &h, nil)
+	return h
+}
+
+// mendAndHandBack mends edge-1 and waits until the stand-in of the worker whose pods are named worker* has given
+// way to one pod of the worker, no stand-in is left in the node's manifest directory and done (when given)
+// holds; it measures the hand-over into h.
+func mendAndHandBack(t testing.TB, worker string, h *handOver, done func() bool) {
+	t.Helper()
+	edge := rc.Node("edge-1")
+	if err := rc.Mend(context.Background(), "edge-1"); err != nil {
 		t.Fatal(err)
 	}
 	mended, last := time.Now(), time.Now()
-	controllertest.Eventually(t, 3*time.Minute, "the static pod given way to a trainer of the job", func(ctx context.Context) (bool, error) {
-		running, err := edge.RunningContainers(ctx, trainer) // its own pods' and its stand-in's (<name>-edge-1)
+	controllertest.Eventually(t, 3*time.Minute, "the stand-in given way to a pod of "+worker, func(ctx context.Context) (bool, error) {
+		running, err := edge.RunningContainers(ctx, worker) // its own pods' and its stand-in's (<name>-edge-1)
 		if err != nil {
 			return false, err
 		}
-		static, err := edge.RunningContainers(ctx, trainer+"-edge-1")
+		static, err := edge.RunningContainers(ctx, worker+"-edge-1")
 		if err != nil {
 			return false, err
 		}
@@ -367,20 +374,38 @@ func failNeverTrainerCutOff(t testing.TB, name string) handOver {
 			h.overlap += now.Sub(last)
 		}
 		last = now
-		left, _ := filepath.Glob(filepath.Join(edge.Disk, realnode.StaticPodDir, "lifeline-*"))
-		return static == 0 && len(left) == 0 && running == 1, nil
+		left, _ := filepath.Glob(filepath.Join(edge.Disk, realnode.StaticPodDir, "lifeline-*.json"))
+		return static == 0 && len(left) == 0 && running == 1 && (done == nil || done()), nil
 	})
 	h.gaveWay = time.Since(mended)
-	return h
 }
 
 // TestNodeRebootedWhileCutOffGetsItsWorkersBack: edge-1 reboots while cut off from everything. Its kubelet then
 // knows none of its pods, the agent's DaemonSet pod included, and runs only its static pods: the agent's standby
 // among them, which rebuilds the joint inference example's edge worker from what the agent kept on the node's
 // disk. Once the link returns, the agent pod runs again, the standby gives way, and the stand-in gives way to the
-// worker's own pod.
+// worker's own pod, with no moment when no edge worker runs.
 func TestNodeRebootedWhileCutOffGetsItsWorkersBack(t *testing.T) {
 	needReal(t)
+	h := rebootCutOff(t)
+	t.Logf("the edge worker ran again %.1fs after the cut-off node booted; the stand-in gave way %.1fs after the link returned; "+
+		"no edge worker ran for %v, two ran for %v", h.rebuilt.Seconds(), h.gaveWay.Seconds(), h.gap, h.overlap)
+	if h.gap > 0 {
+		t.Errorf("no edge worker ran for %v during the hand-over", h.gap)
+	}
+	if _, err := os.Stat(filepath.Join(rc.Node("edge-1").Disk, realnode.StaticPodDir, "lifeline-agent-standby.yaml")); err != nil {
+		t.Errorf("the standby is gone after the reboot: %v", err)
+	}
+	waitEdgeWorker(t, time.Minute, "Alive and Running after the reboot", func(w *v1alpha1.WorkerStatus) bool {
+		return w.Liveness == v1alpha1.LivenessAlive && w.Phase == string(corev1.PodRunning)
+	})
+}
+
+// rebootCutOff makes the joint inference example Ready, cuts edge-1 (its edge worker's node) off from
+// everything, reboots it, waits for the edge worker's stand-in, mends the node and waits until the stand-in has
+// given way to the worker's own pod and both agents of the node run: rebuilt is measured from the boot.
+func rebootCutOff(t testing.TB) handOver {
+	t.Helper()
 	jointInferenceReady(t)
 	ctx := context.Background()
 	edge := rc.Node("edge-1")
@@ -393,11 +418,12 @@ func TestNodeRebootedWhileCutOffGetsItsWorkersBack(t *testing.T) {
 	if err := rc.Cut(ctx, "edge-1", realnode.LinkAll, inst.BrokerPort); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = rc.Mend(ctx, "edge-1") })
+	defer func() { _ = rc.Mend(ctx, "edge-1") }()
 	time.Sleep(3 * time.Second) // the agent learns the node is cut off (its probe, 1 s apart)
 	if err := rc.Reboot(ctx, "edge-1"); err != nil {
 		t.Fatal(err)
 	}
+	var h handOver
 	booted := time.Now()
 	// A kubelet booted cut off starts its static pods only after its own waits on the dead link (the volumes of
 	// the pods it ran before the reboot among them): about a minute and a half here.
@@ -405,53 +431,20 @@ func TestNodeRebootedWhileCutOffGetsItsWorkersBack(t *testing.T) {
 		n, err := edge.RunningContainers(ctx, worker+"-edge-1")
 		return n == 1, err
 	})
-	back := time.Since(booted)
+	h.rebuilt = time.Since(booted)
 	if n, err := edge.RunningContainers(ctx, "lifeline-agent-standby"); err != nil || n != 1 {
 		t.Errorf("%d standby containers run on edge-1 (%v), want 1", n, err)
 	}
-
-	if err := rc.Mend(ctx, "edge-1"); err != nil {
-		t.Fatal(err)
-	}
-	mended, last := time.Now(), time.Now()
-	var gap, overlap time.Duration
-	controllertest.Eventually(t, 3*time.Minute, "the stand-in given way to the worker's own pod, the agent pod back", func(ctx context.Context) (bool, error) {
-		running, err := edge.RunningContainers(ctx, worker) // its own pod's and its stand-in's (<name>-edge-1)
-		if err != nil {
-			return false, err
-		}
-		static, err := edge.RunningContainers(ctx, worker+"-edge-1")
-		if err != nil {
-			return false, err
-		}
-		now := time.Now()
-		switch {
-		case running == 0:
-			gap += now.Sub(last)
-		case running > 1:
-			overlap += now.Sub(last)
-		}
-		last = now
-		left, _ := filepath.Glob(filepath.Join(edge.Disk, realnode.StaticPodDir, "lifeline-*.json"))
+	mendAndHandBack(t, worker, &h, func() bool {
 		agents := 0
 		for name, ready := range podsOf(t, "app.kubernetes.io/name=lifeline-agent") {
 			if ready && strings.HasPrefix(name, "lifeline-agent-") {
 				agents++
 			}
 		}
-		return static == 0 && len(left) == 0 && running == 1 && agents == 2, nil
+		return agents == 2
 	})
-	t.Logf("the edge worker ran again %.1fs after the cut-off node booted; the stand-in gave way %.1fs after the link returned; "+
-		"no edge worker ran for %v, two ran for %v", back.Seconds(), time.Since(mended).Seconds(), gap, overlap)
-	if gap > 0 {
-		t.Errorf("no edge worker ran for %v during the hand-over", gap)
-	}
-	if _, err := os.Stat(standby); err != nil {
-		t.Errorf("the standby is gone after the reboot: %v", err)
-	}
-	waitEdgeWorker(t, time.Minute, "the edge worker Alive and Running after the reboot", func(w *v1alpha1.WorkerStatus) bool {
-		return w.Liveness == v1alpha1.LivenessAlive && w.Phase == string(corev1.PodRunning)
-	})
+	return h
 }
 
 // edgeWorkerPod is the joint inference example's edge worker pod on edge-1.

@@ -180,3 +180,16 @@ func (n *Node) WriteFile(path string, data []byte) error {
 	}
 	return nil
 }
+
+// FixtureVars are the node names the examples in deploy/examples take on these nodes.
+var FixtureVars = map[string]string{"EDGE_NODE": "edge-1", "EDGE_NODE_1": "edge-1", "EDGE_NODE_2": "edge-2", "CLOUD_NODE": "cloud-1"}
+
+// ImageArchives are the image archives of make images and make images-samples in the checkout repo.
+func ImageArchives(repo string) []string {
+	var out []string
+	for _, pattern := range []string{"dist/images/*.tar", "dist/images/samples/*.tar"} {
+		m, _ := filepath.Glob(filepath.Join(repo, pattern))
+		out = append(out, m...)
+	}
+	return out
+}

@@ -172,7 +172,7 @@ func ask(dir string, words []string) error {
 func serve(dir, repo string, bare bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	c, err := realnode.Start(ctx, realnode.Options{Dir: dir, Images: imageArchives(repo), Progress: os.Stdout})
+	c, err := realnode.Start(ctx, realnode.Options{Dir: dir, Images: realnode.ImageArchives(repo), Progress: os.Stdout})
 	if err != nil {
 		return err
 	}
@@ -258,12 +258,3 @@ func carryOut(ctx context.Context, c *realnode.Cluster, inst *realnode.Installat
 	return false
 }
 
-// imageArchives are the images `make images images-samples` wrote in the checkout.
-func imageArchives(repo string) []string {
-	var out []string
-	for _, pattern := range []string{"dist/images/*.tar", "dist/images/samples/*.tar"} {
-		m, _ := filepath.Glob(filepath.Join(repo, pattern))
-		out = append(out, m...)
-	}
-	return out
-}
