@@ -257,4 +257,3 @@ func carryOut(ctx context.Context, c *realnode.Cluster, inst *realnode.Installat
 	conn.Close()
 	return false
 }
-
