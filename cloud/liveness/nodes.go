@@ -152,3 +152,29 @@ func (t *Tracker) nodeCount() float64 {
 	defer t.mu.Unlock()
 	return float64(len(t.nodes))
 }
+
+// AgentState is what the table holds of a node's agent.
+type AgentState struct {
+	// Heard: a birth of the node's agent arrived (and the node is still an edge Node).
+	Heard bool
+	// Stopped: the agent's current birth ended with its death message.
+	Stopped bool
+	// Online: heard, not stopped, and a heartbeat within the node's silence window.
+	Online bool
+	// APIKnown: the agent has said whether its node reaches the API server; APIReachable is what it said.
+	APIKnown, APIReachable bool
+	// LastHeartbeat is when its latest heartbeat (or birth) arrived.
+	LastHeartbeat time.Time
+}
+
+// AgentOf is what the table holds of node's agent at now.
+func (t *Tracker) AgentOf(node string, now time.Time) AgentState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.nodes[node]
+	if n == nil || !n.born {
+		return AgentState{}
+	}
+	return AgentState{Heard: true, Stopped: n.dead, Online: t.isOnline(n, now), APIKnown: n.apiKnown, APIReachable: n.apiReachable,
+		LastHeartbeat: n.lastHeartbeat}
+}

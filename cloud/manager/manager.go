@@ -37,6 +37,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
+	"github.com/lifeline-edge/lifeline/cloud/nodecondition"
 	"github.com/lifeline-edge/lifeline/internal/lograte"
 )
 
@@ -302,6 +303,15 @@ func addEdge(mgr ctrl.Manager, opts Options, st *startState) (*liveness.Edge, er
 		return nil, err
 	}
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { tracker.Run(ctx); return nil })); err != nil {
+		return nil, err
+	}
+	// Each edge Node's LifelineAgent condition, from the same table.
+	now := time.Now
+	if opts.Clock != nil {
+		now = opts.Clock.Now
+	}
+	if err := mgr.Add(&nodecondition.Writer{Client: mgr.GetClient(), Agents: tracker, Interval: time.Second, Rehear: 30 * time.Second,
+		Now: now, Log: mgr.GetLogger().WithName("nodecondition")}); err != nil {
 		return nil, err
 	}
 	period := opts.ReportStatusPeriod

@@ -24,6 +24,7 @@ import (
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
+	"github.com/lifeline-edge/lifeline/cloud/nodecondition"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/sim"
 )
@@ -122,10 +123,12 @@ func hasEvent(ctx context.Context, ji *v1alpha1.JointInferenceService, reason st
 func TestCutOffFromTheAPIServerTheAgentReportsAndTheNodeRestarts(t *testing.T) {
 	skipShort(t)
 	ji, pod := readyService(t)
+	waitAgentCondition(t, corev1.ConditionTrue, nodecondition.ReasonConnected)
 	cutOff(t, edgeNode, false)
 	waitEdgeWorker(t, ji, "the status taken from the agent", func(w v1alpha1.WorkerStatus) bool {
 		return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
 	})
+	waitAgentCondition(t, corev1.ConditionFalse, nodecondition.ReasonAPIServerUnreachable)
 	if err := s.KillWorker(edgeNode, "default", pod.Name, "little-model"); err != nil {
 		t.Fatal(err)
 	}
@@ -148,6 +151,24 @@ func TestCutOffFromTheAPIServerTheAgentReportsAndTheNodeRestarts(t *testing.T) {
 	s.RestoreAPI(edgeNode)
 	waitEdgeWorker(t, ji, "the API server the truth again", func(w v1alpha1.WorkerStatus) bool {
 		return w.Source == v1alpha1.StatusSourceAPIServer && w.Liveness == v1alpha1.LivenessAlive && w.Restarts == 1
+	})
+	waitAgentCondition(t, corev1.ConditionTrue, nodecondition.ReasonConnected)
+}
+
+// waitAgentCondition waits until the edge node's LifelineAgent condition has status and reason.
+func waitAgentCondition(t testing.TB, status corev1.ConditionStatus, reason string) {
+	t.Helper()
+	eventually(t, within, edgeNode+"'s LifelineAgent condition "+reason, func(ctx context.Context) (bool, error) {
+		node := &corev1.Node{}
+		if err := s.Client.Get(ctx, client.ObjectKey{Name: edgeNode}, node); err != nil {
+			return false, err
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == nodecondition.Type {
+				return c.Status == status && c.Reason == reason, nil
+			}
+		}
+		return false, nil
 	})
 }
 

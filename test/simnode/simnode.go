@@ -47,10 +47,17 @@ func Heartbeat(ctx context.Context, client kubernetes.Interface, name string, le
 				transition = c.LastTransitionTime
 			}
 		}
-		node.Status.Conditions = []corev1.NodeCondition{{
-			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "simulated node is ready",
-			LastHeartbeatTime: now, LastTransitionTime: transition,
-		}}
+		// The kubelet (and edged, which patches its Node) sets its own conditions and keeps the others', such as
+		// node-problem-detector's or Lifeline's LifelineAgent.
+		ready := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			Message: "simulated node is ready", LastHeartbeatTime: now, LastTransitionTime: transition}
+		kept := node.Status.Conditions[:0]
+		for _, c := range node.Status.Conditions {
+			if c.Type != corev1.NodeReady {
+				kept = append(kept, c)
+			}
+		}
+		node.Status.Conditions = append(kept, ready)
 		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}}
 		_, err = client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 		return err

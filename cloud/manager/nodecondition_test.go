@@ -1,0 +1,177 @@
+package manager_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/go-logr/logr"
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lifeline-edge/lifeline/cloud/broker"
+	"github.com/lifeline-edge/lifeline/cloud/liveness"
+	"github.com/lifeline-edge/lifeline/cloud/nodecondition"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+	"github.com/lifeline-edge/lifeline/test/pkitest"
+)
+
+// Each edge Node carries its agent's state as the condition LifelineAgent, beside the kubelet's own conditions,
+// which stay as they are; it is written at each transition, not at each heartbeat.
+func TestEdgeNodesCarryTheirAgentsStateAsACondition(t *testing.T) {
+	ca := pkitest.NewCA(t, "kubeedge")
+	c := startController(t, ca)
+	createNode(t, "edge-cond", map[string]string{broker.EdgeNodeLabel: ""})
+	createNode(t, "cloud-cond", map[string]string{"node-role.kubernetes.io/worker": ""})
+	// The kubelet's Ready condition, which the controller's patches must leave alone.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ready := &corev1.Node{}
+		if err := kube.Get(context.Background(), client.ObjectKey{Name: "edge-cond"}, ready); err != nil {
+			return err
+		}
+		ready.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		return kube.Status().Update(context.Background(), ready)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	condition := func(name string) (*corev1.NodeCondition, *corev1.Node) {
+		node := &corev1.Node{}
+		if err := kube.Get(context.Background(), client.ObjectKey{Name: name}, node); err != nil {
+			t.Fatal(err)
+		}
+		for i := range node.Status.Conditions {
+			if node.Status.Conditions[i].Type == nodecondition.Type {
+				return &node.Status.Conditions[i], node
+			}
+		}
+		return nil, node
+	}
+	waitCondition := func(status corev1.ConditionStatus, reason string) *corev1.Node {
+		t.Helper()
+		var node *corev1.Node
+		eventually(t, "edge-cond's LifelineAgent "+reason, func() bool {
+			var cond *corev1.NodeCondition
+			cond, node = condition("edge-cond")
+			return cond != nil && cond.Status == status && cond.Reason == reason
+		})
+		return node
+	}
+	waitCondition(corev1.ConditionUnknown, nodecondition.ReasonNeverHeard)
+
+	var agent mqtt.Client
+	eventually(t, "edge-cond admitted", func() bool {
+		cl, _, err := c.login(t, "edge-cond", nodeCert(t, ca, "edge-cond"))
+		agent = cl
+		return err == nil
+	})
+	publish := func(kind lifelinev1.Kind, m proto.Message) {
+		t.Helper()
+		payload, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok := agent.Publish(lifelinev1.NodeTopic("c", "edge-cond", kind).String(), 1, false, payload); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatalf("publishing %v: %v", kind, tok.Error())
+		}
+	}
+	reachable := true
+	publish(lifelinev1.KindBirth, &lifelinev1.NodeBirth{Node: "edge-cond", BirthSeq: 1, StateId: "state", BootId: "boot", ApiReachable: &reachable})
+	seq := uint64(0)
+	heartbeat := func(apiReachable bool) {
+		seq++
+		publish(lifelinev1.KindHeartbeat, &lifelinev1.Heartbeat{BirthSeq: 1, Seq: seq, TimeUnixNano: time.Now().UnixNano(), ApiReachable: apiReachable})
+	}
+	heartbeat(true)
+	waitCondition(corev1.ConditionTrue, nodecondition.ReasonConnected)
+	first, _ := condition("edge-cond")
+
+	// Heartbeats that change nothing write nothing: a write would carry the latest heartbeat's time.
+	for range 5 {
+		heartbeat(true)
+		time.Sleep(300 * time.Millisecond) // heartbeats a little apart, as an agent's are, across the writer's passes
+	}
+	if now, _ := condition("edge-cond"); !now.LastHeartbeatTime.Equal(&first.LastHeartbeatTime) {
+		t.Errorf("edge-cond's condition was written again on heartbeats that changed nothing: %+v, then %+v", first, now)
+	}
+
+	heartbeat(false)
+	node := waitCondition(corev1.ConditionFalse, nodecondition.ReasonAPIServerUnreachable)
+	kubelet := false
+	for _, cond := range node.Status.Conditions {
+		kubelet = kubelet || cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue && cond.Reason == "KubeletReady"
+	}
+	if !kubelet {
+		t.Errorf("the kubelet's Ready condition is gone: %+v", node.Status.Conditions)
+	}
+	// No heartbeat for the node's silence window (three default intervals).
+	waitCondition(corev1.ConditionFalse, nodecondition.ReasonSilent)
+
+	if cond, _ := condition("cloud-cond"); cond != nil {
+		t.Errorf("a Node that is not an edge node got %+v", cond)
+	}
+}
+
+// heardOf is a table that has heard of no agent, counting how often it is asked.
+type heardOf struct{ asked atomic.Int64 }
+
+func (h *heardOf) AgentOf(string, time.Time) liveness.AgentState {
+	h.asked.Add(1)
+	return liveness.AgentState{}
+}
+
+// A new leader's table is empty until the agents reconnect to its broker: for Rehear after it starts, the writer
+// leaves a node's condition as it is rather than flap it to AgentNeverHeard; after that it writes what it hears.
+func TestANewLeaderDoesNotFlapTheFleetToNeverHeard(t *testing.T) {
+	createNode(t, "edge-rehear", map[string]string{broker.EdgeNodeLabel: ""})
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error { // the node lifecycle controller taints new Nodes
+		node := &corev1.Node{}
+		if err := kube.Get(context.Background(), client.ObjectKey{Name: "edge-rehear"}, node); err != nil {
+			return err
+		}
+		node.Status.Conditions = []corev1.NodeCondition{nodecondition.Condition(
+			liveness.AgentState{Heard: true, Online: true, APIKnown: true, APIReachable: true, LastHeartbeat: time.Now()}, time.Now())}
+		return kube.Status().Update(context.Background(), node)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reason := func() string {
+		got := &corev1.Node{}
+		if err := kube.Get(context.Background(), client.ObjectKey{Name: "edge-rehear"}, got); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == nodecondition.Type {
+				return c.Reason
+			}
+		}
+		return ""
+	}
+	run := func(rehear time.Duration, passes int64) {
+		t.Helper()
+		agents := &heardOf{}
+		w := &nodecondition.Writer{Client: kube, Agents: agents, Interval: 20 * time.Millisecond, Rehear: rehear, Now: time.Now, Log: logr.Discard()}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = w.Start(ctx); close(done) }()
+		eventually(t, "the writer's passes", func() bool { return agents.asked.Load() >= passes })
+		cancel()
+		<-done
+	}
+	run(time.Hour, 10)
+	if got := reason(); got != nodecondition.ReasonConnected {
+		t.Errorf("a new writer changed the condition to %s before its agent could reconnect", got)
+	}
+	run(0, 3)
+	if got := reason(); got != nodecondition.ReasonNeverHeard {
+		t.Errorf("condition %s once the rehearing time is over, want %s", got, nodecondition.ReasonNeverHeard)
+	}
+}

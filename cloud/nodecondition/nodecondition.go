@@ -1,0 +1,163 @@
+// Package nodecondition puts what Lifeline's controller hears of each edge node's agent on the Node itself, as
+// the condition LifelineAgent, the way node-problem-detector reports node problems: `kubectl describe node`,
+// `kubectl get nodes -o wide` tooling, alerting on kube-state-metrics' kube_node_status_condition and every
+// dashboard that reads Node conditions then show which edge nodes are cut off from the API server or silent.
+package nodecondition
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lifeline-edge/lifeline/cloud/liveness"
+)
+
+// Type is the condition's type on every edge Node.
+const Type corev1.NodeConditionType = "LifelineAgent"
+
+// The condition's reasons, stable for alerts and scripts.
+const (
+	// ReasonConnected (True): the agent is heard and says its node reaches the API server.
+	ReasonConnected = "AgentConnected"
+	// ReasonAPIServerUnreachable (False): the agent is heard and says its node does not reach the API server: the
+	// node's workers are told in the agent's word, and healed by it.
+	ReasonAPIServerUnreachable = "APIServerUnreachable"
+	// ReasonSilent (False): no heartbeat within the node's silence window: the node, its agent or its link to the
+	// broker is down.
+	ReasonSilent = "AgentSilent"
+	// ReasonStopped (False): the agent said it stopped (its death message), and no new birth came.
+	ReasonStopped = "AgentStopped"
+	// ReasonNeverHeard (Unknown): no agent of this node has announced itself since the controller started.
+	ReasonNeverHeard = "AgentNeverHeard"
+)
+
+// EdgeNodeLabel selects the nodes that get the condition: keadm's edge role.
+const EdgeNodeLabel = "node-role.kubernetes.io/edge"
+
+// Agents is what the controller hears of the agents (the liveness table).
+type Agents interface {
+	AgentOf(node string, now time.Time) liveness.AgentState
+}
+
+// Writer keeps the condition of every edge Node true. It writes a Node only when the condition's status, reason
+// or message changes, so the API server sees a write per transition, not per heartbeat; its heartbeat time is
+// the agent's heartbeat at that transition.
+type Writer struct {
+	Client client.Client // reads Nodes from the manager's cache
+	Agents Agents
+	// Interval is how often the Nodes are compared with the table.
+	Interval time.Duration
+	// Rehear is how long after the writer starts a node its table has not heard of yet keeps the condition it
+	// has: a new leader's table is empty until the agents reconnect to its broker, and a fleet flapping to
+	// AgentNeverHeard and back at every hand-over would be a false alarm and two writes a node.
+	Rehear time.Duration
+	Now    func() time.Time
+	Log    logr.Logger
+
+	started time.Time
+}
+
+// Start compares and writes every Interval until ctx ends (a manager.Runnable: the leader's alone).
+func (w *Writer) Start(ctx context.Context) error {
+	w.started = w.Now()
+	tick := time.NewTicker(w.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if err := w.Sync(ctx); err != nil {
+				w.Log.Error(err, "setting the edge nodes' LifelineAgent condition")
+			}
+		}
+	}
+}
+
+// Sync writes the condition of every edge Node whose condition is not what the table says.
+func (w *Writer) Sync(ctx context.Context) error {
+	nodes := &corev1.NodeList{}
+	if err := w.Client.List(ctx, nodes, client.HasLabels{EdgeNodeLabel}); err != nil {
+		return fmt.Errorf("listing edge nodes: %w", err)
+	}
+	now := w.Now()
+	var firstErr error
+	for i := range nodes.Items {
+		node := &nodes.Items[i]
+		agent := w.Agents.AgentOf(node.Name, now)
+		want := Condition(agent, now)
+		have := find(node.Status.Conditions)
+		if have != nil && (same(*have, want) || !agent.Heard && now.Sub(w.started) < w.Rehear) {
+			continue
+		}
+		if have != nil && have.Status == want.Status {
+			want.LastTransitionTime = have.LastTransitionTime // another reason, the same status
+		}
+		if err := w.write(ctx, node.Name, want); err != nil && firstErr == nil {
+			firstErr = err
+		}
+		w.Log.V(1).Info("LifelineAgent condition", "node", node.Name, "status", want.Status, "reason", want.Reason)
+	}
+	return firstErr
+}
+
+// Condition is the node's condition for what the table holds of its agent at now. Pure.
+func Condition(a liveness.AgentState, now time.Time) corev1.NodeCondition {
+	c := corev1.NodeCondition{Type: Type, LastTransitionTime: metav1.NewTime(now), LastHeartbeatTime: metav1.NewTime(now)}
+	if !a.LastHeartbeat.IsZero() {
+		c.LastHeartbeatTime = metav1.NewTime(a.LastHeartbeat)
+	}
+	switch {
+	case !a.Heard:
+		c.Status, c.Reason = corev1.ConditionUnknown, ReasonNeverHeard
+		c.Message = "no Lifeline agent of this node has announced itself to the controller: the node's workers are in the API server's word"
+	case a.Stopped:
+		c.Status, c.Reason = corev1.ConditionFalse, ReasonStopped
+		c.Message = "the node's Lifeline agent said it stopped: the node's workers are in the API server's word until it is back"
+	case !a.Online:
+		c.Status, c.Reason = corev1.ConditionFalse, ReasonSilent
+		c.Message = "no heartbeat from the node's Lifeline agent: the node, the agent or its link to the broker is down; the node's workers are in the API server's word"
+	case a.APIKnown && !a.APIReachable:
+		c.Status, c.Reason = corev1.ConditionFalse, ReasonAPIServerUnreachable
+		c.Message = "the node's Lifeline agent is heard and says the node does not reach the API server: the node's workers are in the agent's word, and healed by it"
+	default:
+		c.Status, c.Reason = corev1.ConditionTrue, ReasonConnected
+		c.Message = "the node's Lifeline agent is heard and the node reaches the API server"
+	}
+	return c
+}
+
+func find(conds []corev1.NodeCondition) *corev1.NodeCondition {
+	for i := range conds {
+		if conds[i].Type == Type {
+			return &conds[i]
+		}
+	}
+	return nil
+}
+
+// same tells whether a condition already says what want says.
+func same(have, want corev1.NodeCondition) bool {
+	return have.Status == want.Status && have.Reason == want.Reason && have.Message == want.Message
+}
+
+// write patches the node's status with the condition alone: conditions merge by type, so the kubelet's (and
+// any other component's) stay as they are.
+func (w *Writer) write(ctx context.Context, node string, c corev1.NodeCondition) error {
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{c}}})
+	if err != nil {
+		return err
+	}
+	obj := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	if err := w.Client.Status().Patch(ctx, obj, client.RawPatch(types.StrategicMergePatchType, patch)); err != nil {
+		return fmt.Errorf("patching node %s's LifelineAgent condition: %w", node, err)
+	}
+	return nil
+}
