@@ -182,7 +182,7 @@ func (d *demo) realRebootCutOff(c *realnode.Cluster, inst *realnode.Installation
 	}); err != nil {
 		return err
 	}
-	say("Link back -> the stand-in gave way %.1fs later, the worker never down meanwhile.", time.Since(mended).Seconds())
+	say("Link back -> the stand-in gave way to the worker's own pod %.1fs later.", time.Since(mended).Seconds())
 	return d.waitFor("the edge worker Alive in the status", func() bool {
 		return d.edgeWorkerStatus(ji).Liveness == v1alpha1.LivenessAlive
 	})

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/liveness"
+	"github.com/lifeline-edge/lifeline/cloud/nodecondition"
+	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/fixtures"
+)
+
+var kube client.Client
+
+func TestMain(m *testing.M) {
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	opts := cluster.Options{WithoutScheduler: true, CRDDirs: []string{filepath.Join(root, "deploy", "crds")}}
+	os.Exit(cluster.RunTests(m, opts, func(c *cluster.ControlPlane) error {
+		kubeconfig = c.Kubeconfig
+		kube, err = newClient(c.Kubeconfig)
+		return err
+	}))
+}
+
+var kubeconfig string
+
+func TestNodeTableCountsEachNodesWorkersAndSaysItsAgentsState(t *testing.T) {
+	now := time.Now()
+	cut := nodecondition.Condition(liveness.AgentState{Heard: true, Online: true, APIKnown: true, LastHeartbeat: now}, now.Add(-90*time.Second))
+	f := fleet{
+		nodes: []corev1.Node{
+			{ObjectMeta: metav1.ObjectMeta{Name: "edge-b"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{cut}}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "edge-a"}},
+		},
+		workloads: []workload{{kind: "JointInferenceService", namespace: "default", name: "ji", workers: []v1alpha1.WorkerStatus{
+			{Name: "ji-edge", Node: "edge-b", Liveness: v1alpha1.LivenessDead, Source: v1alpha1.StatusSourceAgent},
+			{Name: "ji-cloud", Node: "cloud-1", Liveness: v1alpha1.LivenessAlive, Source: v1alpha1.StatusSourceAPIServer},
+		}}, {kind: "FederatedLearningJob", namespace: "default", name: "fl", workers: []v1alpha1.WorkerStatus{
+			{Name: "fl-trainworker-0", Node: "edge-b", Liveness: v1alpha1.LivenessAlive, Source: v1alpha1.StatusSourceAgent},
+			{Name: "fl-trainworker-1", Node: "edge-a", Liveness: v1alpha1.LivenessUnknown},
+		}}},
+	}
+	got := nodeTable(f, now)
+	want := [][]string{
+		{"NODE", "AGENT", "API SERVER", "SINCE", "ALIVE", "DEAD", "UNKNOWN", "IN THE AGENT'S WORD"},
+		{"edge-a", "never heard", "?", "-", "0", "0", "1", "0"},
+		{"edge-b", "heard", "UNREACHABLE", "90s", "1", "1", "0", "2"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("nodes:\n%v\nwant\n%v", got, want)
+	}
+}
+
+// Against a real API server, as a user runs it: the plugin reads the Nodes' condition and the workloads' status
+// with a kubeconfig, and prints them.
+func TestPluginPrintsTheFleetFromTheAPIServer(t *testing.T) {
+	ctx := context.Background()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-plugin", Labels: map[string]string{nodecondition.EdgeNodeLabel: ""}}}
+	if err := kube.Create(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := kube.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
+			return err
+		}
+		node.Status.Conditions = []corev1.NodeCondition{nodecondition.Condition(
+			liveness.AgentState{Heard: true, Online: true, APIKnown: true, LastHeartbeat: time.Now()}, time.Now())}
+		return kube.Status().Update(ctx, node)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := fixtures.Objects("joint-inference.yaml", map[string]string{"EDGE_NODE": "edge-plugin", "CLOUD_NODE": "cloud-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ji *v1alpha1.JointInferenceService
+	for _, o := range objs {
+		if j, ok := o.(*v1alpha1.JointInferenceService); ok {
+			ji = j
+		}
+	}
+	ji.Namespace, ji.Name = "default", "helmet"
+	if err := kube.Create(ctx, ji); err != nil {
+		t.Fatal(err)
+	}
+	ji.Status.Workers = []v1alpha1.WorkerStatus{{Name: "helmet-edge", Role: v1alpha1.WorkerRoleEdge, Node: "edge-plugin",
+		Liveness: v1alpha1.LivenessDead, Phase: "Failed", Source: v1alpha1.StatusSourceAgent, Restarts: 2}}
+	if err := kube.Status().Update(ctx, ji); err != nil {
+		t.Fatal(err)
+	}
+
+	var out bytes.Buffer
+	if err := run(ctx, []string{"nodes", "--kubeconfig", kubeconfig}, &out, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !hasLine(out.String(), "edge-plugin", "heard", "UNREACHABLE", "*", "0", "1", "0", "1") {
+		t.Errorf("nodes:\n%s", out.String())
+	}
+	out.Reset()
+	if err := run(ctx, []string{"workers", "ji", "helmet", "-n", "default", "--kubeconfig", kubeconfig}, &out, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !hasLine(out.String(), "default", "JointInferenceService/helmet", "helmet-edge", "edge", "edge-plugin", "Dead", "Failed", "agent", "2") {
+		t.Errorf("workers:\n%s", out.String())
+	}
+	if err := run(ctx, []string{"workers", "fl", "helmet", "--kubeconfig", kubeconfig}, &out, nil); err == nil ||
+		!strings.Contains(err.Error(), `no FederatedLearningJob "helmet"`) {
+		t.Errorf("a workload that does not exist: %v", err)
+	}
+	if err := run(ctx, []string{"pods"}, &out, kube); err == nil {
+		t.Error("an unknown view was accepted")
+	}
+}
+
+// hasLine tells whether out has a line whose fields begin with fields ("*" matches any one).
+func hasLine(out string, fields ...string) bool {
+	for _, line := range strings.Split(out, "\n") {
+		got := strings.Fields(line)
+		if len(got) < len(fields) {
+			continue
+		}
+		match := true
+		for i, f := range fields {
+			match = match && (f == "*" || got[i] == f)
+		}
+		if match {
+			return true
+		}
+	}
+	return false
+}

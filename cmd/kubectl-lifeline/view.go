@@ -1,0 +1,141 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/nodecondition"
+)
+
+// workload is a JointInferenceService or a FederatedLearningJob, as the views need it.
+type workload struct {
+	kind, namespace, name string
+	workers               []v1alpha1.WorkerStatus
+}
+
+// fleet is what the views are drawn from: everything read from the API server, with the user's rights.
+type fleet struct {
+	nodes     []corev1.Node // edge nodes
+	workloads []workload
+}
+
+// nodeTable is one line per edge node: its agent's condition, and its workers by liveness.
+func nodeTable(f fleet, now time.Time) [][]string {
+	type counts struct{ alive, dead, unknown, agent int }
+	byNode := map[string]*counts{}
+	for _, wl := range f.workloads {
+		for _, w := range wl.workers {
+			c := byNode[w.Node]
+			if c == nil {
+				c = &counts{}
+				byNode[w.Node] = c
+			}
+			switch w.Liveness {
+			case v1alpha1.LivenessAlive:
+				c.alive++
+			case v1alpha1.LivenessDead:
+				c.dead++
+			default:
+				c.unknown++
+			}
+			if w.Source == v1alpha1.StatusSourceAgent {
+				c.agent++
+			}
+		}
+	}
+	rows := [][]string{{"NODE", "AGENT", "API SERVER", "SINCE", "ALIVE", "DEAD", "UNKNOWN", "IN THE AGENT'S WORD"}}
+	nodes := append([]corev1.Node(nil), f.nodes...)
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	for _, n := range nodes {
+		agent, api, since := "never heard", "?", "-"
+		if cond := agentCondition(n); cond != nil {
+			agent, api = agentWords(cond.Reason)
+			since = age(cond.LastTransitionTime.Time, now)
+		}
+		c := byNode[n.Name]
+		if c == nil {
+			c = &counts{}
+		}
+		rows = append(rows, []string{n.Name, agent, api, since, fmt.Sprint(c.alive), fmt.Sprint(c.dead), fmt.Sprint(c.unknown), fmt.Sprint(c.agent)})
+	}
+	return rows
+}
+
+// agentWords says a LifelineAgent reason as the agent's state and the node's reach of the API server.
+func agentWords(reason string) (agent, api string) {
+	switch reason {
+	case nodecondition.ReasonConnected:
+		return "heard", "reachable"
+	case nodecondition.ReasonAPIServerUnreachable:
+		return "heard", "UNREACHABLE"
+	case nodecondition.ReasonSilent:
+		return "SILENT", "?"
+	case nodecondition.ReasonStopped:
+		return "STOPPED", "?"
+	}
+	return "never heard", "?"
+}
+
+func agentCondition(n corev1.Node) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == nodecondition.Type {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// workerTable is one line per worker of the workloads, by namespace, workload and worker.
+func workerTable(f fleet, now time.Time) [][]string {
+	rows := [][]string{{"NAMESPACE", "WORKLOAD", "WORKER", "ROLE", "NODE", "LIVENESS", "PHASE", "SOURCE", "RESTARTS", "LAST SEEN"}}
+	wls := append([]workload(nil), f.workloads...)
+	sort.Slice(wls, func(i, j int) bool {
+		return wls[i].namespace+"/"+wls[i].kind+"/"+wls[i].name < wls[j].namespace+"/"+wls[j].kind+"/"+wls[j].name
+	})
+	for _, wl := range wls {
+		workers := append([]v1alpha1.WorkerStatus(nil), wl.workers...)
+		sort.Slice(workers, func(i, j int) bool { return workers[i].Name < workers[j].Name })
+		for _, w := range workers {
+			seen := "-"
+			if w.LastSeen != nil {
+				seen = age(w.LastSeen.Time, now) + " ago"
+			}
+			rows = append(rows, []string{wl.namespace, wl.kind + "/" + wl.name, w.Name, string(w.Role), orDash(w.Node),
+				orDash(string(w.Liveness)), orDash(w.Phase), orDash(string(w.Source)), fmt.Sprint(w.Restarts), seen})
+		}
+	}
+	return rows
+}
+
+// printTable writes rows in aligned columns, as kubectl get does.
+func printTable(out io.Writer, rows [][]string) error {
+	tw := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
+	for _, r := range rows {
+		if _, err := fmt.Fprintln(tw, strings.Join(r, "\t")); err != nil {
+			return err
+		}
+	}
+	return tw.Flush()
+}
+
+func age(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return duration.HumanDuration(now.Sub(t))
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
