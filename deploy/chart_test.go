@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -372,5 +373,85 @@ func TestUninstallHookReleasesTheFinalizers(t *testing.T) {
 		if o.GetKind() == "Job" {
 			t.Errorf("the plain manifests hold Job %s, which would run at install", o.GetName())
 		}
+	}
+}
+
+// The controller's metrics are scraped the standard way: over HTTPS behind the API server's authentication and
+// authorization (the controller may create TokenReviews and SubjectAccessReviews, scrapers get a ClusterRole for
+// /metrics alone), through a Service; the Prometheus Operator's ServiceMonitor and alerts only when asked for.
+func TestControllerMetricsAreServedTheStandardWay(t *testing.T) {
+	objs := renderChart(t, "--set", "nodeIdentity.mode=password")
+	args := strings.Join(mustObject[appsv1.Deployment](t, objs, "Deployment", "lifeline-controller").Spec.Template.Spec.Containers[0].Args, " ")
+	if !strings.Contains(args, "--metrics-secure") || !strings.Contains(args, "--metrics-bind-address=:8443") {
+		t.Errorf("controller args %s do not serve secure metrics on 8443", args)
+	}
+	svc := mustObject[corev1.Service](t, objs, "Service", "lifeline-controller-metrics")
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8443 || svc.Spec.Ports[0].TargetPort.StrVal != "metrics" {
+		t.Errorf("metrics Service ports %+v", svc.Spec.Ports)
+	}
+	reader := mustObject[rbacv1.ClusterRole](t, objs, "ClusterRole", "lifeline-metrics-reader")
+	if len(reader.Rules) != 1 || strings.Join(reader.Rules[0].NonResourceURLs, ",") != "/metrics" || strings.Join(reader.Rules[0].Verbs, ",") != "get" {
+		t.Errorf("lifeline-metrics-reader %+v, want get of /metrics alone", reader.Rules)
+	}
+	reviews := map[string]bool{}
+	for _, r := range mustObject[rbacv1.ClusterRole](t, objs, "ClusterRole", "lifeline-controller").Rules {
+		for _, res := range r.Resources {
+			if strings.Join(r.Verbs, ",") == "create" {
+				reviews[res] = true
+			}
+		}
+	}
+	if !reviews["tokenreviews"] || !reviews["subjectaccessreviews"] {
+		t.Errorf("the controller cannot ask the API server about scrapers: %v", reviews)
+	}
+	for _, kind := range []string{"ServiceMonitor", "PrometheusRule"} {
+		for _, o := range objs {
+			if o.GetKind() == kind {
+				t.Errorf("a %s by default: it needs the Prometheus Operator's CRDs", kind)
+			}
+		}
+	}
+
+	with := renderChart(t, "--set", "nodeIdentity.mode=password", "--set", "controller.metrics.serviceMonitor.enabled=true",
+		"--set", "controller.metrics.serviceMonitor.labels.release=prom", "--set", "controller.metrics.prometheusRule.enabled=true",
+		"--set", "controller.metrics.prometheusRule.cutOffFor=3m")
+	var monitor, rule *unstructured.Unstructured
+	for _, o := range with {
+		switch o.GetKind() {
+		case "ServiceMonitor":
+			monitor = o
+		case "PrometheusRule":
+			rule = o
+		}
+	}
+	if monitor == nil || rule == nil {
+		t.Fatalf("ServiceMonitor %v, PrometheusRule %v", monitor != nil, rule != nil)
+	}
+	if monitor.GetLabels()["release"] != "prom" {
+		t.Errorf("ServiceMonitor labels %v lack the one Prometheus selects by", monitor.GetLabels())
+	}
+	endpoints, _, _ := unstructured.NestedSlice(monitor.Object, "spec", "endpoints")
+	if len(endpoints) != 1 || endpoints[0].(map[string]any)["scheme"] != "https" || endpoints[0].(map[string]any)["bearerTokenFile"] == nil {
+		t.Errorf("ServiceMonitor endpoints %v, want https with the scraper's token", endpoints)
+	}
+	groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
+	alerts := map[string]map[string]any{}
+	for _, g := range groups {
+		rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+		for _, r := range rules {
+			alerts[r.(map[string]any)["alert"].(string)] = r.(map[string]any)
+		}
+	}
+	for _, name := range []string{"LifelineEdgeNodesCutOff", "LifelineEdgeAgentsSilent", "LifelineWorkersDownOnCutOffNodes"} {
+		if alerts[name] == nil {
+			t.Errorf("no alert %s in %v", name, alerts)
+		}
+	}
+	if cut := alerts["LifelineEdgeNodesCutOff"]; cut != nil && cut["for"] != "3m" {
+		t.Errorf("LifelineEdgeNodesCutOff for %v, want the value's 3m", cut["for"])
+	}
+	if _, err := runHelm(t, "template", "lifeline", chartDir, "--set", "nodeIdentity.mode=password",
+		"--set", "controller.metrics.prometheusRule.cutOffFor=ten minutes"); err == nil {
+		t.Error("a duration Prometheus cannot read was accepted")
 	}
 }

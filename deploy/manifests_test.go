@@ -320,7 +320,7 @@ func checkControllerConfined(t *testing.T, objs []*unstructured.Unstructured) {
 		sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
 		t.Errorf("pod securityContext %+v, want runAsNonRoot and seccompProfile RuntimeDefault", sc)
 	}
-	mqttPort := intstr.FromInt32(0)
+	mqttPort, metricsPort := intstr.FromInt32(0), intstr.FromInt32(0)
 	for _, c := range pod.Containers {
 		sc := c.SecurityContext
 		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil ||
@@ -328,18 +328,25 @@ func checkControllerConfined(t *testing.T, objs []*unstructured.Unstructured) {
 			len(sc.Capabilities.Add) != 0 || (sc.Privileged != nil && *sc.Privileged) {
 			t.Errorf("container %s securityContext %+v, want no privilege escalation, a read-only root and every capability dropped", c.Name, sc)
 		}
-		metrics := ""
+		metrics, secure := "", false
 		for _, a := range c.Args {
 			if v, ok := strings.CutPrefix(a, "--metrics-bind-address="); ok {
 				metrics = v
 			}
+			secure = secure || a == "--metrics-secure"
 		}
-		if host, _, err := net.SplitHostPort(metrics); metrics != "0" && (err != nil || !net.ParseIP(host).IsLoopback()) {
+		if host, _, err := net.SplitHostPort(metrics); metrics != "0" && !secure && (err != nil || !net.ParseIP(host).IsLoopback()) {
 			t.Errorf("container %s serves metrics at %q: plain HTTP must stay on loopback (or be off)", c.Name, metrics)
 		}
 		for _, p := range c.Ports {
-			if p.Name == "mqtts" {
+			switch p.Name {
+			case "mqtts":
 				mqttPort = intstr.FromInt32(p.ContainerPort)
+			case "metrics":
+				if !secure {
+					t.Errorf("container %s exposes its plain-HTTP metrics as a port", c.Name)
+				}
+				metricsPort = intstr.FromInt32(p.ContainerPort)
 			}
 		}
 	}
@@ -362,8 +369,8 @@ func checkControllerConfined(t *testing.T, objs []*unstructured.Unstructured) {
 			t.Errorf("ingress rule %+v opens every port", rule)
 		}
 		for _, p := range rule.Ports {
-			if p.Port == nil || *p.Port != mqttPort {
-				t.Errorf("ingress opens port %v; only MQTT (%v) is to be reached from outside the pod", p.Port, mqttPort.IntVal)
+			if p.Port == nil || (*p.Port != mqttPort && (metricsPort.IntVal == 0 || *p.Port != metricsPort)) {
+				t.Errorf("ingress opens port %v; only MQTT (%v) and authenticated metrics are to be reached from outside the pod", p.Port, mqttPort.IntVal)
 			}
 		}
 	}

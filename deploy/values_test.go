@@ -345,8 +345,10 @@ func TestComponentLabels(t *testing.T) {
 		"--set", "controller.namespaces={team-a}", "--set", "agent.edgecore.requireAuthorization=true")
 	component := func(name string) string {
 		switch {
-		case name == "lifeline-agent":
+		case name == "lifeline-agent", strings.HasPrefix(name, "lifeline-agent-"):
 			return "agent"
+		case name == "lifeline-metrics-reader":
+			return "controller"
 		case strings.HasPrefix(name, "lifeline-broker"), name == "lifeline-kubeedge-ca":
 			return "broker"
 		case name == "lifeline-release":

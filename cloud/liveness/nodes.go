@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -177,4 +179,56 @@ func (t *Tracker) AgentOf(node string, now time.Time) AgentState {
 	}
 	return AgentState{Heard: true, Stopped: n.dead, Online: t.isOnline(n, now), APIKnown: n.apiKnown, APIReachable: n.apiReachable,
 		LastHeartbeat: n.lastHeartbeat}
+}
+
+// fleetCollector exports, at each scrape, how many edge nodes are in each state and how many workers the agents
+// of cut-off nodes report failed or gone: the alerts' inputs, bounded in cardinality whatever the fleet's size.
+type fleetCollector struct {
+	t                *Tracker
+	nodes, downOnCut *prometheus.Desc
+}
+
+func newFleetCollector(t *Tracker) *fleetCollector {
+	return &fleetCollector{t: t,
+		nodes: prometheus.NewDesc("lifeline_edge_nodes",
+			"Edge nodes whose agent the controller has heard, by state: connected (heard, reaching the API server), "+
+				"cut_off (heard, not reaching it), silent (no heartbeat within the node's window), stopped (said it stopped).",
+			[]string{"state"}, nil),
+		downOnCut: prometheus.NewDesc("lifeline_edge_cut_off_workers_down",
+			"Workers that the agents of nodes cut off from the API server report failed or gone.", nil, nil)}
+}
+
+// Describe sends the collector's descriptions.
+func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.nodes; ch <- c.downOnCut }
+
+// Collect counts the table now.
+func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
+	now := time.Now()
+	counts := map[string]float64{"connected": 0, "cut_off": 0, "silent": 0, "stopped": 0}
+	down := 0.0
+	c.t.mu.Lock()
+	for _, n := range c.t.nodes {
+		switch {
+		case !n.born:
+			continue
+		case n.dead:
+			counts["stopped"]++
+		case !c.t.isOnline(n, now):
+			counts["silent"]++
+		case n.apiKnown && !n.apiReachable:
+			counts["cut_off"]++
+			for _, w := range n.workers {
+				if w.state != nil && (w.state.Phase == lifelinev1.Phase_PHASE_FAILED || w.state.Phase == lifelinev1.Phase_PHASE_GONE) {
+					down++
+				}
+			}
+		default:
+			counts["connected"]++
+		}
+	}
+	c.t.mu.Unlock()
+	for state, v := range counts {
+		ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, v, state)
+	}
+	ch <- prometheus.MustNewConstMetric(c.downOnCut, prometheus.GaugeValue, down)
 }

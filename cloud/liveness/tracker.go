@@ -7,6 +7,7 @@ package liveness
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -166,8 +167,15 @@ func NewTracker(cluster string, reg prometheus.Registerer, log logr.Logger) (*Tr
 		nodeCap: maxNodes}
 	nodes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lifeline_liveness_nodes",
 		Help: fmt.Sprintf("Nodes the liveness table holds a record of (at most %d).", maxNodes)}, t.nodeCount)
-	for _, c := range []prometheus.Collector{t.received, t.dropped, t.throttled, t.panics, nodes} {
-		if err := reg.Register(c); err != nil {
+	for _, c := range []prometheus.Collector{t.received, t.dropped, t.throttled, t.panics, nodes, newFleetCollector(t)} {
+		err := reg.Register(c)
+		var already prometheus.AlreadyRegisteredError
+		if errors.As(err, &already) {
+			// An earlier table of this process (a manager restarted in it): the new table's metrics replace its.
+			reg.Unregister(already.ExistingCollector)
+			err = reg.Register(c)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("registering liveness metrics: %w", err)
 		}
 	}

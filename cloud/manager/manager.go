@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
@@ -48,6 +49,9 @@ type Options struct {
 	LeaderElectionNamespace string
 	// MetricsAddr serves Prometheus metrics ("0" disables); HealthAddr serves /healthz and /readyz ("0" disables).
 	MetricsAddr, HealthAddr string
+	// MetricsSecure serves the metrics over HTTPS, to clients the API server authenticates (a bearer token, by
+	// TokenReview) and authorizes to get the non-resource URL /metrics (by SubjectAccessReview).
+	MetricsSecure bool
 	// PprofAddr serves Go's profiles under /debug/pprof/ (empty or "0" disables).
 	PprofAddr string
 	// LCServer is the LC_SERVER handed to edge workers.
@@ -137,7 +141,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "lifeline-controller.sedna.io",
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
-		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
+		Metrics:                 metricsOptions(opts),
 		HealthProbeBindAddress:  opts.HealthAddr,
 		PprofBindAddress:        opts.PprofAddr,
 		Controller:              config.Controller{SkipNameValidation: ptr.To(opts.Restartable)},
@@ -213,6 +217,17 @@ func setUp(mgr ctrl.Manager, opts Options, st *startState) error {
 
 // cacheOptions scopes the cache: worker pods only, in opts.Namespaces (all when empty), and of the workloads
 // those opts.Selector selects. What the cache does not hold, no controller ever reads or acts on.
+// metricsOptions serve the metrics at opts.MetricsAddr, over HTTPS behind the API server's authentication and
+// authorization when opts.MetricsSecure (a certificate of its own, made at start: scrapers check the token, not
+// the certificate, as for any controller-runtime manager).
+func metricsOptions(opts Options) metricsserver.Options {
+	m := metricsserver.Options{BindAddress: opts.MetricsAddr}
+	if opts.MetricsSecure {
+		m.SecureServing, m.FilterProvider = true, filters.WithAuthenticationAndAuthorization
+	}
+	return m
+}
+
 func cacheOptions(opts Options, workerPods labels.Selector) cache.Options {
 	// Deployments and HPAs are JointInferenceServices' alone: only those with a service's name label (Lifeline's,
 	// or Sedna's GM's to adopt) are cached, not every one of the cluster. One of another owner under a name Lifeline

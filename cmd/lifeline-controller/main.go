@@ -100,7 +100,10 @@ func bindFlags(fs *flag.FlagSet) *config {
 	opts := &c.opts
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", false, "elect one active replica through a Lease")
 	fs.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (default: the pod's)")
-	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", "127.0.0.1:8080", "address of the Prometheus metrics endpoint (plain HTTP: keep it on loopback); 0 disables it")
+	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", "127.0.0.1:8080",
+		"address of the Prometheus metrics endpoint (plain HTTP unless --metrics-secure: then keep it on loopback); 0 disables it")
+	fs.BoolVar(&opts.MetricsSecure, "metrics-secure", false,
+		"serve the metrics over HTTPS to clients the API server authenticates (bearer token) and authorizes to get /metrics")
 	fs.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081",
 		"address of /healthz (the manager runs) and /readyz (CRDs established, caches synced, the broker up); 0 disables them")
 	fs.StringVar(&opts.PprofAddr, "pprof-bind-address", "", "address of Go's profiles under /debug/pprof/ (plain HTTP: keep it on loopback); empty disables them")
