@@ -119,8 +119,15 @@ func (s *Standby) Run(ctx context.Context, act func(ctx context.Context)) {
 				s.Log.Error(err, "the standby cannot take the node")
 			}
 			if ok {
-				s.actUntilAsked(ctx, act)
+				asked := s.actUntilAsked(ctx, act)
 				release()
+				if !asked {
+					// act failed by itself (its log says why): again later, not at every look.
+					select {
+					case <-ctx.Done():
+					case <-time.After(standbyRetry):
+					}
+				}
 			}
 		}
 		select {
@@ -131,8 +138,11 @@ func (s *Standby) Run(ctx context.Context, act func(ctx context.Context)) {
 	}
 }
 
-// actUntilAsked runs act until an agent pod waits for the node, ctx ends or act returns.
-func (s *Standby) actUntilAsked(ctx context.Context, act func(ctx context.Context)) {
+// standbyRetry is how long the standby waits before acting again after acting failed.
+const standbyRetry = 10 * time.Second
+
+// actUntilAsked runs act until an agent pod waits for the node (then it returns true), ctx ends or act returns.
+func (s *Standby) actUntilAsked(ctx context.Context, act func(ctx context.Context)) (asked bool) {
 	s.Log.Info("the node is cut off and no agent pod runs: the standby acts")
 	actCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -143,13 +153,13 @@ func (s *Standby) actUntilAsked(ctx context.Context, act func(ctx context.Contex
 		select {
 		case <-done:
 			cancel()
-			return
+			return false
 		case <-tick.C:
 			if s.Lock.PodWaiting() {
 				s.Log.Info("an agent pod runs on the node: the standby gives way")
 				cancel()
 				<-done
-				return
+				return true
 			}
 		}
 	}

@@ -124,11 +124,13 @@ func TestCutOffFromTheAPIServerTheAgentReportsAndTheNodeRestarts(t *testing.T) {
 	skipShort(t)
 	ji, pod := readyService(t)
 	waitAgentCondition(t, corev1.ConditionTrue, nodecondition.ReasonConnected)
+	cut := time.Now()
 	cutOff(t, edgeNode, false)
 	waitEdgeWorker(t, ji, "the status taken from the agent", func(w v1alpha1.WorkerStatus) bool {
 		return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
 	})
 	waitAgentCondition(t, corev1.ConditionFalse, nodecondition.ReasonAPIServerUnreachable)
+	t.Logf("cut -> the Node's LifelineAgent condition says so: %v", time.Since(cut).Round(time.Millisecond))
 	if err := s.KillWorker(edgeNode, "default", pod.Name, "little-model"); err != nil {
 		t.Fatal(err)
 	}

@@ -338,13 +338,20 @@ func failNeverTrainerCutOff(t testing.TB, name string) handOver {
 	}
 	var h handOver
 	killed := time.Now()
-	controllertest.Eventually(t, 90*time.Second, "the trainer's static pod running on edge-1", func(ctx context.Context) (bool, error) {
-		n, err := edge.RunningContainers(ctx, trainer+"-edge-1")
-		return n == 1, err
-	})
+	waitStandIn(t, trainer, 90*time.Second)
 	h.rebuilt = time.Since(killed)
 	mendAndHandBack(t, trainer, &h, nil)
 	return h
+}
+
+// waitStandIn waits until the stand-in of the worker whose pods are named worker* runs on edge-1 (a static pod,
+// named <pod>-edge-1).
+func waitStandIn(t testing.TB, worker string, within time.Duration) {
+	t.Helper()
+	controllertest.Eventually(t, within, worker+"'s stand-in running on edge-1", func(ctx context.Context) (bool, error) {
+		n, err := rc.Node("edge-1").RunningContainers(ctx, worker+"-edge-1")
+		return n == 1, err
+	})
 }
 
 // mendAndHandBack mends edge-1 and waits until the stand-in of the worker whose pods are named worker* has given
@@ -427,10 +434,7 @@ func rebootCutOff(t testing.TB) handOver {
 	booted := time.Now()
 	// A kubelet booted cut off starts its static pods only after its own waits on the dead link (the volumes of
 	// the pods it ran before the reboot among them): about a minute and a half here.
-	controllertest.Eventually(t, 4*time.Minute, "the edge worker's stand-in running on the rebooted, cut-off edge-1", func(ctx context.Context) (bool, error) {
-		n, err := edge.RunningContainers(ctx, worker+"-edge-1")
-		return n == 1, err
-	})
+	waitStandIn(t, worker, 4*time.Minute)
 	h.rebuilt = time.Since(booted)
 	if n, err := edge.RunningContainers(ctx, "lifeline-agent-standby"); err != nil || n != 1 {
 		t.Errorf("%d standby containers run on edge-1 (%v), want 1", n, err)
