@@ -41,6 +41,11 @@ func TestFlagValidation(t *testing.T) {
 		{args: []string{"--broker=tcp://broker.example"}, want: "--broker"},
 		{args: []string{"--forward-unowned-reports-to=127.0.0.1:9100"}, want: "--forward-unowned-reports-to"},
 		{args: []string{"--node-name="}, want: "--node-name (or $NODE_NAME) is required"},
+		{args: []string{"--log-level=debug", "--log-format=text"}},
+		{args: []string{"--log-level=loud"}, want: `--log-level "loud" is none of error, info, debug, trace`},
+		{args: []string{"--log-format=xml"}, want: `--log-format "xml" is neither json nor text`},
+		{args: []string{"--v=3"}}, // the old flag, now --log-level's alias
+		{args: []string{"--v=12"}, want: `--log-level "12"`},
 		{args: []string{"--standby", "--static-pod-dir=/etc/kubernetes/manifests"}},
 		{args: []string{"--standby", "--static-pod-dir="}, want: "--standby needs --static-pod-dir"},
 		{args: []string{"--standby", "--standby-manifest=/etc/lifeline/standby/pod.yaml"}, want: "--standby and --standby-manifest"},

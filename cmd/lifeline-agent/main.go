@@ -10,7 +10,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -28,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lifeline-edge/lifeline/cmd/internal/flagcheck"
+	"github.com/lifeline-edge/lifeline/cmd/internal/logflags"
 	"github.com/lifeline-edge/lifeline/cmd/internal/memlimit"
 	"github.com/lifeline-edge/lifeline/edge/agent"
 	"github.com/lifeline-edge/lifeline/edge/agent/core"
@@ -59,9 +59,12 @@ func main() {
 	}
 	o.explicit = map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { o.explicit[f.Name] = true })
-	// The standard library's JSON logger: the agent stays small, without the controller's logging stack.
-	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.Level(-o.verbosity)})).
-		WithValues("node", o.node)
+	log, err := o.log.Logger(os.Stderr)
+	if err != nil { // checked by validate
+		fmt.Fprintln(os.Stderr, "lifeline-agent:", err)
+		os.Exit(2)
+	}
+	log = log.WithValues("node", o.node)
 	if soft, why, err := memlimit.Set(os.DirFS("/"), *o.memoryFraction); err != nil {
 		log.Error(err, "no soft memory limit")
 	} else {
@@ -360,10 +363,11 @@ type options struct {
 	explicit                                                             map[string]bool // the flags given
 	healGrace, healDeadFor, healWait, poll, heartbeat, retryMax          time.Duration
 	dsInterval, dsCountLimit                                             time.Duration
-	maxReports, queue, reportConns, reportBurst, verbosity               int
+	maxReports, queue, reportConns, reportBurst                          int
 	maxReportBytes, dsMaxBytes                                           int64
 	reportRate                                                           float64
 	memoryFraction                                                       *float64
+	log                                                                  logflags.Options
 }
 
 // bindFlags defines the agent's flags on fs; their values land in the options it returns once fs is parsed.
@@ -436,7 +440,8 @@ func bindFlags(fs *flag.FlagSet) *options {
 		"the standby's static-pod manifest, which the agent pod installs in --static-pod-dir with the files the standby needs; empty: none")
 	fs.StringVar(&o.daemonSet, "daemonset", "", "NAMESPACE/NAME of the agent's DaemonSet: once it is gone, the agent pod removes the standby as it stops")
 	o.memoryFraction = memlimit.FractionFlag(fs)
-	fs.IntVar(&o.verbosity, "v", 0, "log verbosity: 2 logs actions, 4 details")
+	logflags.Bind(fs, &o.log)
+	fs.Func("v", "deprecated: --log-level with a verbosity", func(v string) error { o.log.Level = v; return nil })
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	return o
 }
@@ -452,7 +457,7 @@ var flagRules = flagcheck.Rules{
 
 // validate refuses, before anything starts, what the parsed flags of fs could only fail with later.
 func (o *options) validate(fs *flag.FlagSet) error {
-	errs := []error{flagcheck.Check(fs, flagRules)}
+	errs := []error{flagcheck.Check(fs, flagRules), o.log.Check()}
 	if o.node == "" {
 		errs = append(errs, errors.New("--node-name (or $NODE_NAME) is required"))
 	}

@@ -18,6 +18,10 @@ func TestFlagValidation(t *testing.T) {
 	}{
 		{args: nil},
 		{args: []string{"--mqtt-connect-timeout=0"}, want: "--mqtt-connect-timeout must be positive, got 0s"},
+		{args: []string{"--log-level=debug", "--log-format=text"}},
+		{args: []string{"--log-level=loud"}, want: `--log-level "loud" is none of error, info, debug, trace`},
+		{args: []string{"--log-format=xml"}, want: `--log-format "xml" is neither json nor text`},
+		{args: []string{"--zap-log-level=2"}}, // the old flag, now --log-level's alias
 		{args: []string{"--mqtt-connect-timeout=-5s"}, want: "--mqtt-connect-timeout must be positive"},
 		{args: []string{"--report-status-period=0"}},
 		{args: []string{"--report-status-period=-1s"}, want: "--report-status-period must not be negative"},

@@ -17,9 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/lifeline-edge/lifeline/cloud/broker"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
@@ -27,6 +27,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
 	"github.com/lifeline-edge/lifeline/cmd/internal/flagcheck"
+	"github.com/lifeline-edge/lifeline/cmd/internal/logflags"
 	"github.com/lifeline-edge/lifeline/cmd/internal/memlimit"
 )
 
@@ -58,7 +59,14 @@ func main() {
 	if opts.ReportStatusPeriod == 0 {
 		opts.ReportStatusPeriod = -1 // the flag's 0 is "at once"; the option's is "the default"
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&c.zap)))
+	log, err := c.log.Logger(os.Stderr)
+	if err != nil { // checked by validate
+		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
+		os.Exit(2)
+	}
+	// controller-runtime's and client-go's lines too: one format for the whole process.
+	ctrl.SetLogger(log)
+	klog.SetLogger(log)
 	ctrl.Log.Info("starting lifeline-controller", "version", version, "revision", revision)
 	if soft, why, err := memlimit.Set(os.DirFS("/"), *c.memoryFraction); err != nil {
 		ctrl.Log.Error(err, "no soft memory limit")
@@ -90,7 +98,7 @@ type config struct {
 	clientCAFile, tlsCert, tlsKey, passwordFile, caFile string
 	namespaces, selector                                string
 	memoryFraction                                      *float64
-	zap                                                 zap.Options
+	log                                                 logflags.Options
 	showVersion                                         bool
 }
 
@@ -136,7 +144,8 @@ func bindFlags(fs *flag.FlagSet) *config {
 	fs.DurationVar(&opts.ReportStatusPeriod, "report-status-period", liveness.DefaultReportPeriod,
 		"how long a workload's status write waits after its workers reported, so the reports meanwhile cost one write; 0: at once")
 	c.memoryFraction = memlimit.FractionFlag(fs)
-	c.zap.BindFlags(fs)
+	logflags.Bind(fs, &c.log)
+	fs.Func("zap-log-level", "deprecated: --log-level", func(v string) error { c.log.Level = v; return nil })
 	fs.BoolVar(&c.showVersion, "version", false, "print the version and exit")
 	return c
 }
@@ -152,7 +161,7 @@ var flagRules = flagcheck.Rules{
 // validate refuses, before anything starts, what the parsed flags of fs could only fail with later: a duration
 // or a count that is not positive, an external broker URL that is not one.
 func (c *config) validate(fs *flag.FlagSet) error {
-	errs := []error{flagcheck.Check(fs, flagRules)}
+	errs := []error{flagcheck.Check(fs, flagRules), c.log.Check()}
 	if u := c.opts.MQTTBrokerURL; u != "" {
 		errs = append(errs, flagcheck.BrokerURL("mqtt-broker-url", u))
 	}

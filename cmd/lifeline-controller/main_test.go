@@ -19,10 +19,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
+	"github.com/lifeline-edge/lifeline/cmd/internal/logflags"
 	"github.com/lifeline-edge/lifeline/test/cluster"
 	"github.com/lifeline-edge/lifeline/test/fixtures"
 )
@@ -111,7 +111,11 @@ func TestControllerStartedBeforeItsCRDsWaitsThenReconciles(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logFile.Close()
-	ctrl.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(logs, logFile))))
+	log, err := logflags.Options{Level: "info", Format: "json"}.Logger(io.MultiWriter(logs, logFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl.SetLogger(log)
 	scheme, err := manager.Scheme()
 	if err != nil {
 		t.Fatal(err)

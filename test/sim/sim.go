@@ -249,7 +249,7 @@ func (s *Sim) startAgent(name string, e *edgeNode) error {
 		"--password-file=" + filepath.Join(s.credentialsDir, name), "--state-dir=" + s.AgentStateDir(name),
 		"--cri-socket=" + s.CRISocket(name), "--api-server=http://" + e.metaServer, "--metaserver=http://" + e.metaServer,
 		"--cloud-probe=https://" + e.apiProxy.Addr() + "/healthz", "--static-pod-dir=" + s.StaticPodDir(name),
-		"--report-address=" + e.report, "--metrics-address=", "--health-address=", "--heal-api-grace=2s", "-v=2",
+		"--report-address=" + e.report, "--metrics-address=", "--health-address=", "--heal-api-grace=2s", "--log-level=debug",
 		// The hollow node's MetaServer speaks plain HTTP, as KubeEdge's does unless requireAuthorization is on.
 		"--allow-insecure-pod-source"}
 	p, err := s.launchLimited("agent-"+name, filepath.Join(s.ControlPlane.BinDir, AgentBinary), args, s.opts.AgentMemoryLimit)
