@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/big"
@@ -66,9 +67,9 @@ type ClientCerts struct {
 	// CAs verify node certificates: KubeEdge's CA (cloudcore's Secret kubeedge/casecret, /etc/kubeedge/ca/rootCA.crt
 	// on the nodes). Nil turns certificate login off.
 	CAs *x509.CertPool
-	// RevokedFile, when set, lists revoked certificate serial numbers, in hex, one a line (colons allowed, `#`
-	// starts a comment). It is read again whenever its size or modification time changes; while it cannot be
-	// read, every certificate is refused.
+	// RevokedFile, when set, is an X.509 CRL (PEM or DER) or lists revoked certificate serial numbers, in hex,
+	// one a line (colons allowed, `#` starts a comment). It is read again whenever its size or modification time
+	// changes; while it cannot be read or parsed, every certificate is refused.
 	RevokedFile string
 }
 
@@ -149,12 +150,37 @@ func (r *revocations) refresh() {
 		r.err = fmt.Errorf("reading the revoked certificates: %w", err)
 		return
 	}
-	serials, err := parseSerials(data)
+	serials, err := parseRevoked(data)
 	if err != nil {
 		r.err = fmt.Errorf("parsing the revoked certificates in %s: %w", r.file, err)
 		return
 	}
 	r.serials, r.err, r.size, r.modTime = serials, nil, fi.Size(), fi.ModTime()
+}
+
+// parseRevoked reads the revoked serial numbers from an X.509 CRL (PEM, as `openssl ca -gencrl` writes it, or
+// DER), or else from a list of serial numbers (parseSerials). Whoever may write the file may revoke, so a CRL's
+// signature and its next update are not checked: a CRL past its next update still revokes what it lists, rather
+// than lock every node out.
+func parseRevoked(data []byte) (map[string]bool, error) {
+	der := data
+	if block, _ := pem.Decode(data); block != nil {
+		if block.Type != "X509 CRL" {
+			return nil, fmt.Errorf("a PEM %q block, not an X509 CRL", block.Type)
+		}
+		der = block.Bytes
+	}
+	// A DER CRL is an ASN.1 SEQUENCE (0x30), which a list of hex serials may also begin with ('0').
+	if crl, err := x509.ParseRevocationList(der); err == nil {
+		serials := make(map[string]bool, len(crl.RevokedCertificateEntries))
+		for _, e := range crl.RevokedCertificateEntries {
+			serials[e.SerialNumber.Text(16)] = true
+		}
+		return serials, nil
+	} else if len(der) != len(data) {
+		return nil, fmt.Errorf("the CRL: %w", err)
+	}
+	return parseSerials(data)
 }
 
 // parseSerials reads serial numbers in hex, one a line, as `openssl x509 -serial` (`serial=1A2B`) or a

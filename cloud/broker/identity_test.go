@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
@@ -450,5 +451,30 @@ func TestRemovedOrChangedPasswordEndsItsSession(t *testing.T) {
 	defer c.Disconnect(0)
 	if ended := r.broker.Recheck(); len(ended) != 0 {
 		t.Errorf("the session on the new password ended: %v", ended)
+	}
+}
+
+// A standard CRL revokes what it lists, in PEM (as openssl writes it) or DER; a text list that begins with 0 is
+// still a list; another PEM block is refused.
+func TestRevokedFromACRL(t *testing.T) {
+	ca := pkitest.NewCA(t, "kubeedge")
+	der := ca.CRL(t, big.NewInt(0x1a2b), big.NewInt(0xff))
+	for name, data := range map[string][]byte{
+		"PEM": pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: der}),
+		"DER": der,
+	} {
+		got, err := parseRevoked(data)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if want := map[string]bool{"1a2b": true, "ff": true}; !cmp.Equal(got, want) {
+			t.Errorf("%s: revoked %v, want %v", name, got, want)
+		}
+	}
+	if got, err := parseRevoked([]byte("0a\n")); err != nil || !got["a"] {
+		t.Errorf("a serial list beginning with 0: %v %v", got, err)
+	}
+	if _, err := parseRevoked(ca.PEM()); err == nil {
+		t.Error("a certificate taken for a CRL")
 	}
 }

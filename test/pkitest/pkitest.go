@@ -29,7 +29,7 @@ func NewCA(t testing.TB, name string) *CA {
 	key := newKey(t)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(365 * 24 * time.Hour), IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		t.Fatal(err)
@@ -116,4 +116,19 @@ func newKey(t testing.TB) *ecdsa.PrivateKey {
 		t.Fatal(err)
 	}
 	return key
+}
+
+// CRL is a certificate revocation list the CA signs (DER), revoking serials, as `openssl ca -gencrl` makes one.
+func (ca *CA) CRL(t testing.TB, serials ...*big.Int) []byte {
+	t.Helper()
+	entries := make([]x509.RevocationListEntry, 0, len(serials))
+	for _, s := range serials {
+		entries = append(entries, x509.RevocationListEntry{SerialNumber: s, RevocationTime: time.Now().Add(-time.Minute)})
+	}
+	der, err := x509.CreateRevocationList(rand.Reader, &x509.RevocationList{Number: big.NewInt(1), ThisUpdate: time.Now().Add(-time.Hour),
+		NextUpdate: time.Now().Add(time.Hour), RevokedCertificateEntries: entries}, ca.Cert, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der
 }
