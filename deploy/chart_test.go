@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"bytes"
 	"crypto/x509"
 	"encoding/pem"
 	"net"
@@ -453,5 +454,61 @@ func TestControllerMetricsAreServedTheStandardWay(t *testing.T) {
 	if _, err := runHelm(t, "template", "lifeline", chartDir, "--set", "nodeIdentity.mode=password",
 		"--set", "controller.metrics.prometheusRule.cutOffFor=ten minutes"); err == nil {
 		t.Error("a duration Prometheus cannot read was accepted")
+	}
+}
+
+// With helm template, Argo CD or Flux the chart cannot read its generated CA back, so such users choose an
+// existing Secret or cert-manager: then two renders are the same, and nothing is generated. With cert-manager the
+// chart asks for the broker's certificate for its names, into the Secret the controller mounts.
+func TestBrokerTLSThatGitOpsCanRender(t *testing.T) {
+	for name, flags := range map[string][]string{
+		"existing Secret": {"--set", "broker.tls.existingSecret=my-broker-tls", "--set", "broker.tls.caCert=MY-CA"},
+		"cert-manager":    {"--set", "broker.tls.certManager.issuerRef.name=my-ca", "--set", "broker.tls.caCert=MY-CA"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			args := append([]string{"template", "lifeline", chartDir, "--namespace", namespace, "--set", "nodeIdentity.mode=password",
+				"--set", "broker.advertiseAddress={10.0.0.5}"}, flags...)
+			first, err := runHelm(t, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			second, err := runHelm(t, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(first, second) {
+				t.Error("two renders differ: a GitOps sync would change the broker's TLS each time")
+			}
+			objs := decodeObjects(t, "helm template", first)
+			if object[corev1.Secret](t, objs, "Secret", "lifeline-broker-ca-key") != nil {
+				t.Error("a CA generated at render time")
+			}
+			if ca := mustObject[corev1.ConfigMap](t, objs, "ConfigMap", "lifeline-broker-ca"); strings.TrimSpace(ca.Data["ca.crt"]) != "MY-CA" {
+				t.Errorf("the agents' CA %q, want the one given", ca.Data["ca.crt"])
+			}
+			var cert *unstructured.Unstructured
+			for _, o := range objs {
+				if o.GetKind() == "Certificate" {
+					cert = o
+				}
+			}
+			if name == "existing Secret" {
+				if cert != nil {
+					t.Error("a cert-manager Certificate beside an existing Secret")
+				}
+				return
+			}
+			if cert == nil {
+				t.Fatal("no cert-manager Certificate")
+			}
+			secret, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+			issuer, _, _ := unstructured.NestedString(cert.Object, "spec", "issuerRef", "name")
+			ips, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "ipAddresses")
+			dns, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+			if secret != "lifeline-broker-tls" || issuer != "my-ca" || !slices.Contains(ips, "10.0.0.5") ||
+				!slices.Contains(dns, "lifeline-broker."+namespace+".svc") {
+				t.Errorf("Certificate %v", cert.Object["spec"])
+			}
+		})
 	}
 }

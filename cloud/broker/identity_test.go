@@ -22,9 +22,9 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
-	"github.com/lifeline-edge/lifeline/edge/certfile"
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
+	"github.com/lifeline-edge/lifeline/internal/certfile"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/pkitest"
 )

@@ -31,12 +31,12 @@ import (
 	"github.com/lifeline-edge/lifeline/cmd/internal/memlimit"
 	"github.com/lifeline-edge/lifeline/edge/agent"
 	"github.com/lifeline-edge/lifeline/edge/agent/core"
-	"github.com/lifeline-edge/lifeline/edge/certfile"
 	"github.com/lifeline-edge/lifeline/edge/cri"
 	"github.com/lifeline-edge/lifeline/edge/desired"
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
 	"github.com/lifeline-edge/lifeline/edge/reportapi"
+	"github.com/lifeline-edge/lifeline/internal/certfile"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 

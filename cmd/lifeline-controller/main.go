@@ -29,6 +29,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cmd/internal/flagcheck"
 	"github.com/lifeline-edge/lifeline/cmd/internal/logflags"
 	"github.com/lifeline-edge/lifeline/cmd/internal/memlimit"
+	"github.com/lifeline-edge/lifeline/internal/certfile"
 )
 
 // version and revision are stamped at build time (make images: -ldflags -X main.version=... -X main.revision=...).
@@ -186,11 +187,16 @@ func mqttCredentials(opts *manager.Options, certFile, keyFile, caFile, passwordF
 		opts.MQTTClientCAs = pool
 	}
 	if certFile != "" || keyFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
+		// Read again at each handshake once the files change: a renewed Secret (cert-manager, an operator) is
+		// served without a restart.
+		pair := &certfile.Pair{CertFile: certFile, KeyFile: keyFile}
+		if err := pair.Load(); err != nil {
 			return fmt.Errorf("loading the MQTT certificate: %w", err)
 		}
-		opts.MQTTTLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		if pair.Current() == nil {
+			return fmt.Errorf("loading the MQTT certificate: no %s and %s", certFile, keyFile)
+		}
+		opts.MQTTTLS = &tls.Config{GetCertificate: pair.GetCertificate, MinVersion: tls.VersionTLS12}
 	}
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)

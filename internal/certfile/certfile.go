@@ -1,6 +1,7 @@
-// Package certfile serves a client certificate from files that are replaced while the agent runs: KubeEdge's
-// edgecore rotates the node's certificate (/etc/kubeedge/certs/server.crt and server.key) at 70–90 % of its
-// lifetime, writing the certificate first and the key after it, so for a moment the two do not match.
+// Package certfile serves a certificate from files that are replaced while the process runs: KubeEdge's edgecore
+// rotates the node's client certificate (/etc/kubeedge/certs/server.crt and server.key) at 70–90 % of its
+// lifetime, writing the certificate first and the key after it, so for a moment the two do not match; the kubelet
+// swaps a mounted Secret's files when cert-manager or an operator renews the broker's certificate.
 package certfile
 
 import (
@@ -55,15 +56,26 @@ func (p *Pair) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Certifica
 	return &tls.Certificate{}, nil
 }
 
+// GetCertificate is for a server's tls.Config: it presents the current certificate, and refuses the handshake
+// while none has loaded.
+func (p *Pair) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if c := p.Current(); c != nil {
+		return c, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return nil, fmt.Errorf("no certificate: %w", p.err)
+}
+
 func (p *Pair) refresh() {
 	cert, err := os.ReadFile(p.CertFile)
 	if err != nil {
-		p.err = fmt.Errorf("reading the client certificate: %w", err)
+		p.err = fmt.Errorf("reading the certificate: %w", err)
 		return
 	}
 	key, err := os.ReadFile(p.KeyFile)
 	if err != nil {
-		p.err = fmt.Errorf("reading the client key: %w", err)
+		p.err = fmt.Errorf("reading the key: %w", err)
 		return
 	}
 	if p.current != nil && bytes.Equal(cert, p.cert) && bytes.Equal(key, p.key) {
@@ -71,12 +83,12 @@ func (p *Pair) refresh() {
 	}
 	pair, err := tls.X509KeyPair(cert, key)
 	if err != nil { // half rotated: the next handshake tries again
-		p.err = fmt.Errorf("loading the client certificate %s: %w", p.CertFile, err)
+		p.err = fmt.Errorf("loading the certificate %s: %w", p.CertFile, err)
 		return
 	}
 	if pair.Leaf == nil {
 		if pair.Leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
-			p.err = fmt.Errorf("parsing the client certificate %s: %w", p.CertFile, err)
+			p.err = fmt.Errorf("parsing the certificate %s: %w", p.CertFile, err)
 			return
 		}
 	}
