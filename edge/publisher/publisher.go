@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -84,7 +85,13 @@ type Publisher struct {
 	birthSeq  uint64
 	connected bool
 	id        string // the state directory's id; touched by Run's goroutine only
+
+	attempts atomic.Uint64 // sessions tried, for Attempts
 }
+
+// Attempts counts the sessions the publisher has tried to open: what its back-off bounds, the broker's load when
+// a fleet reconnects at once.
+func (p *Publisher) Attempts() uint64 { return p.attempts.Load() }
 
 // New returns a publisher; Run connects it.
 func New(cfg Config, j Journal) *Publisher {
@@ -142,6 +149,7 @@ func (p *Publisher) PublishNow(topic string, payload []byte) bool {
 func (p *Publisher) Run(ctx context.Context) {
 	retry := backoff{base: p.cfg.RetryInterval, max: p.cfg.MaxRetryInterval}
 	for ctx.Err() == nil {
+		p.attempts.Add(1)
 		lost, err := p.connect(ctx)
 		if err != nil {
 			wait := jittered(retry.next())

@@ -95,6 +95,15 @@ func (f *fleet) connected() int {
 	return n
 }
 
+// attempts counts the sessions the fleet's agents have tried to open.
+func (f *fleet) attempts() uint64 {
+	var n uint64
+	for _, a := range f.agents {
+		n += a.pub.Attempts()
+	}
+	return n
+}
+
 // nodes lists the fleet's nodes in order.
 func (f *fleet) nodes() []string {
 	names := make([]string, 0, len(f.agents))

@@ -35,6 +35,8 @@ func (r *Result) metrics() []metric {
 		{ms(jiP50), "recreate-ji-p50-ms"},
 		{ms(rsP50), "recreate-rs-p50-ms"},
 		{jiP50.Seconds() / rsP50.Seconds(), "recreate-ratio-to-rs"},
+		{r.RestartReconnect.Seconds(), "controller-restart-reconnect-s"},
+		{r.RestartPeakAttempts, "controller-restart-peak-attempts/s"},
 	}
 	for _, c := range []string{"jointinferenceservice", "federatedlearningjob"} {
 		short := map[string]string{"jointinferenceservice": "ji", "federatedlearningjob": "fl"}[c]

@@ -159,6 +159,10 @@ type Result struct {
 	// RecreateJI and RecreateRS are the child re-creation samples: the JI's edge Deployment, and the anchor
 	// Deployment's ReplicaSet.
 	RecreateJI, RecreateRS []time.Duration
+	// RestartReconnect is from a controller's restart until every agent is connected again;
+	// RestartPeakAttempts the fleet's most session attempts in one second meanwhile.
+	RestartReconnect    time.Duration
+	RestartPeakAttempts float64
 }
 
 // harness holds a run's processes and clients.
@@ -171,10 +175,12 @@ type harness struct {
 	cache      cache.Cache
 	fleet      *fleet
 	controller *cluster.Process
-	metricsURL string
-	pprofURL   string
-	seen       *seenObjects
-	progress   func(format string, args ...any)
+	// controllerLaunch starts the controller as the run started it, under name.
+	controllerLaunch func(name string) (*cluster.Process, error)
+	metricsURL       string
+	pprofURL         string
+	seen             *seenObjects
+	progress         func(format string, args ...any)
 }
 
 // Run starts everything, measures, and stops everything. It fails t on any error.
@@ -217,6 +223,7 @@ func Run(t testing.TB, cfg Config) *Result {
 		h.check(h.saveProfile("heap?debug=1", filepath.Join(cfg.ProfileDir, fmt.Sprintf("heap-%d.txt", cfg.Nodes))))
 	}
 	r.ControllerRSS, r.ControllerPeakRSS = end.rss, end.hwm
+	h.measureRestartReconnect(r)
 	if err := h.cp.Healthy(); err != nil {
 		t.Fatal(err)
 	}
@@ -288,13 +295,17 @@ func (h *harness) start(ctx context.Context) {
 	h.metricsURL, h.pprofURL = "http://"+metricsAddr+"/metrics", "http://"+pprofAddr+"/debug/pprof/"
 	binary, err := controllerBinary(root)
 	h.check(err)
-	h.controller, err = h.cp.Launch("lifeline-controller", binary, append([]string{
+	args := append([]string{
 		"--kubeconfig=" + h.cp.Kubeconfig, "--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=0",
 		"--pprof-bind-address=" + pprofAddr,
 		"--mqtt-address=" + mqttAddr, "--mqtt-credentials-dir=" + credentials, "--cluster=" + mqttCluster,
 		// Every agent holds a connection, and the harness's own are few: the default of 1000 is too few at 1000 nodes.
 		"--mqtt-max-connections=" + strconv.Itoa(h.cfg.Nodes+100),
-	}, h.cfg.ControllerArgs...), h.controllerEnv())
+	}, h.cfg.ControllerArgs...)
+	h.controllerLaunch = func(name string) (*cluster.Process, error) {
+		return h.cp.Launch(name, binary, args, h.controllerEnv())
+	}
+	h.controller, err = h.controllerLaunch("lifeline-controller")
 	h.check(err)
 	h.waitFor(time.Minute, "the controller's metrics endpoint", func() (bool, error) {
 		_, err := scrapeHistograms(h.metricsURL, "controller_runtime_reconcile_time_seconds", "controller")
@@ -639,6 +650,39 @@ func (h *harness) waitQueuesDrained() {
 		return queued == 0, fmt.Errorf("%.0f passes queued", queued)
 	})
 	h.progress("the controller's work queues are empty")
+}
+
+// measureRestartReconnect stops the controller and starts it again, as an upgrade or the loss of the leader does:
+// every agent's session ends with the embedded broker. RestartReconnect is from the new controller's start until
+// every agent has its session again; RestartPeakAttempts the most sessions the fleet tried in one second, from
+// the stop on: what the agents' back-off spares the broker.
+func (h *harness) measureRestartReconnect(r *Result) {
+	peak, last, lastAt := 0.0, h.fleet.attempts(), time.Now()
+	sample := func() {
+		if now := time.Now(); now.Sub(lastAt) >= time.Second {
+			a := h.fleet.attempts()
+			peak = max(peak, float64(a-last)/now.Sub(lastAt).Seconds())
+			last, lastAt = a, now
+		}
+	}
+	h.controller.Stop(10 * time.Second)
+	h.waitEvery(100*time.Millisecond, time.Minute, "every agent's session ended with the controller", func() (bool, error) {
+		sample()
+		n := h.fleet.connected()
+		return n == 0, fmt.Errorf("%d agents still connected", n)
+	})
+	var err error
+	h.controller, err = h.controllerLaunch("lifeline-controller-restarted")
+	h.check(err)
+	started := time.Now()
+	h.progress("controller restarted")
+	h.waitEvery(100*time.Millisecond, 5*time.Minute, "every agent connected to the restarted controller", func() (bool, error) {
+		sample()
+		n := h.fleet.connected()
+		return n == h.cfg.Nodes, fmt.Errorf("%d of %d agents connected", n, h.cfg.Nodes)
+	})
+	r.RestartReconnect, r.RestartPeakAttempts = time.Since(started), peak
+	h.progress("every agent back %.1fs after the controller's restart, at most %.0f session attempts a second", r.RestartReconnect.Seconds(), peak)
 }
 
 // measureMassCutoff cuts CutOff nodes off at once: their agents say they lost the API server, and kwok stops
