@@ -94,7 +94,14 @@ func decide(job *v1alpha1.FederatedLearningJob, workers []worker, p runPolicy, n
 					out.release = append(out.release, pod)
 				}
 				if pod.Status.Phase == corev1.PodFailed && pod.DeletionTimestamp == nil && !wasFinished {
-					out.remove = append(out.remove, pod) // make room for the retry
+					// The failed pod stays until its retry is due, then makes room for it (the retry has its
+					// name): its logs stay readable meanwhile, and its node's agent sees the worker still wanted,
+					// so a stand-in it runs is not handed back before the retry runs.
+					if at := retryTime(rec, p); at.After(now) {
+						waitRetry(&rec, &out, at)
+					} else {
+						out.remove = append(out.remove, pod)
+					}
 				}
 			case pod.DeletionTimestamp != nil:
 				// Deleted while running (by a person, a drain, the node lifecycle): not the worker's failure.
@@ -119,8 +126,7 @@ func decide(job *v1alpha1.FederatedLearningJob, workers []worker, p runPolicy, n
 			if !at.After(now) {
 				out.create = append(out.create, w.id)
 			} else {
-				rec.Message = fmt.Sprintf("retrying after %s (failure %d)", at.UTC().Format(time.RFC3339), rec.Failures)
-				out.retryAt = earliest(out.retryAt, at)
+				waitRetry(&rec, &out, at)
 			}
 		}
 		spent := rec.Failures + rec.Restarts
@@ -286,6 +292,12 @@ func exitMessage(pod *corev1.Pod) string {
 		return pod.Status.Message
 	}
 	return "pod failed"
+}
+
+// waitRetry says in the worker's record when its retry is due, and has the plan look again then.
+func waitRetry(rec *v1alpha1.WorkerStatus, out *plan, at time.Time) {
+	rec.Message = fmt.Sprintf("retrying after %s (failure %d)", at.UTC().Format(time.RFC3339), rec.Failures)
+	out.retryAt = earliest(out.retryAt, at)
 }
 
 // retryTime is when a missing identity may be created: at once, unless its last charged failure asks for a

@@ -1,6 +1,7 @@
 package federatedlearning
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -67,6 +68,7 @@ func names(pods []*corev1.Pod) []string {
 func TestDecide(t *testing.T) {
 	agg, tr := "j-aggworker", "j-trainworker-0"
 	failedAt := metav1.NewTime(t0.Add(-5 * time.Second))
+	longAgo := metav1.NewTime(t0.Add(-time.Hour))
 	trainerDoneAt := metav1.NewTime(t0.Add(-10 * time.Second))
 	trainerDone := v1alpha1.WorkerStatus{Name: tr, Role: v1alpha1.WorkerRoleTrainer, Phase: "Succeeded",
 		CountedPodUID: "t1", LastTransitionTime: &trainerDoneAt}
@@ -98,16 +100,25 @@ func TestDecide(t *testing.T) {
 			}
 		},
 	}, {
-		name: "a stored failure releases and removes the pod, then waits out the backoff",
+		name: "a stored failure releases the pod and keeps it until its retry is due",
 		job:  testJob(v1alpha1.WorkerStatus{Name: tr, Failures: 1, CountedPodUID: "t1", LastFailureTime: &failedAt}),
 		pods: map[string]*corev1.Pod{agg: pod(agg, "a1", corev1.PodRunning, 0), tr: pod(tr, "t1", corev1.PodFailed, 0)},
 		check: func(t *testing.T, p plan) {
-			if r := record(p, tr); r.Failures != 1 {
-				t.Errorf("counted twice: %+v", r)
+			if r := record(p, tr); r.Failures != 1 || !strings.HasPrefix(r.Message, "retrying after") {
+				t.Errorf("record %+v, want counted once and its retry said", r)
 			}
 			if got := names(p.release); len(got) != 1 || got[0] != tr {
 				t.Errorf("release %v", got)
 			}
+			if len(p.remove) != 0 || !p.retryAt.Equal(failedAt.Add(10*time.Second)) {
+				t.Errorf("remove %v retryAt %v, want the failed pod kept until its retry 10s after the failure", names(p.remove), p.retryAt)
+			}
+		},
+	}, {
+		name: "a stored failure whose retry is due makes room for it",
+		job:  testJob(v1alpha1.WorkerStatus{Name: tr, Failures: 1, CountedPodUID: "t1", LastFailureTime: &longAgo}),
+		pods: map[string]*corev1.Pod{agg: pod(agg, "a1", corev1.PodRunning, 0), tr: pod(tr, "t1", corev1.PodFailed, 0)},
+		check: func(t *testing.T, p plan) {
 			if got := names(p.remove); len(got) != 1 || got[0] != tr {
 				t.Errorf("remove %v", got)
 			}
