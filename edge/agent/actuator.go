@@ -18,6 +18,7 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/agent/core"
 	"github.com/lifeline-edge/lifeline/edge/cri"
 	"github.com/lifeline-edge/lifeline/edge/desired"
+	"github.com/lifeline-edge/lifeline/edge/statefile"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -155,13 +156,8 @@ func (s *StaticPods) Rebuild(_ context.Context, namespace, pod, uid string) erro
 		if err != nil {
 			return fmt.Errorf("the manifest of %s/%s: %w", namespace, pod, err)
 		}
-		file := staticPodFile(w.Namespace, w.Name)
-		tmp := filepath.Join(s.Dir, "."+file+".tmp")
-		if err := os.WriteFile(tmp, manifest, 0o600); err != nil {
-			return fmt.Errorf("writing the static pod of %s/%s: %w", namespace, pod, err)
-		}
-		if err := os.Rename(tmp, filepath.Join(s.Dir, file)); err != nil {
-			return fmt.Errorf("writing the static pod of %s/%s: %w", namespace, pod, err)
+		if err := statefile.Write(filepath.Join(s.Dir, staticPodFile(w.Namespace, w.Name)), manifest); err != nil {
+			return fmt.Errorf("the static pod of %s/%s: %w", namespace, pod, err)
 		}
 		return nil
 	}

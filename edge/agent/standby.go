@@ -19,6 +19,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/lifeline-edge/lifeline/edge/desired"
+	"github.com/lifeline-edge/lifeline/edge/statefile"
 )
 
 // A kubelet that boots while its node is cut off knows none of the pods the API server gave it, the agent's
@@ -305,20 +306,12 @@ func copyFile(from, to string) error {
 	return writeIfChanged(to, data)
 }
 
-// writeIfChanged writes data to path atomically (a kubelet must never read half a manifest; it skips hidden
-// files), unless path already holds it.
+// writeIfChanged writes data to path atomically, unless path already holds it.
 func writeIfChanged(path string, data []byte) error {
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
 		return nil
 	}
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
+	return statefile.Write(path, data)
 }
 
 // StandbySource is the standby's pod source: none. A static pod has no credentials for the API server, and the

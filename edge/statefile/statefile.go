@@ -9,9 +9,10 @@ import (
 )
 
 // Write replaces path with data: a temporary file beside it is written and synced, renamed over path, and the
-// directory synced, so the rename itself survives a power loss once Write returns.
+// directory synced, so the rename itself survives a power loss once Write returns. The temporary file is hidden
+// (a leading dot): a kubelet or edged reading a static-pod directory skips it, never reading half a manifest.
 func Write(path string, data []byte) error {
-	tmp := path + ".tmp"
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
