@@ -169,11 +169,42 @@ type AgentState struct {
 	LastHeartbeat time.Time
 }
 
+// AgentStatus is what an AgentState comes to, for the Node condition and the fleet's metrics alike.
+type AgentStatus string
+
+// The statuses of an agent.
+const (
+	AgentNeverHeard AgentStatus = "never_heard" // no birth arrived
+	AgentStopped    AgentStatus = "stopped"     // its current birth ended with its death message
+	AgentSilent     AgentStatus = "silent"      // no heartbeat within the node's silence window
+	AgentCutOff     AgentStatus = "cut_off"     // heard, and says its node does not reach the API server
+	AgentConnected  AgentStatus = "connected"   // heard, and has not said its node is cut off
+)
+
+// Status is what the state comes to.
+func (a AgentState) Status() AgentStatus {
+	switch {
+	case !a.Heard:
+		return AgentNeverHeard
+	case a.Stopped:
+		return AgentStopped
+	case !a.Online:
+		return AgentSilent
+	case a.APIKnown && !a.APIReachable:
+		return AgentCutOff
+	}
+	return AgentConnected
+}
+
 // AgentOf is what the table holds of node's agent at now.
 func (t *Tracker) AgentOf(node string, now time.Time) AgentState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := t.nodes[node]
+	return t.agentState(t.nodes[node], now)
+}
+
+// agentState is what the record n holds of its agent at now; t.mu is held.
+func (t *Tracker) agentState(n *nodeRecord, now time.Time) AgentState {
 	if n == nil || !n.born {
 		return AgentState{}
 	}
@@ -204,31 +235,27 @@ func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.nodes; c
 // Collect counts the table now.
 func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
-	counts := map[string]float64{"connected": 0, "cut_off": 0, "silent": 0, "stopped": 0}
+	counts := map[AgentStatus]float64{AgentConnected: 0, AgentCutOff: 0, AgentSilent: 0, AgentStopped: 0}
 	down := 0.0
 	c.t.mu.Lock()
 	for _, n := range c.t.nodes {
-		switch {
-		case !n.born:
+		status := c.t.agentState(n, now).Status()
+		if status == AgentNeverHeard {
 			continue
-		case n.dead:
-			counts["stopped"]++
-		case !c.t.isOnline(n, now):
-			counts["silent"]++
-		case n.apiKnown && !n.apiReachable:
-			counts["cut_off"]++
-			for _, w := range n.workers {
-				if w.state != nil && (w.state.Phase == lifelinev1.Phase_PHASE_FAILED || w.state.Phase == lifelinev1.Phase_PHASE_GONE) {
-					down++
-				}
+		}
+		counts[status]++
+		if status != AgentCutOff {
+			continue
+		}
+		for _, w := range n.workers {
+			if w.state != nil && (w.state.Phase == lifelinev1.Phase_PHASE_FAILED || w.state.Phase == lifelinev1.Phase_PHASE_GONE) {
+				down++
 			}
-		default:
-			counts["connected"]++
 		}
 	}
 	c.t.mu.Unlock()
-	for state, v := range counts {
-		ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, v, state)
+	for status, v := range counts {
+		ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, v, string(status))
 	}
 	ch <- prometheus.MustNewConstMetric(c.downOnCut, prometheus.GaugeValue, down)
 }

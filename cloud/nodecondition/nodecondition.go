@@ -114,17 +114,17 @@ func Condition(a liveness.AgentState, now time.Time) corev1.NodeCondition {
 	if !a.LastHeartbeat.IsZero() {
 		c.LastHeartbeatTime = metav1.NewTime(a.LastHeartbeat)
 	}
-	switch {
-	case !a.Heard:
+	switch a.Status() {
+	case liveness.AgentNeverHeard:
 		c.Status, c.Reason = corev1.ConditionUnknown, ReasonNeverHeard
 		c.Message = "no Lifeline agent of this node has announced itself to the controller: the node's workers are in the API server's word"
-	case a.Stopped:
+	case liveness.AgentStopped:
 		c.Status, c.Reason = corev1.ConditionFalse, ReasonStopped
 		c.Message = "the node's Lifeline agent said it stopped: the node's workers are in the API server's word until it is back"
-	case !a.Online:
+	case liveness.AgentSilent:
 		c.Status, c.Reason = corev1.ConditionFalse, ReasonSilent
 		c.Message = "no heartbeat from the node's Lifeline agent: the node, the agent or its link to the broker is down; the node's workers are in the API server's word"
-	case a.APIKnown && !a.APIReachable:
+	case liveness.AgentCutOff:
 		c.Status, c.Reason = corev1.ConditionFalse, ReasonAPIServerUnreachable
 		c.Message = "the node's Lifeline agent is heard and says the node does not reach the API server: the node's workers are in the agent's word, and healed by it"
 	default:
