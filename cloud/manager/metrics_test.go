@@ -3,9 +3,7 @@ package manager_test
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -19,15 +17,16 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/lifeline-edge/lifeline/cloud/manager"
+	"github.com/lifeline-edge/lifeline/test/cluster"
 )
 
 // The controller's metrics, served as the chart serves them (--metrics-secure): a scrape without a token is
 // refused, one with a token the API server does not authorize for /metrics is forbidden, and one of a service
 // account bound to a ClusterRole that may get /metrics gets them; every metric served passes promlint.
 func TestMetricsAreServedToAuthorizedScrapersOnly(t *testing.T) {
-	addr := freeAddr(t)
+	addr := cluster.FreeAddr(t)
 	mgr, err := manager.New(cp.Config, manager.Options{MetricsAddr: addr, MetricsSecure: true, HealthAddr: "0", Restartable: true,
-		MQTTAddress: freeAddr(t), MQTTCredentialsDir: t.TempDir(), Cluster: "c"})
+		MQTTAddress: cluster.FreeAddr(t), MQTTCredentialsDir: t.TempDir(), Cluster: "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,15 +106,4 @@ func TestMetricsAreServedToAuthorizedScrapersOnly(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 	}
-}
-
-// freeAddr is a loopback address with a port free now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return fmt.Sprint(l.Addr())
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -55,17 +54,6 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
-}
-
-// freeAddr is a loopback address no one listened on a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // probe is the status code and body of GET url.
@@ -124,8 +112,8 @@ func TestControllerStartedBeforeItsCRDsWaitsThenReconciles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	probes := "http://" + freeAddr(t)
-	opts := manager.Options{MetricsAddr: "0", HealthAddr: strings.TrimPrefix(probes, "http://"), MQTTAddress: freeAddr(t),
+	probes := "http://" + cluster.FreeAddr(t)
+	opts := manager.Options{MetricsAddr: "0", HealthAddr: strings.TrimPrefix(probes, "http://"), MQTTAddress: cluster.FreeAddr(t),
 		MQTTCredentialsDir: t.TempDir(), Cluster: "default"}
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -3,7 +3,6 @@ package agent_test
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,7 +57,7 @@ func BenchmarkAgentIdle(b *testing.B) {
 	broker := mqtttest.StartBroker(b)
 	received := mqtttest.Subscribe(b, broker, "production-eu", "bench")
 	agent := exec.Command(agentBin, "--node-name=edge-node-0042", "--cluster=production-eu", "--broker=tcp://"+broker,
-		"--state-dir="+stateDir, "--api-server=http://"+freeAddr(b), "--cri-socket="+rt.Socket, "--report-address="+freeAddr(b), "--metrics-address=")
+		"--state-dir="+stateDir, "--api-server=http://"+cluster.FreeAddr(b), "--cri-socket="+rt.Socket, "--report-address="+cluster.FreeAddr(b), "--metrics-address=")
 	if err := agent.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -118,7 +117,7 @@ func startIdleMosquitto(b *testing.B, dir string) *exec.Cmd {
 		b.Fatal("the anchor needs mosquitto (apt-get install mosquitto)")
 	}
 	conf := filepath.Join(dir, "anchor.conf")
-	port := strings.Split(freeAddr(b), ":")[1]
+	port := strings.Split(cluster.FreeAddr(b), ":")[1]
 	if err := os.WriteFile(conf, []byte("listener "+port+" 127.0.0.1\nallow_anonymous true\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
@@ -127,15 +126,6 @@ func startIdleMosquitto(b *testing.B, dir string) *exec.Cmd {
 		b.Fatal(err)
 	}
 	return cmd
-}
-
-func freeAddr(b *testing.B) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // cpuTicks is user+system time of a process in clock ticks (/proc/<pid>/stat fields 14 and 15).

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -106,4 +108,15 @@ func findBinary(dir, name string) (string, error) {
 		return "", fmt.Errorf("%s is not an executable file", path)
 	}
 	return path, nil
+}
+
+// FreeAddr is a loopback address whose port is free now, for a server a test starts.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -291,7 +290,7 @@ func (h *harness) start(ctx context.Context) {
 
 	credentials := filepath.Join(h.cp.Dir, "mqtt-credentials")
 	h.check(writeCredentials(credentials, edge))
-	mqttAddr, metricsAddr, pprofAddr := freeAddr(h.t), freeAddr(h.t), freeAddr(h.t)
+	mqttAddr, metricsAddr, pprofAddr := cluster.FreeAddr(h.t), cluster.FreeAddr(h.t), cluster.FreeAddr(h.t)
 	h.metricsURL, h.pprofURL = "http://"+metricsAddr+"/metrics", "http://"+pprofAddr+"/debug/pprof/"
 	binary, err := controllerBinary(root)
 	h.check(err)
@@ -988,15 +987,6 @@ func RemoveBuilds() {
 	if builtDir != "" {
 		_ = os.RemoveAll(builtDir)
 	}
-}
-
-func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // reportBody is a Sedna report of a JI edge worker's counters.
