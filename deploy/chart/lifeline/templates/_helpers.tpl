@@ -90,3 +90,13 @@ cannot say. */}}
 {{- end -}}
 {{- end -}}
 {{- end }}
+
+{{/* The agent's container securityContext, the DaemonSet pod's and its standby's alike: root without any
+capability (the CRI socket, the state directory and the static-pod directory are root's own). */}}
+{{- define "lifeline.agentSecurityContext" -}}
+runAsUser: 0
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities: {drop: ["ALL"]}
+seccompProfile: {type: RuntimeDefault}
+{{- end }}
