@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"net"
 	"os"
@@ -413,9 +414,35 @@ func TestControllerMetricsAreServedTheStandardWay(t *testing.T) {
 		}
 	}
 
+	for _, o := range objs {
+		if o.GetKind() == "ConfigMap" && o.GetName() == "lifeline-grafana-dashboard" {
+			t.Error("a Grafana dashboard by default")
+		}
+	}
+
 	with := renderChart(t, "--set", "nodeIdentity.mode=password", "--set", "controller.metrics.serviceMonitor.enabled=true",
 		"--set", "controller.metrics.serviceMonitor.labels.release=prom", "--set", "controller.metrics.prometheusRule.enabled=true",
-		"--set", "controller.metrics.prometheusRule.cutOffFor=3m")
+		"--set", "controller.metrics.prometheusRule.cutOffFor=3m", "--set", "controller.metrics.grafanaDashboard.enabled=true")
+	dashboard := mustObject[corev1.ConfigMap](t, with, "ConfigMap", "lifeline-grafana-dashboard")
+	var board struct {
+		Title  string
+		Panels []struct {
+			Type    string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal([]byte(dashboard.Data["lifeline.json"]), &board); err != nil || board.Title != "Lifeline" {
+		t.Errorf("the dashboard does not decode as Lifeline's: %v", err)
+	}
+	graphs := 0
+	for _, p := range board.Panels {
+		if p.Type != "row" && len(p.Targets) > 0 && p.Targets[0].Expr != "" {
+			graphs++
+		}
+	}
+	if graphs < 8 || dashboard.Labels["grafana_dashboard"] != "1" {
+		t.Errorf("dashboard with %d graphs and labels %v, want the sidecar's label on at least 8", graphs, dashboard.Labels)
+	}
 	var monitor, rule *unstructured.Unstructured
 	for _, o := range with {
 		switch o.GetKind() {
@@ -443,7 +470,8 @@ func TestControllerMetricsAreServedTheStandardWay(t *testing.T) {
 			alerts[r.(map[string]any)["alert"].(string)] = r.(map[string]any)
 		}
 	}
-	for _, name := range []string{"LifelineEdgeNodesCutOff", "LifelineEdgeAgentsSilent", "LifelineWorkersDownOnCutOffNodes"} {
+	for _, name := range []string{"LifelineEdgeNodesCutOff", "LifelineEdgeAgentsSilent", "LifelineWorkersDownOnCutOffNodes",
+		"LifelineEdgeJournalBacklog", "LifelineBrokerNearSessionLimit", "LifelineMessagesDropped", "LifelineControllerDown"} {
 		if alerts[name] == nil {
 			t.Errorf("no alert %s in %v", name, alerts)
 		}

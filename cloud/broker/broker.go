@@ -21,6 +21,7 @@ import (
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 
@@ -398,4 +399,39 @@ func publishVerdict(kind lifelinev1.Kind, size int, retain bool) (deliver bool, 
 		return true, RefusedRetain
 	}
 	return true, ""
+}
+
+// Sessions is how many authenticated sessions are open, and how many may be (Limits.MaxConnections).
+func (b *Broker) Sessions() (open, limit int) {
+	b.listener.mu.Lock()
+	defer b.listener.mu.Unlock()
+	return len(b.listener.sessions), b.listener.limits.MaxConnections
+}
+
+// SessionMetrics is a collector of the running embedded broker's sessions and their limit, read from current at
+// each scrape; it reports nothing while no broker runs (a standby controller, an external broker), so an alert
+// on a fleet near the limit reads the leader's.
+func SessionMetrics(current func() *Broker) prometheus.Collector {
+	return &sessionCollector{current: current,
+		open: prometheus.NewDesc("lifeline_broker_sessions",
+			"Agents' sessions the embedded broker holds open, authenticated.", nil, nil),
+		limit: prometheus.NewDesc("lifeline_broker_max_sessions",
+			"Authenticated sessions the embedded broker admits at most (--mqtt-max-connections); beyond, a CONNECT is refused.", nil, nil)}
+}
+
+type sessionCollector struct {
+	current     func() *Broker
+	open, limit *prometheus.Desc
+}
+
+func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.open; ch <- c.limit }
+
+func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
+	b := c.current()
+	if b == nil {
+		return
+	}
+	open, limit := b.Sessions()
+	ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(open))
+	ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(limit))
 }

@@ -56,7 +56,7 @@ func TestControllerReadsAndCommandsThroughMosquitto(t *testing.T) {
 	if err := obs.ObserveOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	go agent.Heartbeats(ctx, "c", "edge1", 100*time.Millisecond, pub, func() bool { return false })
+	go agent.Heartbeats(ctx, "c", "edge1", 100*time.Millisecond, pub, agent.HeartbeatFacts{APIReachable: func() bool { return false }})
 
 	reg := prometheus.NewRegistry()
 	tracker, err := liveness.NewTracker("c", reg, logr.Discard())

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus"
 
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
@@ -157,6 +158,13 @@ func TestSessionLimitRefusesTheOneTooMany(t *testing.T) {
 		t.Error("a third session was admitted")
 	}
 	eventually(t, "the refusal counted", func() bool { return r.count(dropped, RefusedConnections) == 1 })
+	sessions := SessionMetrics(func() *Broker { return r.broker })
+	if got := scrapeGauges(t, sessions); got["lifeline_broker_sessions"] != 2 || got["lifeline_broker_max_sessions"] != 2 {
+		t.Errorf("scraped %v, want 2 sessions open of 2", got)
+	}
+	if got := scrapeGauges(t, SessionMetrics(func() *Broker { return nil })); len(got) != 0 {
+		t.Errorf("a controller with no broker running scraped %v, want nothing", got)
+	}
 	again, err := r.connect("edge1", "pw1", "")
 	if err != nil {
 		t.Fatalf("a node's reconnect at the limit: %v", err)
@@ -169,4 +177,20 @@ func TestSessionLimitRefusesTheOneTooMany(t *testing.T) {
 		t.Fatalf("an agent could not use a freed slot: %v", err)
 	}
 	edge3.Disconnect(0)
+}
+
+// scrapeGauges gathers c's gauges by name.
+func scrapeGauges(t *testing.T, c prometheus.Collector) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		got[f.GetName()] = f.GetMetric()[0].GetGauge().GetValue()
+	}
+	return got
 }

@@ -190,7 +190,7 @@ func (r *Reconciler) actThroughAgents(job *v1alpha1.FederatedLearningJob, worker
 	}
 	events, err := r.Edge.Act(podsOf(workers), views, now)
 	for _, e := range events {
-		r.event(job, nil, e.Type, e.Reason, "%s", e.Message)
+		r.event(job, e.RelatedNode(), e.Type, e.Reason, "%s", e.Message)
 	}
 	return err
 }

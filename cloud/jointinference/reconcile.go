@@ -111,7 +111,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 func (r *Reconciler) actThroughAgents(ji *v1alpha1.JointInferenceService, pods []*corev1.Pod, views map[string]liveness.View, now time.Time) error {
 	events, err := r.Edge.Act(pods, views, now)
 	for _, e := range events {
-		r.event(ji, nil, e.Type, e.Reason, "Heal", "%s", e.Message)
+		r.event(ji, e.RelatedNode(), e.Type, e.Reason, "Heal", "%s", e.Message)
 	}
 	return err
 }

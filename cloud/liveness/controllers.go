@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -90,6 +91,8 @@ func (e *Edge) nodeReady(ctx context.Context, name string) bool {
 // Event is an Event for a workload: something an agent did to one of its workers, or a command sent to one.
 type Event struct {
 	Type, Reason, Message string
+	// Node is the worker's node, the Event's related object: what an agent did is counted per node from it.
+	Node string
 }
 
 // Event reasons, stable for alerting.
@@ -117,7 +120,8 @@ func (e *Edge) Act(pods []*corev1.Pod, views map[string]View, now time.Time) ([]
 			continue
 		}
 		for _, r := range e.Tracker.TakeActions(p.Namespace, p.Name) {
-			ev := Event{Type: corev1.EventTypeNormal, Reason: ReasonRestartedByAgent, Message: fmt.Sprintf("Worker %s: %s", p.Name, r.Message)}
+			ev := Event{Type: corev1.EventTypeNormal, Reason: ReasonRestartedByAgent, Message: fmt.Sprintf("Worker %s: %s", p.Name, r.Message),
+				Node: p.Spec.NodeName}
 			switch {
 			case r.Outcome == lifelinev1.Outcome_OUTCOME_DUPLICATE:
 				// The agent had acted on that death already (an earlier delivery, or its offline policy, whose own
@@ -137,7 +141,7 @@ func (e *Edge) Act(pods []*corev1.Pod, views map[string]View, now time.Time) ([]
 		}
 		if id != "" {
 			events = append(events, Event{Type: corev1.EventTypeNormal, Reason: ReasonRestartCommandSent,
-				Message: fmt.Sprintf("Asked the agent of the cut-off node to heal worker %s (command %s)", p.Name, id)})
+				Message: fmt.Sprintf("Asked the agent of the cut-off node to heal worker %s (command %s)", p.Name, id), Node: p.Spec.NodeName})
 		}
 	}
 	return events, nil
@@ -196,4 +200,12 @@ func (e *Edge) DatasetSamples(namespace, name string) (DatasetCount, bool) {
 		return DatasetCount{}, false
 	}
 	return e.Tracker.DatasetSamples(namespace, name)
+}
+
+// RelatedNode is the object an Event of the agents' doing relates to: the worker's Node, or none.
+func (e Event) RelatedNode() client.Object {
+	if e.Node == "" {
+		return nil
+	}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.Node}}
 }

@@ -215,8 +215,8 @@ func (t *Tracker) agentState(n *nodeRecord, now time.Time) AgentState {
 // fleetCollector exports, at each scrape, how many edge nodes are in each state and how many workers the agents
 // of cut-off nodes report failed or gone: the alerts' inputs, bounded in cardinality whatever the fleet's size.
 type fleetCollector struct {
-	t                *Tracker
-	nodes, downOnCut *prometheus.Desc
+	t                           *Tracker
+	nodes, downOnCut, journaled *prometheus.Desc
 }
 
 func newFleetCollector(t *Tracker) *fleetCollector {
@@ -226,17 +226,23 @@ func newFleetCollector(t *Tracker) *fleetCollector {
 				"cut_off (heard, not reaching it), silent (no heartbeat within the node's window), stopped (said it stopped).",
 			[]string{"state"}, nil),
 		downOnCut: prometheus.NewDesc("lifeline_edge_cut_off_workers_down",
-			"Workers that the agents of nodes cut off from the API server report failed or gone.", nil, nil)}
+			"Workers that the agents of nodes cut off from the API server report failed or gone.", nil, nil),
+		journaled: prometheus.NewDesc("lifeline_edge_journal_reports",
+			"Messages waiting in the journals of the agents heard (connected or cut off), as their last heartbeats said.", nil, nil)}
 }
 
 // Describe sends the collector's descriptions.
-func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.nodes; ch <- c.downOnCut }
+func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.nodes
+	ch <- c.downOnCut
+	ch <- c.journaled
+}
 
 // Collect counts the table now.
 func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
 	counts := map[AgentStatus]float64{AgentConnected: 0, AgentCutOff: 0, AgentSilent: 0, AgentStopped: 0}
-	down := 0.0
+	down, journaled := 0.0, 0.0
 	c.t.mu.Lock()
 	for _, n := range c.t.nodes {
 		status := c.t.agentState(n, now).Status()
@@ -244,6 +250,9 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		counts[status]++
+		if status == AgentConnected || status == AgentCutOff {
+			journaled += float64(n.journaled)
+		}
 		if status != AgentCutOff {
 			continue
 		}
@@ -258,4 +267,5 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, v, string(status))
 	}
 	ch <- prometheus.MustNewConstMetric(c.downOnCut, prometheus.GaugeValue, down)
+	ch <- prometheus.MustNewConstMetric(c.journaled, prometheus.GaugeValue, journaled)
 }

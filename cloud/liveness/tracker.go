@@ -7,7 +7,6 @@ package liveness
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lifeline-edge/lifeline/internal/promreg"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -77,6 +77,8 @@ type nodeRecord struct {
 	// the API server's pods may still be what the node posted before the cut (freshAfterReconnect).
 	apiBackAt time.Time
 	apiKnown  bool // the agent has said whether its node reaches the API server
+	// journaled is how many messages the agent's last heartbeat said wait in its journal (fleet metrics only).
+	journaled uint32
 	workers   map[podRef]*workerRecord
 	pending   int // workers whose state is kept while the cache does not know their pod
 	results   int // results waiting in Tracker.actions
@@ -167,17 +169,20 @@ func NewTracker(cluster string, reg prometheus.Registerer, log logr.Logger) (*Tr
 		nodeCap: maxNodes}
 	nodes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lifeline_liveness_nodes",
 		Help: fmt.Sprintf("Nodes the liveness table holds a record of (at most %d).", maxNodes)}, t.nodeCount)
-	for _, c := range []prometheus.Collector{t.received, t.dropped, t.throttled, t.panics, nodes, newFleetCollector(t)} {
-		err := reg.Register(c)
-		var already prometheus.AlreadyRegisteredError
-		if errors.As(err, &already) {
-			// An earlier table of this process (a manager restarted in it): the new table's metrics replace its.
-			reg.Unregister(already.ExistingCollector)
-			err = reg.Register(c)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("registering liveness metrics: %w", err)
-		}
+	// Every known label value starts at zero, so that a rate or an alert reads 0 rather than nothing before the
+	// first of its kind.
+	for _, kind := range []lifelinev1.Kind{lifelinev1.KindBirth, lifelinev1.KindDeath, lifelinev1.KindHeartbeat,
+		lifelinev1.KindWorkerState, lifelinev1.KindReport, lifelinev1.KindResult, lifelinev1.KindDataset} {
+		t.received.WithLabelValues(kind.String())
+	}
+	for _, reason := range strings.Fields(dropReasons) {
+		t.dropped.WithLabelValues(reason)
+	}
+	t.throttled.WithLabelValues(limitWorker)
+	t.throttled.WithLabelValues(limitNode)
+	// An earlier table of this process (a manager restarted in it): the new table's metrics replace its.
+	if err := promreg.Register(reg, t.received, t.dropped, t.throttled, t.panics, nodes, newFleetCollector(t)); err != nil {
+		return nil, fmt.Errorf("liveness: %w", err)
 	}
 	return t, nil
 }
@@ -438,7 +443,7 @@ func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, c checked, now t
 		}
 		flipped := n.apiReachable != m.ApiReachable || n.dead
 		n.setAPIReachable(m.ApiReachable, now)
-		n.lastHeartbeat, n.heartbeatSeq, n.dead = now, m.Seq, false
+		n.lastHeartbeat, n.heartbeatSeq, n.dead, n.journaled = now, m.Seq, false, m.JournalReports
 		if flipped {
 			changed.pods = workersOf(n)
 		}

@@ -374,8 +374,9 @@ func TestADeathHealedOfflineGetsNoCommandNorWarning_P_HEAL_2(t *testing.T) {
 			t.Errorf("Warning %s: %s", ev.Reason, ev.Message)
 		}
 	}
-	if len(events) != 1 || events[0].Reason != ReasonRestartedOffline {
-		t.Errorf("events %+v, want the offline heal only", events)
+	if len(events) != 1 || events[0].Reason != ReasonRestartedOffline || events[0].Node != "edge1" ||
+		events[0].RelatedNode().GetName() != "edge1" {
+		t.Errorf("events %+v, want the offline heal only, related to its node", events)
 	}
 }
 

@@ -40,6 +40,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/nodecondition"
 	"github.com/lifeline-edge/lifeline/internal/lograte"
+	"github.com/lifeline-edge/lifeline/internal/promreg"
 )
 
 // Options configure the manager.
@@ -314,6 +315,9 @@ func addEdge(mgr ctrl.Manager, opts Options, st *startState) (*liveness.Edge, er
 			return &embedded{Broker: b, closeWatch: closer}, nil
 		}}
 	st.session.Store(s)
+	if err := promreg.Register(metrics.Registry, broker.SessionMetrics(s.embeddedBroker)); err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
 	if err := mgr.Add(s); err != nil {
 		return nil, err
 	}
@@ -443,6 +447,16 @@ func (r *sessionRunnable) Start(ctx context.Context) error {
 	r.running = nil
 	r.mu.Unlock()
 	return s.Close()
+}
+
+// embeddedBroker is the embedded broker while it runs, nil otherwise.
+func (r *sessionRunnable) embeddedBroker() *broker.Broker {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e, ok := r.running.(*embedded); ok {
+		return e.Broker
+	}
+	return nil
 }
 
 // up tells whether the session is open: the embedded broker listens, or the external broker took the session.

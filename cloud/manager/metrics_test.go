@@ -3,8 +3,11 @@ package manager_test
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +25,8 @@ import (
 
 // The controller's metrics, served as the chart serves them (--metrics-secure): a scrape without a token is
 // refused, one with a token the API server does not authorize for /metrics is forbidden, and one of a service
-// account bound to a ClusterRole that may get /metrics gets them; every metric served passes promlint.
+// account bound to a ClusterRole that may get /metrics gets them, the embedded broker's sessions among them; every
+// metric served passes promlint.
 func TestMetricsAreServedToAuthorizedScrapersOnly(t *testing.T) {
 	addr := cluster.FreeAddr(t)
 	mgr, err := manager.New(cp.Config, manager.Options{MetricsAddr: addr, MetricsSecure: true, HealthAddr: "0", Restartable: true,
@@ -84,7 +88,8 @@ func TestMetricsAreServedToAuthorizedScrapersOnly(t *testing.T) {
 	var body string
 	eventually(t, "the bound service account's scrape served", func() bool {
 		code, body, err = scrape(scraper)
-		return err == nil && code == http.StatusOK && strings.Contains(body, "lifeline_edge_nodes")
+		return err == nil && code == http.StatusOK && strings.Contains(body, "lifeline_edge_nodes") &&
+			strings.Contains(body, "lifeline_broker_max_sessions 1000")
 	})
 	for _, c := range []struct {
 		name, token string
@@ -99,6 +104,11 @@ func TestMetricsAreServedToAuthorizedScrapersOnly(t *testing.T) {
 			t.Errorf("%s: %d %v, want %d and no metric", c.name, code, err, c.want)
 		}
 	}
+	for _, name := range chartMetricNames(t) {
+		if !strings.Contains(body, "# TYPE "+name+" ") {
+			t.Errorf("the chart's alerts or dashboard read %s, which the controller does not serve", name)
+		}
+	}
 	problems, err := promlint.New(strings.NewReader(body)).Lint()
 	if err != nil {
 		t.Fatal(err)
@@ -106,4 +116,52 @@ func TestMetricsAreServedToAuthorizedScrapersOnly(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 	}
+}
+
+// chartMetricNames are the metrics the chart's alert rules and Grafana dashboard read from the controller: every
+// name in their expressions, histogram series under their family's name.
+func chartMetricNames(t *testing.T) []string {
+	t.Helper()
+	chart := "../../deploy/chart/lifeline/"
+	var exprs []string
+	rules, err := os.ReadFile(chart + "templates/controller-metrics.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^\s*expr: (.*)$`).FindAllStringSubmatch(string(rules), -1) {
+		exprs = append(exprs, m[1])
+	}
+	raw, err := os.ReadFile(chart + "dashboards/lifeline.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var board struct {
+		Panels []struct{ Targets []struct{ Expr string } }
+	}
+	if err := json.Unmarshal(raw, &board); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range board.Panels {
+		for _, target := range p.Targets {
+			exprs = append(exprs, target.Expr)
+		}
+	}
+	seen := map[string]bool{}
+	var names []string
+	metric := regexp.MustCompile(`\b(lifeline_|controller_runtime_|workqueue_|process_|go_)[a-z0-9_]+\b`)
+	for _, e := range exprs {
+		for _, name := range metric.FindAllString(e, -1) {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				name = strings.TrimSuffix(name, suffix)
+			}
+			if !seen[name] {
+				seen[name] = true
+				names = append(names, name)
+			}
+		}
+	}
+	if len(names) < 10 {
+		t.Fatalf("found only %v in the chart's alerts and dashboard", names)
+	}
+	return names
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
@@ -28,6 +29,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
+	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/nodecondition"
 )
 
@@ -150,6 +152,7 @@ func read(ctx context.Context, kube client.Client, namespace string, withNodes b
 			return f, fmt.Errorf("listing edge nodes: %w", err)
 		}
 		f.nodes = nodes.Items
+		f.heals = readHeals(ctx, kube, namespace)
 	}
 	in := []client.ListOption{}
 	if namespace != "" {
@@ -181,4 +184,34 @@ func read(ctx context.Context, kube client.Client, namespace string, withNodes b
 		return f, fmt.Errorf("no %s %q", map[string]string{"ji": jointinference.Kind, "fl": federatedlearning.Kind}[kind], name)
 	}
 	return f, nil
+}
+
+// readHeals counts, per node, the workers its agent healed as the Events tell (RestartedByAgent on the
+// controller's command, RestartedOffline by the offline policy), for as long as the API server keeps Events (an
+// hour by default). Nil when the user may not list Events: the view shows the rest.
+func readHeals(ctx context.Context, kube client.Client, namespace string) map[string]int {
+	heals := map[string]int{}
+	for _, reason := range []string{liveness.ReasonRestartedByAgent, liveness.ReasonRestartedOffline} {
+		events := &eventsv1.EventList{}
+		opts := []client.ListOption{client.MatchingFields{"reason": reason}}
+		if namespace != "" {
+			opts = append(opts, client.InNamespace(namespace))
+		}
+		if err := kube.List(ctx, events, opts...); err != nil {
+			return nil
+		}
+		for _, e := range events.Items {
+			if e.Related == nil || e.Related.Kind != "Node" || e.Reason != reason {
+				continue
+			}
+			n := 1
+			if e.Series != nil && e.Series.Count > 1 {
+				n = int(e.Series.Count)
+			} else if e.DeprecatedCount > 1 {
+				n = int(e.DeprecatedCount)
+			}
+			heals[e.Related.Name] += n
+		}
+	}
+	return heals
 }

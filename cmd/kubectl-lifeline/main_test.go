@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,15 +56,20 @@ func TestNodeTableCountsEachNodesWorkersAndSaysItsAgentsState(t *testing.T) {
 			{Name: "fl-trainworker-0", Node: "edge-b", Liveness: v1alpha1.LivenessAlive, Source: v1alpha1.StatusSourceAgent},
 			{Name: "fl-trainworker-1", Node: "edge-a", Liveness: v1alpha1.LivenessUnknown},
 		}}},
+		heals: map[string]int{"edge-b": 3},
 	}
 	got := nodeTable(f, now)
 	want := [][]string{
-		{"NODE", "AGENT", "API SERVER", "SINCE", "ALIVE", "DEAD", "UNKNOWN", "IN THE AGENT'S WORD"},
-		{"edge-a", "never heard", "?", "-", "0", "0", "1", "0"},
-		{"edge-b", "heard", "UNREACHABLE", "90s", "1", "1", "0", "2"},
+		{"NODE", "AGENT", "API SERVER", "SINCE", "ALIVE", "DEAD", "UNKNOWN", "IN THE AGENT'S WORD", "HEALED BY AGENT"},
+		{"edge-a", "never heard", "?", "-", "0", "0", "1", "0", "0"},
+		{"edge-b", "heard", "UNREACHABLE", "90s", "1", "1", "0", "2", "3"},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("nodes:\n%v\nwant\n%v", got, want)
+	}
+	f.heals = nil // the Events could not be read
+	if got := nodeTable(f, now); got[2][8] != "?" {
+		t.Errorf("heals unknown shown as %q, want ?", got[2][8])
 	}
 }
 
@@ -106,11 +112,31 @@ func TestPluginPrintsTheFleetFromTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// What the controller records when the node's agent heals a worker, once offline and twice on command (a
+	// series); and an Event of another reason, which is no heal.
+	heal := func(name, reason string, series int32) {
+		t.Helper()
+		e := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, EventTime: metav1.NowMicro(),
+			Reason: reason, Type: corev1.EventTypeNormal, Action: "Heal", Note: "Worker helmet-edge: rebuilt",
+			ReportingController: "lifeline", ReportingInstance: "lifeline-1",
+			Regarding: corev1.ObjectReference{Kind: "JointInferenceService", Namespace: "default", Name: "helmet"},
+			Related:   &corev1.ObjectReference{Kind: "Node", Name: "edge-plugin"}}
+		if series > 1 {
+			e.Series = &eventsv1.EventSeries{Count: series, LastObservedTime: metav1.NowMicro()}
+		}
+		if err := kube.Create(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heal("offline", liveness.ReasonRestartedOffline, 0)
+	heal("commanded", liveness.ReasonRestartedByAgent, 2)
+	heal("sent", liveness.ReasonRestartCommandSent, 0)
+
 	var out bytes.Buffer
 	if err := run(ctx, []string{"nodes", "--kubeconfig", kubeconfig}, &out, nil); err != nil {
 		t.Fatal(err)
 	}
-	if !hasLine(out.String(), "edge-plugin", "heard", "UNREACHABLE", "*", "0", "1", "0", "1") {
+	if !hasLine(out.String(), "edge-plugin", "heard", "UNREACHABLE", "*", "0", "1", "0", "1", "3") {
 		t.Errorf("nodes:\n%s", out.String())
 	}
 	out.Reset()

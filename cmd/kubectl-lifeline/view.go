@@ -25,6 +25,8 @@ type workload struct {
 type fleet struct {
 	nodes     []corev1.Node // edge nodes
 	workloads []workload
+	// heals counts the workers each node's agent healed, from the Events; nil when they could not be read.
+	heals map[string]int
 }
 
 // nodeTable is one line per edge node: its agent's condition, and its workers by liveness.
@@ -51,7 +53,7 @@ func nodeTable(f fleet, now time.Time) [][]string {
 			}
 		}
 	}
-	rows := [][]string{{"NODE", "AGENT", "API SERVER", "SINCE", "ALIVE", "DEAD", "UNKNOWN", "IN THE AGENT'S WORD"}}
+	rows := [][]string{{"NODE", "AGENT", "API SERVER", "SINCE", "ALIVE", "DEAD", "UNKNOWN", "IN THE AGENT'S WORD", "HEALED BY AGENT"}}
 	nodes := append([]corev1.Node(nil), f.nodes...)
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	for _, n := range nodes {
@@ -64,7 +66,12 @@ func nodeTable(f fleet, now time.Time) [][]string {
 		if c == nil {
 			c = &counts{}
 		}
-		rows = append(rows, []string{n.Name, agent, api, since, fmt.Sprint(c.alive), fmt.Sprint(c.dead), fmt.Sprint(c.unknown), fmt.Sprint(c.agent)})
+		healed := "?"
+		if f.heals != nil {
+			healed = fmt.Sprint(f.heals[n.Name])
+		}
+		rows = append(rows, []string{n.Name, agent, api, since, fmt.Sprint(c.alive), fmt.Sprint(c.dead), fmt.Sprint(c.unknown),
+			fmt.Sprint(c.agent), healed})
 	}
 	return rows
 }

@@ -238,7 +238,8 @@ func runAgent(ctx context.Context, o *options, log logr.Logger, standbyProbe *ag
 	timing := core.DefaultHealTiming
 	timing.APIGrace, timing.DeadFor, timing.ControllerWait = o.healGrace, o.healDeadFor, o.healWait
 	reg := prometheus.NewRegistry()
-	agent.RegisterMetrics(reg, agent.StateSources{BrokerUp: pub.Connected, APIReachable: apiReachable, Journal: j})
+	agent.RegisterMetrics(reg, agent.StateSources{BrokerUp: pub.Connected, APIReachable: apiReachable, Journal: j,
+		RuntimeUp: health.RuntimeAnswers, OfflineRebuilds: func() uint64 { return edgeAgent.OfflineRebuilds() }})
 	reports := reportapi.New(o.cluster, o.node, pub, workers, pub.BirthSeq, o.queue, reg, log.WithName("reports"))
 	reports.Counter = j
 	reports.MaxConnections, reports.ReportRate, reports.ReportBurst = o.reportConns, o.reportRate, o.reportBurst
@@ -273,7 +274,10 @@ func runAgent(ctx context.Context, o *options, log logr.Logger, standbyProbe *ag
 	loops.Go(func() { workers.Run(ctx, time.Second) })
 	loops.Go(func() { edgeAgent.Run(ctx) })
 	loops.Go(func() { agent.FollowContainerEvents(ctx, runtime, events, log.WithName("events")) })
-	loops.Go(func() { agent.Heartbeats(ctx, o.cluster, o.node, o.heartbeat, health.Heartbeats(pub), apiReachable) })
+	loops.Go(func() {
+		agent.Heartbeats(ctx, o.cluster, o.node, o.heartbeat, health.Heartbeats(pub),
+			agent.HeartbeatFacts{APIReachable: apiReachable, Journaled: j.LogEntries})
+	})
 	loops.Go(func() { health.Run(ctx, log.WithName("health")) })
 	if probes != nil {
 		loops.Go(func() { serve(ctx, probes, health.Handler(), log.WithName("health")) })

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -108,7 +109,12 @@ type Agent struct {
 	commands chan []byte
 	stopped  chan struct{}
 	restored map[string]bool // workers whose kept episode was offered to the core
+
+	offlineRebuilds atomic.Uint64
 }
+
+// OfflineRebuilds is how many workers the agent rebuilt by their offline policy since it started.
+func (a *Agent) OfflineRebuilds() uint64 { return a.offlineRebuilds.Load() }
 
 // actionTimeout bounds a restart or a rebuild: the loop that observes the node waits for it.
 const actionTimeout = 15 * time.Second
@@ -324,6 +330,7 @@ func (a *Agent) do(ctx context.Context, act core.Action) error {
 		case err != nil && act.Local:
 			log.Error(err, "healing a worker by its offline policy", "action", "rebuilt as a static pod")
 		case err == nil && act.Local:
+			a.offlineRebuilds.Add(1)
 			log.Info("healed a worker by its offline policy", "uid", act.UID, "action", "rebuilt as a static pod")
 		case err == nil:
 			log.V(2).Info("rebuilt a worker as a static pod on a command", "uid", act.UID)

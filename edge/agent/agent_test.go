@@ -309,6 +309,9 @@ func TestAgentRebuildsALostWorkerAndHandsItBack_P_HEAL_3(t *testing.T) {
 	if res := pub.results(t); len(res) != 1 || !res[0].Local || res[0].Outcome != lifelinev1.Outcome_OUTCOME_DONE || res[0].PodUid != "u" {
 		t.Errorf("results %v, want one local DONE for the worker", res)
 	}
+	if n := a.OfflineRebuilds(); n != 1 {
+		t.Errorf("counted %d offline rebuilds, want 1", n)
+	}
 	reachable = true
 	steps(4)
 	if rebuild.released != 0 {

@@ -247,6 +247,13 @@ func (h *Health) RuntimeRead(err error) {
 	}
 }
 
+// RuntimeAnswers tells whether the runtime's latest read succeeded: the agent sees the node's workers.
+func (h *Health) RuntimeAnswers() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.runtimeErr == nil && !h.runtimeLast.IsZero()
+}
+
 // AgentLoop is what the agent's loop tells Health (Config.Probe): its turns, and its reads of the runtime.
 func (h *Health) AgentLoop() LoopProbe { return agentLoopProbe{h} }
 

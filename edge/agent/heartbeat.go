@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -15,9 +16,16 @@ type HeartbeatSender interface {
 	BirthSeq() uint64
 }
 
-// Heartbeats publishes a heartbeat every interval [P-HB-1]; apiReachable reports whether the agent's view of
-// the API server works.
-func Heartbeats(ctx context.Context, cluster, node string, interval time.Duration, s HeartbeatSender, apiReachable func() bool) {
+// HeartbeatFacts are what each heartbeat says of the node, read as it is sent.
+type HeartbeatFacts struct {
+	// APIReachable: whether the agent's view of the API server works.
+	APIReachable func() bool
+	// Journaled: how many messages wait in the journal for the broker (nil: none is kept).
+	Journaled func() int64
+}
+
+// Heartbeats publishes a heartbeat every interval [P-HB-1], saying facts.
+func Heartbeats(ctx context.Context, cluster, node string, interval time.Duration, s HeartbeatSender, facts HeartbeatFacts) {
 	topic := lifelinev1.NodeTopic(cluster, node, lifelinev1.KindHeartbeat).String()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -29,8 +37,12 @@ func Heartbeats(ctx context.Context, cluster, node string, interval time.Duratio
 		case <-tick.C:
 		}
 		seq++
+		var journaled uint32
+		if facts.Journaled != nil {
+			journaled = uint32(min(max(facts.Journaled(), 0), math.MaxUint32))
+		}
 		payload, err := proto.Marshal(&lifelinev1.Heartbeat{BirthSeq: s.BirthSeq(), Seq: seq,
-			TimeUnixNano: time.Now().UnixNano(), ApiReachable: apiReachable()})
+			TimeUnixNano: time.Now().UnixNano(), ApiReachable: facts.APIReachable(), JournalReports: journaled})
 		if err == nil {
 			s.PublishNow(topic, payload)
 		}

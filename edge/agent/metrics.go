@@ -11,6 +11,10 @@ type StateSources struct {
 	BrokerUp func() bool
 	// APIReachable: the node reaches the API server (its watch, and the cloud probe when there is one).
 	APIReachable func() bool
+	// RuntimeUp: the container runtime answered the agent's latest read.
+	RuntimeUp func() bool
+	// OfflineRebuilds: workers rebuilt as static pods by the offline policy, cut off from the cloud.
+	OfflineRebuilds func() uint64
 	// Journal holds what waits for the broker.
 	Journal interface {
 		LogEntries() int64
@@ -39,6 +43,11 @@ func RegisterMetrics(reg prometheus.Registerer, src StateSources) {
 		gauge("lifeline_agent_broker_connected", "1 while the agent's MQTT session with the broker is up.", bool01(src.BrokerUp)),
 		gauge("lifeline_agent_api_reachable", "1 while the node reaches the API server (its watch, and the cloud probe when there is one).",
 			bool01(src.APIReachable)),
+		gauge("lifeline_agent_runtime_reachable", "1 while the container runtime answers the agent's reads of the node's workers.",
+			bool01(src.RuntimeUp)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lifeline_agent_offline_rebuilds_total",
+			Help: "Workers the agent rebuilt as static pods by their offline policy, without the controller's word, since it started."},
+			func() float64 { return float64(src.OfflineRebuilds()) }),
 		gauge("lifeline_agent_journal_reports", "Reports journaled and not yet acknowledged by the broker.",
 			func() float64 { return float64(src.Journal.LogEntries()) }),
 		gauge("lifeline_agent_journal_report_bytes", "Bytes of the reports journaled and not yet acknowledged by the broker.",

@@ -26,7 +26,8 @@ func TestAgentMetricsTellItsStateAndPassPromlint(t *testing.T) {
 		}
 	}
 	reg := prometheus.NewPedanticRegistry()
-	RegisterMetrics(reg, StateSources{BrokerUp: func() bool { return false }, APIReachable: func() bool { return false }, Journal: j})
+	RegisterMetrics(reg, StateSources{BrokerUp: func() bool { return false }, APIReachable: func() bool { return false }, Journal: j,
+		RuntimeUp: func() bool { return true }, OfflineRebuilds: func() uint64 { return 2 }})
 	want := `
 # HELP lifeline_agent_api_reachable 1 while the node reaches the API server (its watch, and the cloud probe when there is one).
 # TYPE lifeline_agent_api_reachable gauge
@@ -37,9 +38,16 @@ lifeline_agent_broker_connected 0
 # HELP lifeline_agent_journal_reports Reports journaled and not yet acknowledged by the broker.
 # TYPE lifeline_agent_journal_reports gauge
 lifeline_agent_journal_reports 3
+# HELP lifeline_agent_offline_rebuilds_total Workers the agent rebuilt as static pods by their offline policy, without the controller's word, since it started.
+# TYPE lifeline_agent_offline_rebuilds_total counter
+lifeline_agent_offline_rebuilds_total 2
+# HELP lifeline_agent_runtime_reachable 1 while the container runtime answers the agent's reads of the node's workers.
+# TYPE lifeline_agent_runtime_reachable gauge
+lifeline_agent_runtime_reachable 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lifeline_agent_api_reachable",
-		"lifeline_agent_broker_connected", "lifeline_agent_journal_reports"); err != nil {
+		"lifeline_agent_broker_connected", "lifeline_agent_journal_reports", "lifeline_agent_offline_rebuilds_total",
+		"lifeline_agent_runtime_reachable"); err != nil {
 		t.Error(err)
 	}
 	if n, err := testutil.GatherAndCount(reg, "go_goroutines", "process_resident_memory_bytes"); err != nil || n != 2 {

@@ -105,12 +105,18 @@ func edgePods(t testing.TB) int {
 
 // hasEvent tells whether the service has an Event with that reason.
 func hasEvent(ctx context.Context, ji *v1alpha1.JointInferenceService, reason string) bool {
+	return hasEventOn(ctx, ji, reason, "")
+}
+
+// hasEventOn is hasEvent for an Event related to node ("": any or none), as kubectl lifeline counts heals.
+func hasEventOn(ctx context.Context, ji *v1alpha1.JointInferenceService, reason, node string) bool {
 	list := &eventsv1.EventList{}
 	if err := s.Client.List(ctx, list, client.InNamespace(ji.Namespace)); err != nil {
 		return false
 	}
 	for _, e := range list.Items {
-		if e.Regarding.UID == ji.UID && e.Reason == reason {
+		if e.Regarding.UID == ji.UID && e.Reason == reason &&
+			(node == "" || e.Related != nil && e.Related.Kind == "Node" && e.Related.Name == node) {
 			return true
 		}
 	}
@@ -196,8 +202,8 @@ func TestCutOffFromEverythingTheAgentHealsByPolicy(t *testing.T) {
 	eventually(t, within, "the worker back in its own pod, the static pod gone", func(context.Context) (bool, error) {
 		return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") && !s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
 	})
-	eventually(t, within, "the RestartedOffline event, from the journal's replay", func(ctx context.Context) (bool, error) {
-		return hasEvent(ctx, ji, liveness.ReasonRestartedOffline), nil
+	eventually(t, within, "the RestartedOffline event on the node, from the journal's replay", func(ctx context.Context) (bool, error) {
+		return hasEventOn(ctx, ji, liveness.ReasonRestartedOffline, edgeNode), nil
 	})
 	if n := edgePods(t); n != 1 {
 		t.Errorf("%d edge worker pods, want exactly 1", n)

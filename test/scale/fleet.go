@@ -72,7 +72,7 @@ func startFleet(ctx context.Context, addr, cluster, credentialsDir, stateDir str
 		go func() { defer f.wg.Done(); a.pub.Run(ctx) }()
 		go func() {
 			defer f.wg.Done()
-			agent.Heartbeats(ctx, cluster, node, HeartbeatInterval, a.pub, a.reachable.Load)
+			agent.Heartbeats(ctx, cluster, node, HeartbeatInterval, a.pub, agent.HeartbeatFacts{APIReachable: a.reachable.Load})
 		}()
 	}
 	return f, nil

@@ -368,9 +368,12 @@ type Heartbeat struct {
 	Seq          uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	TimeUnixNano int64                  `protobuf:"varint,3,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
 	// api_reachable says whether the agent's watch of the API server (or MetaServer) works.
-	ApiReachable  bool `protobuf:"varint,4,opt,name=api_reachable,json=apiReachable,proto3" json:"api_reachable,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ApiReachable bool `protobuf:"varint,4,opt,name=api_reachable,json=apiReachable,proto3" json:"api_reachable,omitempty"`
+	// journal_reports is how many of the agent's messages wait in its journal for the broker's acknowledgement:
+	// a backlog that grows while the agent is heard is a link that cannot carry what the node says.
+	JournalReports uint32 `protobuf:"varint,5,opt,name=journal_reports,json=journalReports,proto3" json:"journal_reports,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
@@ -429,6 +432,13 @@ func (x *Heartbeat) GetApiReachable() bool {
 		return x.ApiReachable
 	}
 	return false
+}
+
+func (x *Heartbeat) GetJournalReports() uint32 {
+	if x != nil {
+		return x.JournalReports
+	}
+	return 0
 }
 
 // ContainerState is one container of a worker.
@@ -1063,12 +1073,13 @@ const file_proto_lifeline_v1_liveness_proto_rawDesc = "" +
 	"\x0e_api_reachable\"<\n" +
 	"\tNodeDeath\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1b\n" +
-	"\tbirth_seq\x18\x02 \x01(\x04R\bbirthSeq\"\x85\x01\n" +
+	"\tbirth_seq\x18\x02 \x01(\x04R\bbirthSeq\"\xae\x01\n" +
 	"\tHeartbeat\x12\x1b\n" +
 	"\tbirth_seq\x18\x01 \x01(\x04R\bbirthSeq\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12$\n" +
 	"\x0etime_unix_nano\x18\x03 \x01(\x03R\ftimeUnixNano\x12#\n" +
-	"\rapi_reachable\x18\x04 \x01(\bR\fapiReachable\"\xd1\x01\n" +
+	"\rapi_reachable\x18\x04 \x01(\bR\fapiReachable\x12'\n" +
+	"\x0fjournal_reports\x18\x05 \x01(\rR\x0ejournalReports\"\xd1\x01\n" +
 	"\x0eContainerState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\bR\arunning\x12\x1a\n" +

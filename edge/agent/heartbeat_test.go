@@ -1,0 +1,76 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+)
+
+type recordingSender struct {
+	mu    sync.Mutex
+	beats []*lifelinev1.Heartbeat
+	topic string
+}
+
+func (s *recordingSender) PublishNow(topic string, payload []byte) bool {
+	hb := &lifelinev1.Heartbeat{}
+	if err := proto.Unmarshal(payload, hb); err != nil {
+		panic(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.topic, s.beats = topic, append(s.beats, hb)
+	return true
+}
+
+func (s *recordingSender) BirthSeq() uint64 { return 4 }
+
+func (s *recordingSender) last() (string, *lifelinev1.Heartbeat, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.beats) == 0 {
+		return "", nil, 0
+	}
+	return s.topic, s.beats[len(s.beats)-1], len(s.beats)
+}
+
+// Each heartbeat says, as it is sent, whether the node reaches the API server and how many messages wait in the
+// journal, counting from 1 within the session's birth.
+func TestHeartbeatsSayTheNodesReachAndJournalAsTheyAreSent(t *testing.T) {
+	s := &recordingSender{}
+	var mu sync.Mutex
+	reachable, journaled := true, int64(3)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Heartbeats(ctx, "c", "edge1", 10*time.Millisecond, s, HeartbeatFacts{
+			APIReachable: func() bool { mu.Lock(); defer mu.Unlock(); return reachable },
+			Journaled:    func() int64 { mu.Lock(); defer mu.Unlock(); return journaled }})
+	}()
+	defer func() { cancel(); <-done }()
+	wait := func(ok func(*lifelinev1.Heartbeat) bool) *lifelinev1.Heartbeat {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if _, hb, _ := s.last(); hb != nil && ok(hb) {
+				return hb
+			}
+		}
+		t.Fatal("no such heartbeat within 5 s")
+		return nil
+	}
+	hb := wait(func(hb *lifelinev1.Heartbeat) bool { return true })
+	if topic, _, _ := s.last(); topic != "lifeline/v1/c/nodes/edge1/heartbeat" || hb.BirthSeq != 4 || hb.Seq != 1 ||
+		!hb.ApiReachable || hb.JournalReports != 3 {
+		t.Fatalf("first heartbeat on %s: %v", topic, hb)
+	}
+	mu.Lock()
+	reachable, journaled = false, 1<<40 // more than the field holds: said as its largest value
+	mu.Unlock()
+	wait(func(hb *lifelinev1.Heartbeat) bool { return !hb.ApiReachable && hb.JournalReports == 1<<32-1 })
+}
