@@ -29,7 +29,7 @@ const (
 var maxPayload = map[lifelinev1.Kind]int{
 	lifelinev1.KindBirth:       1 << 10, // a node name (at most 253 bytes), a boot id, a state id, a version, numbers
 	lifelinev1.KindDeath:       1 << 10,
-	lifelinev1.KindHeartbeat:   256,     // four numbers: 100 bytes on the wire with its topic [P-HB-2]
+	lifelinev1.KindHeartbeat:   256,     // five numbers: 100 bytes on the wire with its topic [P-HB-2]
 	lifelinev1.KindWorkerState: 4 << 10, // 34 containers with names of the longest legal length
 	lifelinev1.KindReport:      maxReportBody + 1<<10,
 	lifelinev1.KindResult:      maxReportBody + 1<<10, // an error message, which the agent passes on as it got it

@@ -44,7 +44,7 @@ func TestParseTopic(t *testing.T) {
 
 // [P-HB-2] A heartbeat is under 100 bytes on the wire.
 func TestHeartbeatSize_P_HB_2(t *testing.T) {
-	hb := &Heartbeat{BirthSeq: 1 << 40, Seq: 1 << 40, TimeUnixNano: 1 << 62, ApiReachable: true}
+	hb := &Heartbeat{BirthSeq: 1 << 40, Seq: 1 << 40, TimeUnixNano: 1 << 62, ApiReachable: true, JournalReports: 1<<32 - 1}
 	data, err := proto.Marshal(hb)
 	if err != nil {
 		t.Fatal(err)
