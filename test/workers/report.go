@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"log"
 	"net/http"
 	"time"
 
@@ -12,8 +13,15 @@ import (
 
 var httpClient = &http.Client{Timeout: 2 * time.Second}
 
-// report sends a report to the node's LC endpoint; like Sedna's worker library it does not stop the worker when
-// nobody listens.
+// Report attempts, as Sedna's worker library makes them: five, three seconds apart.
+var (
+	reportAttempts = 5
+	reportSpacing  = 3 * time.Second
+)
+
+// report sends a report to the node's LC endpoint, trying again as Sedna's worker library does while the
+// endpoint does not answer (an agent restarting, being upgraded); like that library it does not stop the worker
+// when nobody listens. It logs a report delivered after a retry, and one given up: a lost report.
 func report(lcServer string, r lifelinev1.Report) error {
 	if lcServer == "" {
 		return nil
@@ -22,7 +30,24 @@ func report(lcServer string, r lifelinev1.Report) error {
 	if err != nil {
 		return err
 	}
-	resp, err := httpClient.Post(fmt.Sprintf("%s/sedna/workers/%s/info", lcServer, r.Name), "application/json", bytes.NewReader(body))
+	for attempt := 1; ; attempt++ {
+		err = postReport(fmt.Sprintf("%s/sedna/workers/%s/info", lcServer, r.Name), body)
+		switch {
+		case err == nil && attempt > 1:
+			log.Printf("report delivered at attempt %d", attempt)
+			return nil
+		case err == nil:
+			return nil
+		case attempt == reportAttempts:
+			log.Printf("report lost after %d attempts: %v", attempt, err)
+			return err
+		}
+		time.Sleep(reportSpacing)
+	}
+}
+
+func postReport(url string, body []byte) error {
+	resp, err := httpClient.Post(url, "application/json", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

@@ -182,3 +182,43 @@ func TestOwnerNameAsSednaLibrary(t *testing.T) {
 		})
 	}
 }
+
+// A report the LC endpoint does not take (an agent restarting) is tried again as Sedna's library tries it, and
+// delivered once the endpoint answers; one no attempt delivers is given up, and the worker goes on.
+func TestReportIsTriedAgainAsSednaLibraryDoes(t *testing.T) {
+	reportSpacing = 10 * time.Millisecond
+	t.Cleanup(func() { reportSpacing = 3 * time.Second })
+	var mu sync.Mutex
+	failFirst, calls := 0, 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls <= failFirst {
+			http.Error(w, "restarting", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte(`{"status": 200, "message": "OK"}`))
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		failFirst, wantCalls int
+		delivered            bool
+	}{
+		{0, 1, true},
+		{3, 4, true},
+		{4, 5, true},
+		{5, 5, false}, // every attempt refused: lost
+	} {
+		mu.Lock()
+		failFirst, calls = tc.failFirst, 0
+		mu.Unlock()
+		err := report(srv.URL, lifelinev1.Report{Name: "w"})
+		mu.Lock()
+		got := calls
+		mu.Unlock()
+		if (err == nil) != tc.delivered || got != tc.wantCalls {
+			t.Errorf("refused %d times: %d attempts, error %v; want %d attempts, delivered %v", tc.failFirst, got, err, tc.wantCalls, tc.delivered)
+		}
+	}
+}
