@@ -23,7 +23,9 @@ import (
 //     (anchor: the kubelet never runs it again); the link back -> its stand-in gives way; seconds with no trainer,
 //     and with two, meanwhile;
 //   - the joint inference edge worker's node reboots while cut off from everything -> the edge worker runs again
-//     (anchor: the kubelet runs none of its API pods until the link returns), once: a reboot costs minutes.
+//     (anchor: the kubelet runs none of its API pods until the link returns), once: a reboot costs minutes;
+//   - helm upgrade to a new tag of both images while edge-2 is cut off: workers restarted, reports lost, and how
+//     long until every agent of the new release is ready.
 func BenchmarkRealNodes(b *testing.B) {
 	needReal(b)
 	const samples = 3
@@ -57,6 +59,7 @@ func BenchmarkRealNodes(b *testing.B) {
 		gap, overlap = gap+h.gap, overlap+h.overlap
 	}
 	reboot := rebootCutOff(b)
+	upgraded := upgradeWhileCutOff(b, "0.0.0-bench")
 	line := func(name string, d time.Duration) { fmt.Printf("%s %.3f s\n", name, d.Seconds()) }
 	fmt.Printf("\nreal nodes, %d samples each (p99 of %d is their worst)\n", samples, samples)
 	line("detect-cut-off-p50", controllertest.Percentile(cutOff, 50))
@@ -74,6 +77,10 @@ func BenchmarkRealNodes(b *testing.B) {
 	line("reboot-reconnect-stand-in-gave-way", reboot.gaveWay)
 	line("reboot-reconnect-no-worker-running", reboot.gap)
 	line("reboot-reconnect-two-workers-running", reboot.overlap)
+	fmt.Printf("helm-upgrade-workers-restarted %d\n", len(upgraded.restarted))
+	fmt.Printf("helm-upgrade-reports-lost %d (delivered after a retry: %d)\n", upgraded.reportsLost, upgraded.reportsRetried)
+	line("helm-upgrade-every-agent-ready", upgraded.took)
+	fmt.Println("helm-upgrade-anchor none (Sedna's controllers have no agent to upgrade)")
 }
 
 // freshEdgeWorker deletes the joint inference edge worker's pod and waits until its replacement is Alive.
