@@ -5,8 +5,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,11 +30,9 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/agent"
 	"github.com/lifeline-edge/lifeline/edge/agent/core"
 	"github.com/lifeline-edge/lifeline/edge/cri"
-	"github.com/lifeline-edge/lifeline/edge/desired"
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
 	"github.com/lifeline-edge/lifeline/edge/reportapi"
-	"github.com/lifeline-edge/lifeline/internal/certfile"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -158,15 +154,11 @@ func runStandby(ctx context.Context, o *options, log logr.Logger) error {
 // the API server: the standby reads no API server (a static pod has no credentials), only the desired workers
 // the agent pod left on the node's disk; nil: the agent pod, reading its pod source.
 func runAgent(ctx context.Context, o *options, log logr.Logger, standbyProbe *agent.CloudProbe) error {
-	password := os.Getenv("LIFELINE_MQTT_PASSWORD")
-	if o.passFile != "" {
-		data, err := os.ReadFile(o.passFile)
-		if err != nil {
-			return fmt.Errorf("reading the MQTT password: %w", err)
-		}
-		password = strings.TrimSpace(string(data))
+	password, err := publisher.Password(o.passFile)
+	if err != nil {
+		return err
 	}
-	tlsConfig, err := brokerTLS(o, log)
+	tlsConfig, err := publisher.TLSConfig(o.caFile, o.certFile, o.keyFile, log)
 	if err != nil {
 		return err
 	}
@@ -187,52 +179,34 @@ func runAgent(ctx context.Context, o *options, log logr.Logger, standbyProbe *ag
 	// The watcher and the publisher log their retries at -v=2: the taps keep their latest error for the
 	// first-failure lines and the readiness probe.
 	var podsErrors, brokerErrors agent.ErrorTap
-	protected := []string{o.stateDir, filepath.Dir(o.socket), filepath.Dir(o.edgecoreConfig)}
-	var (
-		workers      *desired.Watcher
-		rebuilder    agent.Rebuilder
-		probe        *agent.CloudProbe
-		actuatorURL  string
-		podSourceURL = "none (the standby)"
-	)
+	protected := agent.ProtectedPaths(o.stateDir, o.socket, o.edgecoreConfig)
+	var src agent.NodeSources
 	if standbyProbe != nil {
-		if workers, err = desired.New(agent.StandbySource{}, o.node, o.stateDir, podsErrors.Logger(log.WithName("desired"))); err != nil {
-			return fmt.Errorf("loading the desired workers: %w", err)
-		}
-		// What the agent pod kept came from its authenticated source.
-		rebuilder = &agent.StaticPods{Dir: o.staticDir, Workers: workers, Protected: protected}
-		probe = standbyProbe
+		src, err = agent.StandbySources(o.node, o.stateDir, o.staticDir, protected, standbyProbe, podsErrors.Logger(log.WithName("desired")))
 	} else {
-		source, err := agent.ChoosePods(o.inCluster, o.kubeconfig, o.apiServer, o.explicit["api-server"], o.edgecoreConfig, o.metaServer,
-			o.explicit["metaserver"], log.WithName("pods"))
-		if err != nil {
-			return fmt.Errorf("configuring where the node's pods are read: %w", err)
-		}
-		if workers, err = desired.New(source.Pods, o.node, o.stateDir, podsErrors.Logger(log.WithName("desired"))); err != nil {
-			return fmt.Errorf("loading the desired workers: %w", err)
-		}
-		rebuilder = agent.ChooseRebuilder(source.Pods, o.staticDir, o.insecurePods, workers, protected, log)
-		probe = agent.ChooseProbe(o.cloudProbe, o.inCluster, o.edgecoreConfig, log.WithName("probe"))
-		actuatorURL, podSourceURL = source.ActuatorURL, source.Pods.URL()
+		src, err = agent.PodSources(o.node, o.stateDir, protected, agent.PodSourceFlags{InCluster: o.inCluster, Kubeconfig: o.kubeconfig,
+			APIServer: o.apiServer, APIServerExplicit: o.explicit["api-server"], EdgecoreConfig: o.edgecoreConfig,
+			MetaServer: o.metaServer, MetaServerExplicit: o.explicit["metaserver"], CloudProbe: o.cloudProbe,
+			StaticDir: o.staticDir, AllowInsecurePods: o.insecurePods}, log, podsErrors.Logger(log.WithName("desired")))
 	}
+	if err != nil {
+		return err
+	}
+	workers, apiReachable, apiKnown := src.Workers, src.APIReachable, src.APIKnown
 	var loops sync.WaitGroup
-	if probe != nil && probe != standbyProbe {
-		loops.Go(func() { probe.Run(ctx, o.heartbeat) })
-	}
-	apiReachable, apiKnown := agent.APIReachability(workers, probe), agent.APIReachabilityKnown(workers, probe)
-	if standbyProbe != nil {
-		apiReachable, apiKnown = probe.Reachable, probe.Probed
+	if src.RunProbe {
+		loops.Go(func() { src.Probe.Run(ctx, o.heartbeat) })
 	}
 	var edgeAgent *agent.Agent
 	pub := publisher.New(publisher.Config{Broker: o.broker, Username: o.username, Password: password, TLS: tlsConfig,
 		Cluster: o.cluster, Node: o.node, AgentVersion: version, MaxRetryInterval: o.retryMax, HeartbeatInterval: o.heartbeat,
-		APIReachable: func() (bool, bool) { return apiReachable(), apiKnown() }, BootID: bootID(), StateDir: o.stateDir,
+		APIReachable: func() (bool, bool) { return apiReachable(), apiKnown() }, BootID: publisher.BootID(), StateDir: o.stateDir,
 		Log: brokerErrors.Logger(log.WithName("publisher")), OnCommand: func(payload []byte) { edgeAgent.HandleCommand(payload) }}, j)
 	health := &agent.Health{RuntimeAddress: o.socket, RuntimeFresh: agent.RuntimeFreshness(o.poll),
 		Broker: agent.Session{Address: redacted(o.broker), Up: pub.Connected, Err: brokerErrors.Err},
 		// The pod source answers (its watch, or a refusal), whether or not the cloud probe reaches the cloud: a
 		// MetaServer answering a cut-off node is the edge working as it should.
-		Pods: agent.Session{Address: podSourceURL, Up: workers.Reachable, Err: podsErrors.Err}}
+		Pods: agent.Session{Address: src.PodSourceURL, Up: workers.Reachable, Err: podsErrors.Err}}
 	health.Loop(agent.LoopAgent, o.poll)
 	health.Loop(agent.LoopHeartbeats, o.heartbeat)
 	timing := core.DefaultHealTiming
@@ -248,7 +222,7 @@ func runAgent(ctx context.Context, o *options, log logr.Logger, standbyProbe *ag
 	}
 	events := make(chan struct{}, 1)
 	edgeAgent, err = agent.New(agent.Config{Cluster: o.cluster, Node: o.node, Source: runtime, Workers: workers, Publisher: pub, Store: j,
-		Actuator: agent.Actuators(actuatorURL, runtime), Rebuilder: rebuilder, APIReachable: apiReachable, BrokerUp: pub.Connected,
+		Actuator: agent.Actuators(src.ActuatorURL, runtime), Rebuilder: src.Rebuilder, APIReachable: apiReachable, BrokerUp: pub.Connected,
 		Timing: timing, Interval: o.poll, Changed: events, Log: log.WithName("agent"), Probe: health.AgentLoop()})
 	if err != nil {
 		return fmt.Errorf("starting the agent: %w", err)
@@ -286,7 +260,7 @@ func runAgent(ctx context.Context, o *options, log logr.Logger, standbyProbe *ag
 		loops.Go(func() { serveMetrics(ctx, o.metrics, reg, log) })
 	}
 	log.Info("started", "version", version, "revision", revision, "broker", redacted(o.broker), "reportAddress", o.reportAddr,
-		"criSocket", o.socket, "podSource", podSourceURL, "healthAddress", o.healthAddr)
+		"criSocket", o.socket, "podSource", src.PodSourceURL, "healthAddress", o.healthAddr)
 	err = reports.ListenAndServe(ctx, o.reportAddr)
 	if err != nil {
 		err = fmt.Errorf("report API: %w", err)
@@ -300,34 +274,6 @@ func runAgent(ctx context.Context, o *options, log logr.Logger, standbyProbe *ag
 	}
 	loops.Wait()
 	return err
-}
-
-// brokerTLS is the TLS configuration of ssl:// brokers: the broker's CA from --ca-file (else the system's), and
-// the node's client certificate when --cert-file and --key-file name one.
-func brokerTLS(o *options, log logr.Logger) (*tls.Config, error) {
-	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
-	if o.caFile != "" {
-		pem, err := os.ReadFile(o.caFile)
-		pool := x509.NewCertPool()
-		if err != nil || !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("reading the broker's CA certificates from %s: %v", o.caFile, err)
-		}
-		tlsConfig.RootCAs = pool
-	}
-	if o.certFile != "" && o.keyFile != "" {
-		// Presented at every connection as the files are then: edgecore rotates them in place.
-		pair := &certfile.Pair{CertFile: o.certFile, KeyFile: o.keyFile}
-		if err := pair.Load(); err != nil {
-			return nil, fmt.Errorf("loading the client certificate %s (key %s): %w", o.certFile, o.keyFile, err)
-		}
-		tlsConfig.GetClientCertificate = pair.GetClientCertificate
-		if c := pair.Current(); c != nil {
-			log.Info("client certificate", "subject", c.Leaf.Subject.String(), "serial", c.Leaf.SerialNumber.Text(16), "notAfter", c.Leaf.NotAfter)
-		} else {
-			log.Info("no client certificate yet: logging in by password until one appears", "certFile", o.certFile)
-		}
-	}
-	return tlsConfig, nil
 }
 
 // serveMetrics serves reg's metrics at addr until ctx ends.
@@ -492,15 +438,6 @@ func (o *options) validate(fs *flag.FlagSet) error {
 		errs = append(errs, fmt.Errorf("--memory-limit-fraction must be at most 1, got %v", *o.memoryFraction))
 	}
 	return errors.Join(errs...)
-}
-
-// bootID identifies this boot of the node, so the controller can tell a node reboot from an agent restart.
-func bootID() string {
-	data, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return "unknown"
-	}
-	return strings.TrimSpace(string(data))
 }
 
 // versionLine is what --version prints: the command, its version and, when stamped, its commit.

@@ -1,0 +1,76 @@
+package agent
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/go-logr/logr"
+
+	"github.com/lifeline-edge/lifeline/edge/desired"
+)
+
+// NodeSources are where the agent learns the node's desired workers, how it rebuilds one the node lost, and how
+// it tells whether the node reaches the API server: the agent pod's pod source and probe, or the standby's disk.
+type NodeSources struct {
+	Workers *desired.Watcher
+	// Rebuilder is nil when the agent must not rebuild (ChooseRebuilder).
+	Rebuilder Rebuilder
+	// Probe is the cloud probe, nil for none; RunProbe says the agent runs it (the standby's already runs).
+	Probe    *CloudProbe
+	RunProbe bool
+	// ActuatorURL is the MetaServer restarts go through; empty: the runtime only.
+	ActuatorURL string
+	// PodSourceURL names the pod source in the logs and the readiness probe.
+	PodSourceURL string
+	// APIReachable says whether the node reaches the API server now, APIKnown whether that is known yet.
+	APIReachable, APIKnown func() bool
+}
+
+// PodSourceFlags are the agent pod's flags that choose its pod source, its probe and its rebuilds.
+type PodSourceFlags struct {
+	InCluster                             bool
+	Kubeconfig, APIServer, EdgecoreConfig string
+	APIServerExplicit                     bool
+	MetaServer                            string
+	MetaServerExplicit                    bool
+	CloudProbe                            string
+	StaticDir                             string
+	AllowInsecurePods                     bool
+}
+
+// ProtectedPaths are the node paths no rebuilt worker may mount besides SystemPaths: the agent's state, the
+// runtime's socket directory and edgecore's configuration directory.
+func ProtectedPaths(stateDir, criSocket, edgecoreConfig string) []string {
+	return []string{stateDir, filepath.Dir(criSocket), filepath.Dir(edgecoreConfig)}
+}
+
+// PodSources are the agent pod's sources: the node's pods from the API server or the MetaServer as flags choose
+// (ChoosePods), rebuilds only from an authenticated source (ChooseRebuilder), and the cloud probe (ChooseProbe).
+// The workers' watcher logs to watcherLog (its retries are the readiness probe's evidence).
+func PodSources(node, stateDir string, protected []string, f PodSourceFlags, log, watcherLog logr.Logger) (NodeSources, error) {
+	source, err := ChoosePods(f.InCluster, f.Kubeconfig, f.APIServer, f.APIServerExplicit, f.EdgecoreConfig, f.MetaServer,
+		f.MetaServerExplicit, log.WithName("pods"))
+	if err != nil {
+		return NodeSources{}, fmt.Errorf("configuring where the node's pods are read: %w", err)
+	}
+	workers, err := desired.New(source.Pods, node, stateDir, watcherLog)
+	if err != nil {
+		return NodeSources{}, fmt.Errorf("loading the desired workers: %w", err)
+	}
+	probe := ChooseProbe(f.CloudProbe, f.InCluster, f.EdgecoreConfig, log.WithName("probe"))
+	return NodeSources{Workers: workers, Rebuilder: ChooseRebuilder(source.Pods, f.StaticDir, f.AllowInsecurePods, workers, protected, log),
+		Probe: probe, RunProbe: probe != nil, ActuatorURL: source.ActuatorURL, PodSourceURL: source.Pods.URL(),
+		APIReachable: APIReachability(workers, probe), APIKnown: APIReachabilityKnown(workers, probe)}, nil
+}
+
+// StandbySources are the standby's: it reads no API server (a static pod has no credentials), only the desired
+// workers the agent pod left on the node's disk, which came from the agent pod's authenticated source, so it
+// rebuilds them; whether the node reaches the API server is its running probe's word alone.
+func StandbySources(node, stateDir, staticDir string, protected []string, probe *CloudProbe, watcherLog logr.Logger) (NodeSources, error) {
+	workers, err := desired.New(StandbySource{}, node, stateDir, watcherLog)
+	if err != nil {
+		return NodeSources{}, fmt.Errorf("loading the desired workers: %w", err)
+	}
+	return NodeSources{Workers: workers, Rebuilder: &StaticPods{Dir: staticDir, Workers: workers, Protected: protected},
+		Probe: probe, PodSourceURL: "none (the standby)", APIReachable: probe.Reachable, APIKnown: probe.Probed}, nil
+}

@@ -1,0 +1,81 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/lifeline-edge/lifeline/edge/desired"
+)
+
+// The standby reads no API server: its workers are those the agent pod left on the node's disk, it rebuilds them
+// (they came from the agent pod's authenticated source), and the node reaches the API server when its own probe
+// says so.
+func TestStandbyWorksFromTheDesiredWorkersOnDiskAndItsProbe(t *testing.T) {
+	stateDir, staticDir := t.TempDir(), t.TempDir()
+	kept, _ := json.Marshal([]desired.Worker{{Namespace: "default", Name: "trainer", UID: "u1"}})
+	if err := os.WriteFile(filepath.Join(stateDir, "desired-workers.json"), kept, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cloud := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	probe := &CloudProbe{URL: cloud.URL}
+	src, err := StandbySources("edge-1", stateDir, staticDir, nil, probe, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := src.Workers.Workers(); len(got) != 1 || got[0].UID != "u1" {
+		t.Errorf("workers %v, want the one on disk", got)
+	}
+	if r, ok := src.Rebuilder.(*StaticPods); !ok || r.Dir != staticDir {
+		t.Errorf("rebuilder %#v, want static pods in %s", src.Rebuilder, staticDir)
+	}
+	if src.RunProbe || src.PodSourceURL != "none (the standby)" || src.ActuatorURL != "" {
+		t.Errorf("sources %+v: the standby's probe runs already, and it has no pod source nor MetaServer", src)
+	}
+	if src.APIKnown() {
+		t.Error("reachability known before the probe answered")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go probe.Run(ctx, 10*time.Millisecond)
+	waitFor(t, 5*time.Second, "the probe's answer", src.APIKnown)
+	if !src.APIReachable() {
+		t.Error("the cloud answers the probe, but the node is not taken as reaching it")
+	}
+	cancel()
+	cloud.Close()
+}
+
+// The agent pod reads its pods where its flags say, rebuilds only from an authenticated source, and with a probe
+// reaches the API server only while both its watch and its probe answer.
+func TestAgentPodSourcesFollowTheFlags(t *testing.T) {
+	stateDir, staticDir := t.TempDir(), t.TempDir()
+	flags := PodSourceFlags{APIServer: "http://127.0.0.1:1", APIServerExplicit: true, MetaServer: "http://127.0.0.1:1",
+		StaticDir: staticDir, CloudProbe: "https://127.0.0.1:1/readyz"}
+	src, err := PodSources("edge-1", stateDir, nil, flags, logr.Discard(), logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.Rebuilder != nil {
+		t.Error("a plain HTTP pod source may choose what the agent rebuilds")
+	}
+	if src.Probe == nil || !src.RunProbe || src.Probe.URL != flags.CloudProbe {
+		t.Errorf("probe %+v (runs: %v), want the flag's, run by the agent", src.Probe, src.RunProbe)
+	}
+	if src.PodSourceURL != "http://127.0.0.1:1" {
+		t.Errorf("pod source %q", src.PodSourceURL)
+	}
+	if src.APIReachable() || src.APIKnown() {
+		t.Error("reachable before the watch or the probe answered")
+	}
+	flags.AllowInsecurePods = true
+	if src, err = PodSources("edge-1", stateDir, nil, flags, logr.Discard(), logr.Discard()); err != nil || src.Rebuilder == nil {
+		t.Errorf("with --allow-insecure-pod-source: rebuilder %v, %v", src.Rebuilder, err)
+	}
+}
