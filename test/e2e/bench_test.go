@@ -32,7 +32,8 @@ const (
 //     equal: edged restarts a crashed container only after its back-off, also when asked through the
 //     MetaServer, so Lifeline cannot hasten it under restartPolicy Always;
 //   - a lost pod -> the worker runs again as a static pod, anchor: never, while the node is cut off;
-//   - an FL trainer with restartPolicy Never that fails on a cut-off node: replaced or not (anchor: never);
+//   - an FL trainer with restartPolicy Never that fails on a cut-off node: replaced or not (anchor: never); and
+//     the same at three moments of a cut, the node imitating edgehub's late notice and its mirror-pod wait;
 //   - once the link is back, the time the status takes to converge, and workers found running twice.
 func BenchmarkCutOffNode(b *testing.B) {
 	if testing.Short() {
@@ -109,7 +110,8 @@ func BenchmarkCutOffNode(b *testing.B) {
 			return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model"), nil
 		})
 
-		replacedAfter, replaced := failNeverTrainerCutOff(b)
+		replacedAfter, replaced := failNeverTrainerCutOff(b, 3*time.Second, flWait)
+		byPhase := rebuildByPhaseOfTheCut(b)
 
 		b.Run("detection", func(b *testing.B) {
 			controllertest.ReportComparison(b, "Kill -> status shows the worker dead", "node cut off, agent's word", detection,
@@ -134,6 +136,18 @@ func BenchmarkCutOffNode(b *testing.B) {
 					replacedAfter.Round(time.Millisecond))
 			} else {
 				fmt.Printf("\nFL trainer (restartPolicy Never) failed on a cut-off node -> nothing replaced it within %v (anchor: never)\n", flWait)
+			}
+		})
+		b.Run("fl-never-trainer-by-phase", func(b *testing.B) {
+			fmt.Printf("\nFL trainer (restartPolicy Never) failed on a node cut off from the API server, edgehub noticing the cut %v "+
+				"after it began and holding a mirror-pod request %v meanwhile -> a trainer runs again:\n", edgehubNotice, mirrorPodTimeout)
+			for _, p := range byPhase {
+				if p.replaced {
+					b.ReportMetric(p.after.Seconds(), fmt.Sprintf("failed-%ds-into-the-cut-s", int(p.into.Seconds())))
+					fmt.Printf("  failed %v into the cut: after %v\n", p.into, p.after.Round(time.Millisecond))
+				} else {
+					fmt.Printf("  failed %v into the cut: not within %v\n", p.into, phaseWait)
+				}
 			}
 		})
 		b.Run("reconnect", func(b *testing.B) {
@@ -184,21 +198,52 @@ func freshEdgePod(b testing.TB, ji *v1alpha1.JointInferenceService, replace bool
 	return pod
 }
 
+// The edgehub the phase scenario imitates: it notices a cut 5 s after it began (1.4 to 9.8 s on the KubeEdge
+// rig) and holds a static pod's mirror-pod request for beehive's timeout meanwhile.
+const (
+	edgehubNotice    = 5 * time.Second
+	mirrorPodTimeout = time.Minute
+	phaseWait        = mirrorPodTimeout + 20*time.Second
+)
+
+// phaseRebuild is how soon a failed trainer ran again, by how far into the cut it failed.
+type phaseRebuild struct {
+	into, after time.Duration
+	replaced    bool
+}
+
+// rebuildByPhaseOfTheCut fails a trainer under restartPolicy Never at three moments of a cut of its node from the
+// API server, the node imitating edgehub's late notice: in its first second (before edgehub noticed), just after
+// edgehub noticed, and well into the cut.
+func rebuildByPhaseOfTheCut(b testing.TB) []phaseRebuild {
+	b.Helper()
+	if err := s.ImitateEdgehub("edge1", edgehubNotice, mirrorPodTimeout); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = s.ImitateEdgehub("edge1", 0, 0) }()
+	var out []phaseRebuild
+	for _, into := range []time.Duration{time.Second, edgehubNotice + 3*time.Second, 30 * time.Second} {
+		after, replaced := failNeverTrainerCutOff(b, into, phaseWait)
+		out = append(out, phaseRebuild{into: into, after: after, replaced: replaced})
+	}
+	return out
+}
+
 // failNeverTrainerCutOff runs an FL job whose trainers have restartPolicy Never, cuts trainer 0's node off from
-// the API server, kills the trainer and says whether, and when, a trainer process of that job runs on the node
-// again within flWait.
-func failNeverTrainerCutOff(b testing.TB) (time.Duration, bool) {
+// the API server, kills the trainer into the cut and says whether, and when, a trainer process of that job runs
+// on the node again within wait.
+func failNeverTrainerCutOff(b testing.TB, into, wait time.Duration) (time.Duration, bool) {
 	b.Helper()
 	job, trainer := neverTrainerJob(b, "surface-defect-detection-never")
 	defer deleteAndWait(b, job) // each run makes the job anew, under the same name
 	s.CutAPI("edge1")
 	defer s.RestoreAPI("edge1")
-	time.Sleep(3 * time.Second) // the agent the truth
+	time.Sleep(into)
 	if err := s.KillWorker("edge1", "default", trainer, "train-worker"); err != nil {
 		b.Fatal(err)
 	}
 	killed := time.Now()
-	for time.Since(killed) < flWait {
+	for time.Since(killed) < wait {
 		pods := &corev1.PodList{}
 		if err := s.Client.List(context.Background(), pods, client.InNamespace("default")); err == nil {
 			for _, p := range pods.Items {

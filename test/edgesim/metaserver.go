@@ -59,6 +59,16 @@ func (n *Node) ServeMetaServer(ctx context.Context, l net.Listener) error {
 			http.Error(w, "no exited container of that pod on this node", http.StatusNotFound)
 		}
 	})
+	// edgehub's late notice of a cut and the mirror-pod wait it makes (ImitateEdgehub), as Go durations.
+	mux.HandleFunc("POST /debug/edgehub", func(w http.ResponseWriter, r *http.Request) {
+		notice, err1 := time.ParseDuration(r.URL.Query().Get("noticeAfter"))
+		timeout, err2 := time.ParseDuration(r.URL.Query().Get("mirrorPodTimeout"))
+		if err1 != nil || err2 != nil {
+			http.Error(w, "noticeAfter and mirrorPodTimeout must be durations", http.StatusBadRequest)
+			return
+		}
+		n.ImitateEdgehub(notice, timeout)
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	if err := srv.Serve(l); err != nil && err != http.ErrServerClosed {

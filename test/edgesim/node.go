@@ -74,6 +74,8 @@ type Node struct {
 	// connection to cloudcore does: the MetaServer answers from the cloud while it does, from the node's store
 	// otherwise.
 	cloudLinked atomic.Bool
+	// hub imitates edgehub's late notice of a cut, when asked to.
+	hub edgehub
 }
 
 // podRuntime is a pod the node runs, with its processes by container name. mu guards every field; the node's
@@ -91,6 +93,8 @@ type podRuntime struct {
 	reported     *corev1.PodStatus
 	stopping     bool
 	started      time.Time
+	// notBefore holds a static pod's first containers back while its mirror-pod request waits (edgehub).
+	notBefore time.Time
 }
 
 // New returns a node; Run starts it.
@@ -157,7 +161,7 @@ func (n *Node) watchPods(ctx context.Context) {
 	pods := n.cfg.Client.CoreV1().Pods("")
 	for ctx.Err() == nil {
 		list, err := pods.List(ctx, metav1.ListOptions{FieldSelector: selector})
-		n.cloudLinked.Store(err == nil)
+		n.setCloudLinked(err == nil)
 		if err != nil {
 			time.Sleep(time.Second)
 			continue
@@ -170,7 +174,7 @@ func (n *Node) watchPods(ctx context.Context) {
 		n.forgetMissing(seen)
 		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: selector, ResourceVersion: list.ResourceVersion})
 		if err != nil {
-			n.cloudLinked.Store(false)
+			n.setCloudLinked(false)
 			continue
 		}
 		for ev := range w.ResultChan() {
@@ -187,6 +191,11 @@ func (n *Node) watchPods(ctx context.Context) {
 		}
 		w.Stop()
 	}
+}
+
+func (n *Node) setCloudLinked(ok bool) {
+	n.cloudLinked.Store(ok)
+	n.hub.linked(ok, time.Now())
 }
 
 func (n *Node) upsert(pod *corev1.Pod) {
@@ -267,6 +276,9 @@ func (n *Node) syncPod(ctx context.Context, rt *podRuntime) {
 	now := time.Now()
 	for _, c := range pod.Spec.Containers {
 		p := rt.procs[c.Name]
+		if p == nil && now.Before(rt.notBefore) {
+			continue
+		}
 		if p != nil {
 			running, code, startedAt, finished := p.state()
 			if running {

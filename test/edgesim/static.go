@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,7 +24,8 @@ func isStatic(pod *corev1.Pod) bool { return pod.Annotations[configSourceAnnotat
 
 // syncStaticPods runs the pods of the static-pod directory, as edged does with its manifest directory: one pod
 // per manifest (JSON or YAML), named `<name>-<node>`, its UID the hash of the manifest; a manifest removed or
-// changed stops its pod. Static pods need no API server; no mirror pod is created for them.
+// changed stops its pod. Static pods need no API server; no mirror pod is created for them, but the wait for
+// one is imitated when asked to (ImitateEdgehub).
 func (n *Node) syncStaticPods() {
 	if n.cfg.StaticPodDir == "" {
 		return
@@ -68,8 +70,17 @@ func (n *Node) syncStaticPods() {
 		}
 	}
 	n.mu.Unlock()
+	wait := n.hub.mirrorPodWait(time.Now())
 	for _, pod := range added {
 		n.upsert(pod)
+		if wait > 0 {
+			n.mu.Lock()
+			rt := n.pods[pod.UID]
+			n.mu.Unlock()
+			rt.mu.Lock()
+			rt.notBefore = time.Now().Add(wait)
+			rt.mu.Unlock()
+		}
 	}
 }
 

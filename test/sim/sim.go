@@ -413,6 +413,12 @@ func (s *Sim) RestampExit(node, namespace, pod string) error {
 	return s.postToNode(node, "/debug/restamp/"+namespace+"/"+pod, nil)
 }
 
+// ImitateEdgehub makes an edge node imitate edgehub's late notice of a cut (noticeAfter) and the wait a static
+// pod's mirror-pod request makes meanwhile (mirrorPodTimeout; 0 turns the imitation off).
+func (s *Sim) ImitateEdgehub(node string, noticeAfter, mirrorPodTimeout time.Duration) error {
+	return s.postToNode(node, fmt.Sprintf("/debug/edgehub?noticeAfter=%s&mirrorPodTimeout=%s", noticeAfter, mirrorPodTimeout), nil)
+}
+
 // postToNode posts to an edge node's MetaServer address.
 func (s *Sim) postToNode(node, path string, body []byte) error {
 	e := s.edges[node]

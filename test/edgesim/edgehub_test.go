@@ -1,0 +1,63 @@
+package edgesim
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// A static pod's mirror-pod request waits edged's timeout only while the link is broken and edgehub has not yet
+// noticed; linked, or once edgehub knows, it ends at once; with the imitation off, always at once.
+func TestMirrorPodWaitFollowsEdgehubsView(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name          string
+		mirrorTimeout time.Duration
+		lostAt        time.Time
+		at            time.Time
+		want          time.Duration
+	}{
+		{"imitation off", 0, t0, t0.Add(time.Second), 0},
+		{"linked", time.Minute, time.Time{}, t0, 0},
+		{"cut 1 s ago, edgehub not aware", time.Minute, t0, t0.Add(time.Second), time.Minute},
+		{"cut 5 s ago, edgehub aware", time.Minute, t0, t0.Add(5 * time.Second), 0},
+		{"cut 35 s ago", time.Minute, t0, t0.Add(35 * time.Second), 0},
+	} {
+		e := edgehub{noticeAfter: 5 * time.Second, mirrorTimeout: tc.mirrorTimeout}
+		if !tc.lostAt.IsZero() {
+			e.linked(false, tc.lostAt)
+			e.linked(false, tc.lostAt.Add(time.Second)) // still broken: the cut began at lostAt
+		}
+		if got := e.mirrorPodWait(tc.at); got != tc.want {
+			t.Errorf("%s: waits %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// On the node: a static pod written in the first seconds of a cut runs only after the mirror-pod timeout.
+func TestStaticPodWrittenBeforeEdgehubNoticesWaitsForItsMirrorPod(t *testing.T) {
+	dir, manifests := t.TempDir(), t.TempDir()
+	n := New(Config{NodeName: "edge-1", Client: fake.NewClientset(), StateDir: dir, StaticPodDir: manifests,
+		Images: map[string][]string{"sleeper": {"sleep", "60"}}, SyncInterval: 20 * time.Millisecond})
+	n.ImitateEdgehub(time.Minute, time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { _ = n.Run(ctx); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+	waitUntil(t, "the node linked", n.cloudLinked.Load)
+	n.setCloudLinked(false) // the cut: edgehub notices only after a minute
+	written := time.Now()
+	if err := os.WriteFile(filepath.Join(manifests, "trainer.yaml"), []byte("apiVersion: v1\nkind: Pod\nmetadata:\n  name: trainer\n"+
+		"spec:\n  containers:\n  - name: main\n    image: sleeper:v1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	running := func() bool { return ProcessRuns(PIDFile(dir, "default", "trainer-edge-1", "main")) }
+	waitUntil(t, "the static pod's process running", running)
+	if waited := time.Since(written); waited < time.Second {
+		t.Errorf("the static pod ran %v after its manifest, before its mirror-pod request timed out (1 s)", waited)
+	}
+}
