@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -256,5 +257,31 @@ func TestTheStandbyOnKubeletNodesIsAStaticPodThatNeedsNothingFromTheCloud(t *tes
 	}
 	if object[corev1.ConfigMap](t, renderChart(t, "--set", "nodeIdentity.mode=password"), "ConfigMap", "lifeline-agent-standby") != nil {
 		t.Error("edgecore nodes, which start their pods from their own store, get a standby")
+	}
+}
+
+// agent.armStandIns gives the agent pod, and the standby on kubelet nodes, the agent's own image for the gates of
+// the stand-ins it arms; off by default.
+func TestArmedStandInsGateWithTheAgentsOwnImage(t *testing.T) {
+	for _, daemon := range []string{"edgecore", "kubelet"} {
+		off := renderChart(t, "--set", "nodeIdentity.mode=password", "--set", "agent.nodeDaemon="+daemon)
+		if args := strings.Join(mustObject[appsv1.DaemonSet](t, off, "DaemonSet", "lifeline-agent").Spec.Template.Spec.Containers[0].Args, " "); strings.Contains(args, "--stand-in-gate-image") {
+			t.Errorf("%s: stand-ins armed by default: %s", daemon, args)
+		}
+		objs := renderChart(t, "--set", "nodeIdentity.mode=password", "--set", "agent.nodeDaemon="+daemon, "--set", "agent.armStandIns=true")
+		c := mustObject[appsv1.DaemonSet](t, objs, "DaemonSet", "lifeline-agent").Spec.Template.Spec.Containers[0]
+		if !slices.Contains(c.Args, "--stand-in-gate-image="+c.Image) {
+			t.Errorf("%s: agent args %v do not gate with the agent's image %s", daemon, c.Args, c.Image)
+		}
+		if daemon != "kubelet" {
+			continue
+		}
+		pod := &corev1.Pod{}
+		if err := yaml.UnmarshalStrict([]byte(mustObject[corev1.ConfigMap](t, objs, "ConfigMap", "lifeline-agent-standby").Data["pod.yaml"]), pod); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(pod.Spec.Containers[0].Args, "--stand-in-gate-image="+c.Image) {
+			t.Errorf("the standby's args %v do not open the gates the agent pod arms", pod.Spec.Containers[0].Args)
+		}
 	}
 }

@@ -43,6 +43,9 @@ var (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "gate" {
+		os.Exit(runGate(os.Args[2:]))
+	}
 	o := bindFlags(flag.CommandLine)
 	flag.Parse()
 	if o.showVersion {
@@ -107,6 +110,22 @@ func runAgentPod(ctx context.Context, o *options, log logr.Logger) error {
 	return runAgent(ctx, o, log, nil)
 }
 
+// runGate is `lifeline-agent gate --path P`, an armed stand-in's gate: it returns once P exists.
+func runGate(args []string) int {
+	fs := flag.NewFlagSet("lifeline-agent gate", flag.ContinueOnError)
+	path := fs.String("path", "", "the file whose creation opens the gate")
+	poll := fs.Duration("poll", 100*time.Millisecond, "how often the file is looked for")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *path == "" || *poll <= 0 {
+		fmt.Fprintln(os.Stderr, "lifeline-agent gate: --path and a positive --poll are required")
+		return 2
+	}
+	agent.WaitForGate(*path, *poll)
+	return 0
+}
+
 // removeStandbyIfUninstalled removes the node's standby once the agent's DaemonSet is gone: an upgrade or a
 // restart keeps it, helm uninstall does not.
 func removeStandbyIfUninstalled(o *options, files agent.StandbyFiles, log logr.Logger) {
@@ -128,7 +147,11 @@ func removeStandbyIfUninstalled(o *options, files agent.StandbyFiles, log logr.L
 		log.Error(err, "removing the standby")
 		return
 	}
-	log.Info("the DaemonSet is gone: the node's standby is removed")
+	if err := (&agent.StaticPods{Dir: o.staticDir, GatesDir: agent.GatesDir(o.stateDir)}).RemoveAll(); err != nil {
+		log.Error(err, "removing the stand-ins")
+		return
+	}
+	log.Info("the DaemonSet is gone: the node's standby and stand-ins are removed")
 }
 
 // runStandby runs the agent as the node's standby: a static pod that acts only while no agent pod holds the
@@ -182,12 +205,13 @@ func runAgent(ctx context.Context, o *options, log logr.Logger, standbyProbe *ag
 	protected := agent.ProtectedPaths(o.stateDir, o.socket, o.edgecoreConfig)
 	var src agent.NodeSources
 	if standbyProbe != nil {
-		src, err = agent.StandbySources(o.node, o.stateDir, o.staticDir, protected, standbyProbe, podsErrors.Logger(log.WithName("desired")))
+		src, err = agent.StandbySources(o.node, o.stateDir, o.staticDir, o.gateImage, protected, standbyProbe,
+			podsErrors.Logger(log.WithName("desired")))
 	} else {
 		src, err = agent.PodSources(o.node, o.stateDir, protected, agent.PodSourceFlags{InCluster: o.inCluster, Kubeconfig: o.kubeconfig,
 			APIServer: o.apiServer, APIServerExplicit: o.explicit["api-server"], EdgecoreConfig: o.edgecoreConfig,
 			MetaServer: o.metaServer, MetaServerExplicit: o.explicit["metaserver"], CloudProbe: o.cloudProbe,
-			StaticDir: o.staticDir, AllowInsecurePods: o.insecurePods}, log, podsErrors.Logger(log.WithName("desired")))
+			StaticDir: o.staticDir, AllowInsecurePods: o.insecurePods, GateImage: o.gateImage}, log, podsErrors.Logger(log.WithName("desired")))
 	}
 	if err != nil {
 		return err
@@ -308,7 +332,7 @@ type options struct {
 	node, cluster, broker, username, passFile, caFile, certFile, keyFile string
 	stateDir, socket, apiServer, kubeconfig, cloudProbe, edgecoreConfig  string
 	metaServer, staticDir, reportAddr, metrics, healthAddr, hostRoot     string
-	forwardTo, standbyManifest, daemonSet                                string
+	forwardTo, standbyManifest, daemonSet, gateImage                     string
 	inCluster, insecurePods, showVersion, standby                        bool
 	explicit                                                             map[string]bool // the flags given
 	healGrace, healDeadFor, healWait, poll, heartbeat, retryMax          time.Duration
@@ -388,6 +412,9 @@ func bindFlags(fs *flag.FlagSet) *options {
 			"runs on the node, from the desired workers on the node's disk; give way as soon as an agent pod starts")
 	fs.StringVar(&o.standbyManifest, "standby-manifest", "",
 		"the standby's static-pod manifest, which the agent pod installs in --static-pod-dir with the files the standby needs; empty: none")
+	fs.StringVar(&o.gateImage, "stand-in-gate-image", "",
+		"the agent's own image: arm each worker's stand-in ahead, held by a gate of this image, while the node reaches the API server, "+
+			"so that a rebuild needs nothing from the cloud; empty: a rebuild writes the stand-in then")
 	fs.StringVar(&o.daemonSet, "daemonset", "", "NAMESPACE/NAME of the agent's DaemonSet: once it is gone, the agent pod removes the standby as it stops")
 	o.memoryFraction = memlimit.FractionFlag(fs)
 	logflags.Bind(fs, &o.log)

@@ -121,13 +121,19 @@ func (f FirstWorking) Restart(ctx context.Context, namespace, pod, uid string) e
 
 // StaticPods rebuilds a worker whose pod the node lost, as a static pod: its last known manifest is written into
 // edged's manifest directory, and edged runs it without the API server. Release removes them once the API
-// server is back and the node runs the workers' own pods again, so a worker never runs twice for long.
+// server is back and the node runs the workers' own pods again, so a worker never runs twice for long. With a
+// GateImage it arms stand-ins ahead (Arm), and a rebuild opens an armed one's gate.
 type StaticPods struct {
 	Dir     string
 	Workers DesiredWorkers
 	// Protected are node paths no rebuilt worker may mount besides SystemPaths: the agent's state, the
 	// static-pod directory, the runtime's socket.
 	Protected []string
+	// GateImage, when set, is the agent's own image, which an armed stand-in's gate runs; GatesDir holds the
+	// gates, one directory per stand-in.
+	GateImage, GatesDir string
+
+	armed map[string][]byte // manifests Arm wrote, by file name
 }
 
 // staticPodFile is the file of a worker's static pod: named by a hash of namespace/name, so two workers never
@@ -142,21 +148,42 @@ func staticPodFile(namespace, name string) string {
 // staticPrefix begins the name of every manifest the agent writes.
 const staticPrefix = "lifeline-"
 
-// Rebuild writes the worker's manifest, marked as the agent's (atomically: edged must never read half a file;
-// edged skips the hidden temporary file).
+// standInOf is the manifest a rebuild of w writes, as staticPodManifest makes it.
+func (s *StaticPods) standInOf(w desired.Worker) ([]byte, error) {
+	if w.Manifest == "" {
+		return nil, fmt.Errorf("no manifest known for %s/%s", w.Namespace, w.Name)
+	}
+	manifest, err := staticPodManifest(w.Manifest, lifelinev1.StaticPodOf(w.Namespace, w.Name), append([]string{s.Dir}, s.Protected...))
+	if err != nil {
+		return nil, fmt.Errorf("the manifest of %s/%s: %w", w.Namespace, w.Name, err)
+	}
+	return manifest, nil
+}
+
+// gateDir is the gate directory of the stand-in in file.
+func (s *StaticPods) gateDir(file string) string {
+	return filepath.Join(s.GatesDir, strings.TrimSuffix(file, ".json"))
+}
+
+// Rebuild runs the worker again: it opens the gate of its armed stand-in, or else writes its manifest, marked as
+// the agent's (atomically: edged must never read half a file; edged skips the hidden temporary file).
 func (s *StaticPods) Rebuild(_ context.Context, namespace, pod, uid string) error {
 	for _, w := range s.Workers.Workers() {
 		if w.UID != uid {
 			continue
 		}
-		if w.Manifest == "" {
-			return fmt.Errorf("no manifest known for %s/%s", namespace, pod)
+		file := staticPodFile(w.Namespace, w.Name)
+		if in, ok := readStandIn(filepath.Join(s.Dir, file)); ok && in.gate != "" && in.gate == s.gateDir(file) {
+			if err := statefile.Write(filepath.Join(in.gate, gateFile), nil); err != nil {
+				return fmt.Errorf("opening the gate of %s/%s's stand-in: %w", namespace, pod, err)
+			}
+			return nil
 		}
-		manifest, err := staticPodManifest(w.Manifest, lifelinev1.StaticPodOf(w.Namespace, w.Name), append([]string{s.Dir}, s.Protected...))
+		manifest, err := s.standInOf(w)
 		if err != nil {
-			return fmt.Errorf("the manifest of %s/%s: %w", namespace, pod, err)
+			return err
 		}
-		if err := statefile.Write(filepath.Join(s.Dir, staticPodFile(w.Namespace, w.Name)), manifest); err != nil {
+		if err := statefile.Write(filepath.Join(s.Dir, file), manifest); err != nil {
 			return fmt.Errorf("the static pod of %s/%s: %w", namespace, pod, err)
 		}
 		return nil
@@ -164,26 +191,107 @@ func (s *StaticPods) Rebuild(_ context.Context, namespace, pod, uid string) erro
 	return fmt.Errorf("pod %s/%s (%s) is not one of this node's workers", namespace, pod, uid)
 }
 
-// readStandIn reads the manifest at path when Rebuild wrote it: it carries the StaticPodOfAnnotation naming a
+// Arm writes, for each of workers its offline policy lets the agent heal, its stand-in held by a closed gate, so
+// that a rebuild needs nothing from the cloud; it removes the armed stand-ins of pods no longer among workers, and
+// every one still closed when there is no GateImage (arming was turned off). A stand-in whose gate is open runs,
+// and is left to Release. To be called while the node reaches the API server, which creates each new stand-in's
+// mirror pod then.
+func (s *StaticPods) Arm(workers []desired.Worker) error {
+	if s.GatesDir == "" {
+		return nil
+	}
+	if s.armed == nil {
+		s.armed = map[string][]byte{}
+	}
+	var errs []error
+	want := map[string]bool{}
+	for _, w := range workers {
+		if s.GateImage == "" || w.OfflinePolicy == offlineNone || w.Manifest == "" {
+			continue
+		}
+		file := staticPodFile(w.Namespace, w.Name)
+		want[file] = true
+		if s.gateOpen(file) {
+			continue
+		}
+		standIn, err := s.standInOf(w)
+		if err != nil {
+			continue // refused: a rebuild says why
+		}
+		manifest, err := armedManifest(standIn, s.gateDir(file), s.GateImage)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if bytes.Equal(s.armed[file], manifest) {
+			if _, err := os.Stat(filepath.Join(s.Dir, file)); err == nil {
+				continue
+			}
+		}
+		if err := os.MkdirAll(s.gateDir(file), 0o755); err != nil {
+			errs = append(errs, fmt.Errorf("the gate of %s/%s's stand-in: %w", w.Namespace, w.Name, err))
+			continue
+		}
+		if err := statefile.Write(filepath.Join(s.Dir, file), manifest); err != nil {
+			errs = append(errs, fmt.Errorf("arming %s/%s's stand-in: %w", w.Namespace, w.Name, err))
+			continue
+		}
+		s.armed[file] = manifest
+	}
+	files, err := filepath.Glob(filepath.Join(s.Dir, staticPrefix+"*.json"))
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, f := range files {
+		file := filepath.Base(f)
+		if in, ok := readStandIn(f); ok && in.gate != "" && !want[file] && !s.gateOpen(file) {
+			errs = append(errs, s.remove(file))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// offlineNone is the offline policy under which the agent never heals a worker.
+const offlineNone = "None"
+
+// gateOpen tells whether the armed stand-in in file has its gate open: it runs, or is about to.
+func (s *StaticPods) gateOpen(file string) bool {
+	if s.GatesDir == "" {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(s.gateDir(file), gateFile))
+	return err == nil
+}
+
+// standIn is what readStandIn reads of a manifest the agent wrote.
+type standIn struct {
+	core.StandIn
+	// gate is the gate directory of an armed stand-in; empty for a stand-in written by a rebuild.
+	gate string
+}
+
+// readStandIn reads the manifest at path when the agent wrote it: it carries the StaticPodOfAnnotation naming a
 // worker whose file is this one. A file someone else put there, even named lifeline-*, is not the agent's.
-func readStandIn(path string) (core.StandIn, bool) {
+func readStandIn(path string) (standIn, bool) {
 	f, err := os.Open(path)
 	if err != nil {
-		return core.StandIn{}, false
+		return standIn{}, false
 	}
 	defer f.Close()
 	var pod desired.Pod
 	if json.NewDecoder(io.LimitReader(f, 1<<20)).Decode(&pod) != nil {
-		return core.StandIn{}, false
+		return standIn{}, false
 	}
 	namespace, name, ok := lifelinev1.ParseStaticPodOf(pod.Metadata.Annotations[lifelinev1.StaticPodOfAnnotation])
 	if !ok || staticPodFile(namespace, name) != filepath.Base(path) {
-		return core.StandIn{}, false
+		return standIn{}, false
 	}
-	return core.StandIn{Namespace: namespace, Pod: name, WorkerName: desired.WorkerNameOf(&pod)}, true
+	return standIn{StandIn: core.StandIn{Namespace: namespace, Pod: name, WorkerName: desired.WorkerNameOf(&pod)},
+		gate: pod.Metadata.Annotations[ArmedAnnotation]}, true
 }
 
-// StandIns lists the manifests the agent wrote, each with the pod it stands in for and that pod's WORKER_NAME.
+// StandIns lists the stand-ins that run, or are about to, each with the pod it stands in for and that pod's
+// WORKER_NAME: those a rebuild wrote, and the armed ones whose gate is open.
 func (s *StaticPods) StandIns() ([]core.StandIn, error) {
 	files, err := filepath.Glob(filepath.Join(s.Dir, staticPrefix+"*.json"))
 	if err != nil {
@@ -191,21 +299,49 @@ func (s *StaticPods) StandIns() ([]core.StandIn, error) {
 	}
 	var out []core.StandIn
 	for _, f := range files {
-		if in, ok := readStandIn(f); ok {
-			out = append(out, in)
+		if in, ok := readStandIn(f); ok && (in.gate == "" || s.gateOpen(filepath.Base(f))) {
+			out = append(out, in.StandIn)
 		}
 	}
 	return out, nil
 }
 
-// Release removes the manifest the agent wrote for namespace/pod, if it is there.
+// Release removes the stand-in the agent wrote for namespace/pod, and its gate, if they are there; Arm arms it
+// again while the node reaches the API server.
 func (s *StaticPods) Release(namespace, pod string) error {
-	f := filepath.Join(s.Dir, staticPodFile(namespace, pod))
-	if _, ok := readStandIn(f); !ok {
+	file := staticPodFile(namespace, pod)
+	if _, ok := readStandIn(filepath.Join(s.Dir, file)); !ok {
 		return nil
 	}
+	return s.remove(file)
+}
+
+// remove removes the stand-in in file and its gate.
+func (s *StaticPods) remove(file string) error {
+	f := filepath.Join(s.Dir, file)
 	if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("removing the static pod %s: %w", f, err)
 	}
+	delete(s.armed, file)
+	if s.GatesDir != "" {
+		if err := os.RemoveAll(s.gateDir(file)); err != nil {
+			return fmt.Errorf("removing the gate of %s: %w", f, err)
+		}
+	}
 	return nil
+}
+
+// RemoveAll removes every stand-in the agent wrote, armed or running, with its gate: Lifeline is uninstalled.
+func (s *StaticPods) RemoveAll() error {
+	files, err := filepath.Glob(filepath.Join(s.Dir, staticPrefix+"*.json"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, f := range files {
+		if _, ok := readStandIn(f); ok {
+			errs = append(errs, s.remove(filepath.Base(f)))
+		}
+	}
+	return errors.Join(errs...)
 }

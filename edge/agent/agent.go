@@ -52,6 +52,12 @@ type Rebuilder interface {
 	Release(namespace, pod string) error
 }
 
+// Armer writes stand-ins ahead while the node reaches the API server (StaticPods.Arm), so that a rebuild needs
+// nothing from the cloud.
+type Armer interface {
+	Arm(workers []desired.Worker) error
+}
+
 // Store keeps what the agent's decisions need across its restarts: the journal.
 type Store interface {
 	// NextCounter and AdvanceCounter keep the worker-state seq growing across restarts [P-WS-2].
@@ -225,7 +231,13 @@ func (a *Agent) TickOnce(ctx context.Context) {
 	if a.cfg.Workers != nil {
 		workers = a.cfg.Workers.Workers()
 	}
-	a.execute(ctx, a.core.Tick(a.env(), workers))
+	env := a.env()
+	a.execute(ctx, a.core.Tick(env, workers))
+	if armer, ok := a.cfg.Rebuilder.(Armer); ok && env.APIReachable {
+		if err := armer.Arm(workers); err != nil {
+			a.cfg.Log.Error(err, "arming stand-ins")
+		}
+	}
 }
 
 // CommandOnce decodes a command payload and executes it. A payload that does not decode is dropped (there is

@@ -38,6 +38,7 @@ type recordingRebuilder struct {
 	rebuilt  []string
 	released int
 	standIns []core.StandIn
+	armed    []int
 }
 
 func (r *recordingRebuilder) Rebuild(_ context.Context, ns, pod, _ string) error {
@@ -59,6 +60,14 @@ func (r *recordingRebuilder) Release(ns, pod string) error {
 	defer r.mu.Unlock()
 	r.released++
 	r.standIns = slices.DeleteFunc(r.standIns, func(s core.StandIn) bool { return s.Namespace == ns && s.Pod == pod })
+	return nil
+}
+
+// Arm records each arming, as StaticPods.Arm is called: the number of workers it was given.
+func (r *recordingRebuilder) Arm(workers []desired.Worker) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.armed = append(r.armed, len(workers))
 	return nil
 }
 
@@ -311,6 +320,9 @@ func TestAgentRebuildsALostWorkerAndHandsItBack_P_HEAL_3(t *testing.T) {
 	}
 	if n := a.OfflineRebuilds(); n != 1 {
 		t.Errorf("counted %d offline rebuilds, want 1", n)
+	}
+	if len(rebuild.armed) != 1 || rebuild.armed[0] != 1 {
+		t.Errorf("armed %v: want once, with the worker, in the step before the cut, and never while cut off", rebuild.armed)
 	}
 	reachable = true
 	steps(4)

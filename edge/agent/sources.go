@@ -36,6 +36,8 @@ type PodSourceFlags struct {
 	CloudProbe                            string
 	StaticDir                             string
 	AllowInsecurePods                     bool
+	// GateImage, when set, arms stand-ins ahead (StaticPods.GateImage).
+	GateImage string
 }
 
 // ProtectedPaths are the node paths no rebuilt worker may mount besides SystemPaths: the agent's state, the
@@ -43,6 +45,9 @@ type PodSourceFlags struct {
 func ProtectedPaths(stateDir, criSocket, edgecoreConfig string) []string {
 	return []string{stateDir, filepath.Dir(criSocket), filepath.Dir(edgecoreConfig)}
 }
+
+// GatesDir is where the agent keeps the gates of its armed stand-ins.
+func GatesDir(stateDir string) string { return filepath.Join(stateDir, "gates") }
 
 // PodSources are the agent pod's sources: the node's pods from the API server or the MetaServer as flags choose
 // (ChoosePods), rebuilds only from an authenticated source (ChooseRebuilder), and the cloud probe (ChooseProbe).
@@ -58,7 +63,12 @@ func PodSources(node, stateDir string, protected []string, f PodSourceFlags, log
 		return NodeSources{}, fmt.Errorf("loading the desired workers: %w", err)
 	}
 	probe := ChooseProbe(f.CloudProbe, f.InCluster, f.EdgecoreConfig, log.WithName("probe"))
-	return NodeSources{Workers: workers, Rebuilder: ChooseRebuilder(source.Pods, f.StaticDir, f.AllowInsecurePods, workers, protected, log),
+	var rebuilder Rebuilder
+	if pods := ChooseRebuilder(source.Pods, f.StaticDir, f.AllowInsecurePods, workers, protected, log); pods != nil {
+		pods.GateImage, pods.GatesDir = f.GateImage, GatesDir(stateDir)
+		rebuilder = pods
+	}
+	return NodeSources{Workers: workers, Rebuilder: rebuilder,
 		Probe: probe, RunProbe: probe != nil, ActuatorURL: source.ActuatorURL, PodSourceURL: source.Pods.URL(),
 		APIReachable: APIReachability(workers, probe), APIKnown: APIReachabilityKnown(workers, probe)}, nil
 }
@@ -66,11 +76,12 @@ func PodSources(node, stateDir string, protected []string, f PodSourceFlags, log
 // StandbySources are the standby's: it reads no API server (a static pod has no credentials), only the desired
 // workers the agent pod left on the node's disk, which came from the agent pod's authenticated source, so it
 // rebuilds them; whether the node reaches the API server is its running probe's word alone.
-func StandbySources(node, stateDir, staticDir string, protected []string, probe *CloudProbe, watcherLog logr.Logger) (NodeSources, error) {
+func StandbySources(node, stateDir, staticDir, gateImage string, protected []string, probe *CloudProbe, watcherLog logr.Logger) (NodeSources, error) {
 	workers, err := desired.New(StandbySource{}, node, stateDir, watcherLog)
 	if err != nil {
 		return NodeSources{}, fmt.Errorf("loading the desired workers: %w", err)
 	}
-	return NodeSources{Workers: workers, Rebuilder: &StaticPods{Dir: staticDir, Workers: workers, Protected: protected},
+	rebuilder := &StaticPods{Dir: staticDir, Workers: workers, Protected: protected, GateImage: gateImage, GatesDir: GatesDir(stateDir)}
+	return NodeSources{Workers: workers, Rebuilder: rebuilder,
 		Probe: probe, PodSourceURL: "none (the standby)", APIReachable: probe.Reachable, APIKnown: probe.Probed}, nil
 }

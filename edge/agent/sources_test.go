@@ -26,7 +26,7 @@ func TestStandbyWorksFromTheDesiredWorkersOnDiskAndItsProbe(t *testing.T) {
 	}
 	cloud := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	probe := &CloudProbe{URL: cloud.URL}
-	src, err := StandbySources("edge-1", stateDir, staticDir, nil, probe, logr.Discard())
+	src, err := StandbySources("edge-1", stateDir, staticDir, "", nil, probe, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,7 +87,7 @@ func ChoosePods(inCluster bool, kubeconfig, apiServer string, apiServerExplicit 
 // no static-pod directory, or a pod source that any process of the node could stand in for (plain HTTP) unless
 // allowInsecure. protected are node paths no rebuilt worker may mount, beside SystemPaths and staticDir.
 func ChooseRebuilder(pods *desired.PodClient, staticDir string, allowInsecure bool, workers DesiredWorkers, protected []string,
-	log logr.Logger) Rebuilder {
+	log logr.Logger) *StaticPods {
 	switch {
 	case staticDir == "":
 		return nil

@@ -281,3 +281,53 @@ func TestAgentRestartKeepsItsHeartbeatsCounting(t *testing.T) {
 		t.Errorf("after the agent restart the edge worker is %s from %s, want Alive from the agent", w.Liveness, w.Source)
 	}
 }
+
+// (e) [P-HEAL-3] A trainer under restartPolicy Never fails in the first second of a cut, before the node's
+// edgehub noticed it: edged then holds a new static pod's mirror-pod request for 60 s (the hollow node imitates
+// it), so a stand-in written at the rebuild would run only after a minute. Armed ahead, while the node reached
+// the API server, the trainer's stand-in needs nothing from the cloud: the rebuild opens its gate and it runs
+// within seconds; once the link returns it gives way to the job's own trainer.
+func TestArmedStandInRunsATrainerFailedInTheFirstSecondOfACut_P_HEAL_3(t *testing.T) {
+	skipShort(t)
+	if err := s.ArmStandIns("edge1", true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.ArmStandIns("edge1", false) })
+	if err := s.ImitateEdgehub("edge1", edgehubNotice, mirrorPodTimeout); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.ImitateEdgehub("edge1", 0, 0) })
+	job, trainer := neverTrainerJob(t, "surface-defect-detection-armed")
+	defer deleteAndWait(t, job)
+	standIn := trainer + "-edge1"
+	eventually(t, within, "the trainer's stand-in armed: its gate waits on the node", func(context.Context) (bool, error) {
+		return s.WorkerRunning("edge1", "default", standIn, "lifeline-gate"), nil
+	})
+	cutOff(t, "edge1", false)
+	time.Sleep(time.Second)
+	if err := s.KillWorker("edge1", "default", trainer, "train-worker"); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	// A third of the node's mirror-pod wait: a stand-in written at the rebuild cannot run this soon.
+	eventually(t, mirrorPodTimeout/3, "the trainer running again as its armed stand-in", func(context.Context) (bool, error) {
+		return s.WorkerRunning("edge1", "default", standIn, "train-worker"), nil
+	})
+	t.Logf("failed 1 s into the cut -> running again as the armed stand-in after %v", time.Since(killed).Round(time.Millisecond))
+	s.RestoreAPI("edge1")
+	eventually(t, 2*within, "the stand-in gone, a trainer of the job running in its own pod", func(ctx context.Context) (bool, error) {
+		if s.WorkerRunning("edge1", "default", standIn, "train-worker") {
+			return false, nil
+		}
+		pods := &corev1.PodList{}
+		if err := s.Client.List(ctx, pods, client.InNamespace("default")); err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			if strings.HasPrefix(p.Name, job.GetName()+"-train") && s.WorkerRunning("edge1", "default", p.Name, "train-worker") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}

@@ -95,6 +95,8 @@ type podRuntime struct {
 	started      time.Time
 	// notBefore holds a static pod's first containers back while its mirror-pod request waits (edgehub).
 	notBefore time.Time
+	// initDone holds the init containers that exited 0.
+	initDone map[string]bool
 }
 
 // New returns a node; Run starts it.
@@ -203,7 +205,7 @@ func (n *Node) upsert(pod *corev1.Pod) {
 	defer n.mu.Unlock()
 	rt, ok := n.pods[pod.UID]
 	if !ok {
-		rt = &podRuntime{procs: map[string]*process{}, restarts: map[string]int32{}, nextStart: map[string]time.Time{},
+		rt = &podRuntime{procs: map[string]*process{}, restarts: map[string]int32{}, nextStart: map[string]time.Time{}, initDone: map[string]bool{},
 			lastExit: map[string]*corev1.ContainerStateTerminated{}, backoffSteps: map[string]int32{}, started: time.Now()}
 		n.pods[pod.UID] = rt
 	}
@@ -274,6 +276,12 @@ func (n *Node) syncPod(ctx context.Context, rt *podRuntime) {
 	}
 	policy := pod.Spec.RestartPolicy
 	now := time.Now()
+	if !n.initialized(ctx, rt, now) {
+		status := n.podStatus(rt)
+		rt.mu.Unlock()
+		n.reportStatus(ctx, rt, pod, status)
+		return
+	}
 	for _, c := range pod.Spec.Containers {
 		p := rt.procs[c.Name]
 		if p == nil && now.Before(rt.notBefore) {
@@ -308,6 +316,39 @@ func (n *Node) syncPod(ctx context.Context, rt *podRuntime) {
 	status := n.podStatus(rt)
 	rt.mu.Unlock()
 	n.reportStatus(ctx, rt, pod, status)
+}
+
+// initialized runs the pod's init containers whose image is mapped, one after the other, each until it exits 0
+// (a failed one is run again after the crash back-off), and tells whether they all have; an init container whose
+// image is not mapped is skipped (Sedna's storage initializer: the simulation's models are node paths). rt.mu held.
+func (n *Node) initialized(ctx context.Context, rt *podRuntime, now time.Time) bool {
+	for _, c := range rt.pod.Spec.InitContainers {
+		if _, mapped := n.cfg.Images[imageName(c.Image)]; !mapped || rt.initDone[c.Name] {
+			continue
+		}
+		p := rt.procs[c.Name]
+		if p != nil {
+			running, code, _, finished := p.state()
+			switch {
+			case running:
+				return false
+			case code == 0:
+				rt.initDone[c.Name] = true
+				continue
+			case now.Before(finished.Add(n.cfg.CrashBackoff)):
+				return false
+			}
+			rt.restarts[c.Name]++
+		} else if now.Before(rt.notBefore) {
+			return false
+		}
+		if err := n.startContainer(ctx, rt, c); err != nil {
+			rt.lastExit[c.Name] = &corev1.ContainerStateTerminated{ExitCode: 128, Reason: "StartError", Message: err.Error(),
+				FinishedAt: metav1.Now()}
+		}
+		return false
+	}
+	return true
 }
 
 func exitReason(code int) string {

@@ -43,3 +43,36 @@ func waitUntil(t *testing.T, what string, ok func() bool) {
 	}
 	t.Fatalf("%s: not within 10s", what)
 }
+
+// An init container whose image is mapped runs to its end before the pod's containers start (an armed stand-in's
+// gate); one whose image is not mapped is skipped.
+func TestInitContainersRunToTheirEndBeforeTheContainers(t *testing.T) {
+	dir, manifests := t.TempDir(), t.TempDir()
+	gate := filepath.Join(t.TempDir(), "open")
+	n := New(Config{NodeName: "edge-1", Client: fake.NewClientset(), StateDir: dir, StaticPodDir: manifests, SyncInterval: 20 * time.Millisecond,
+		Images: map[string][]string{"sleeper": {"sleep", "60"}, "gate": {"sh", "-c", `while [ ! -e "$0" ]; do sleep 0.02; done`}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { _ = n.Run(ctx); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+	if err := os.WriteFile(filepath.Join(manifests, "trainer.yaml"), []byte("apiVersion: v1\nkind: Pod\nmetadata:\n  name: trainer\n"+
+		"spec:\n  initContainers:\n  - name: storage-initializer\n    image: not-mapped\n  - name: gate\n    image: gate\n    args: ["+gate+"]\n"+
+		"  containers:\n  - name: main\n    image: sleeper:v1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gating := func() bool { return ProcessRuns(PIDFile(dir, "default", "trainer-edge-1", "gate")) }
+	running := func() bool { return ProcessRuns(PIDFile(dir, "default", "trainer-edge-1", "main")) }
+	waitUntil(t, "the gate running", gating)
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opened, err := os.Stat(gate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the container running once the gate ended", running)
+	// The container's pid file is written as it starts: after the gate opened, not before.
+	if started, err := os.Stat(PIDFile(dir, "default", "trainer-edge-1", "main")); err != nil || started.ModTime().Before(opened.ModTime()) {
+		t.Errorf("the container started at %v, before its gate opened at %v (%v)", started.ModTime(), opened.ModTime(), err)
+	}
+}

@@ -81,7 +81,12 @@ type edgeNode struct {
 	kubeconfig            string
 	metaServer, report    string // addresses
 	agent                 *cluster.Process
+	// armStandIns: the agent arms its workers' stand-ins ahead (--stand-in-gate-image).
+	armStandIns bool
 }
+
+// AgentImage is the image the agents' armed stand-ins gate with; the hollow nodes run the agent's binary for it.
+const AgentImage = "lifeline-agent:sim"
 
 // FixtureVars place the examples (deploy/examples) on the simulation's nodes: a JI edge worker on edge3, FL
 // trainers on edge1 and edge2, the cloud workers on the cloud node.
@@ -195,6 +200,7 @@ func (s *Sim) writeImageMap() error {
 	for image, role := range SampleImages {
 		images[image] = []string{worker, role}
 	}
+	images[strings.TrimSuffix(AgentImage, ":sim")] = []string{filepath.Join(s.ControlPlane.BinDir, AgentBinary)}
 	data, err := json.MarshalIndent(images, "", "  ")
 	if err != nil {
 		return err
@@ -252,6 +258,9 @@ func (s *Sim) startAgent(name string, e *edgeNode) error {
 		"--report-address=" + e.report, "--metrics-address=", "--health-address=", "--heal-api-grace=2s", "--log-level=debug",
 		// The hollow node's MetaServer speaks plain HTTP, as KubeEdge's does unless requireAuthorization is on.
 		"--allow-insecure-pod-source"}
+	if e.armStandIns {
+		args = append(args, "--stand-in-gate-image="+AgentImage)
+	}
 	p, err := s.launchLimited("agent-"+name, filepath.Join(s.ControlPlane.BinDir, AgentBinary), args, s.opts.AgentMemoryLimit)
 	if err != nil {
 		return err
@@ -337,6 +346,17 @@ func (s *Sim) StartAgent(node string) error {
 	if e == nil {
 		return fmt.Errorf("%s is not an edge node", node)
 	}
+	return s.startAgent(node, e)
+}
+
+// ArmStandIns restarts an edge node's agent arming its workers' stand-ins ahead, or no longer.
+func (s *Sim) ArmStandIns(node string, on bool) error {
+	e := s.edges[node]
+	if e == nil {
+		return fmt.Errorf("%s is not an edge node", node)
+	}
+	s.StopAgent(node)
+	e.armStandIns = on
 	return s.startAgent(node, e)
 }
 

@@ -1,0 +1,76 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// An armed stand-in is a worker's stand-in written ahead, while the node reaches the API server, and held before
+// its containers by a gate: an init container of the agent's own image that waits for a file. A node creates a
+// static pod's mirror pod before it starts it, through the API server; on a link that broke but is not yet known
+// broken that request waits (edged: beehive's 60 s; the kubelet: its HTTP/2 health check and a new dial). Armed
+// ahead, the mirror pod exists before the cut, and a rebuild only opens the gate: the worker runs within a poll of
+// the node's, in every phase of a cut.
+const (
+	// ArmedAnnotation on a stand-in's manifest names its gate directory: the stand-in is armed, and runs once the
+	// gate file is there.
+	ArmedAnnotation = "lifeline.sedna.io/stand-in-gate"
+	// gateContainer is the init container that holds an armed stand-in.
+	gateContainer = "lifeline-gate"
+	// gateFile is the file in a gate directory that opens it.
+	gateFile = "open"
+)
+
+// armedManifest is the stand-in manifest (staticPodManifest's) held by a gate in gateDir: the gate container of
+// gateImage first, with gateDir mounted read-only at the same path (a node's runtime and the simulation's
+// processes alike see it there). Its containers ask for no resources and have no limits: an armed stand-in must
+// not reserve the node's resources beside its worker, which the node admits, and may refuse, against every pod
+// it runs.
+func armedManifest(manifest []byte, gateDir, gateImage string) ([]byte, error) {
+	var pod map[string]any
+	if err := json.Unmarshal(manifest, &pod); err != nil {
+		return nil, fmt.Errorf("decoding the stand-in: %w", err)
+	}
+	meta, _ := pod["metadata"].(map[string]any)
+	spec, _ := pod["spec"].(map[string]any)
+	if meta == nil || spec == nil {
+		return nil, errors.New("the stand-in has no metadata or spec")
+	}
+	annotations, _ := meta["annotations"].(map[string]any)
+	if annotations == nil {
+		annotations = map[string]any{}
+		meta["annotations"] = annotations
+	}
+	annotations[ArmedAnnotation] = gateDir
+	for _, field := range containerFields {
+		for _, c := range list(spec[field]) {
+			if container, _ := c.(map[string]any); container != nil {
+				delete(container, "resources")
+			}
+		}
+	}
+	gate := map[string]any{"name": gateContainer, "image": gateImage, "imagePullPolicy": "IfNotPresent",
+		"args":         []any{"gate", "--path", filepath.Join(gateDir, gateFile)},
+		"volumeMounts": []any{map[string]any{"name": gateContainer, "mountPath": gateDir, "readOnly": true}},
+		"securityContext": map[string]any{"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+			"capabilities": map[string]any{"drop": []any{"ALL"}}}}
+	spec["initContainers"] = append([]any{gate}, list(spec["initContainers"])...)
+	spec["volumes"] = append(list(spec["volumes"]), map[string]any{"name": gateContainer,
+		"hostPath": map[string]any{"path": gateDir, "type": "Directory"}})
+	return json.Marshal(pod)
+}
+
+// WaitForGate returns once path exists, checking every poll: what an armed stand-in's gate container runs
+// (lifeline-agent gate --path).
+func WaitForGate(path string, poll time.Duration) {
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		time.Sleep(poll)
+	}
+}
