@@ -132,8 +132,6 @@ type StaticPods struct {
 	// GateImage, when set, is the agent's own image, which an armed stand-in's gate runs; GatesDir holds the
 	// gates, one directory per stand-in.
 	GateImage, GatesDir string
-
-	armed map[string][]byte // manifests Arm wrote, by file name
 }
 
 // staticPodFile is the file of a worker's static pod: named by a hash of namespace/name, so two workers never
@@ -200,9 +198,6 @@ func (s *StaticPods) Arm(workers []desired.Worker) error {
 	if s.GatesDir == "" {
 		return nil
 	}
-	if s.armed == nil {
-		s.armed = map[string][]byte{}
-	}
 	var errs []error
 	want := map[string]bool{}
 	for _, w := range workers {
@@ -211,8 +206,9 @@ func (s *StaticPods) Arm(workers []desired.Worker) error {
 		}
 		file := staticPodFile(w.Namespace, w.Name)
 		want[file] = true
-		if s.gateOpen(file) {
-			continue
+		path := filepath.Join(s.Dir, file)
+		if in, ok := readStandIn(path); ok && (in.gate == "" || s.gateOpen(file)) {
+			continue // it stands in: left to Release
 		}
 		standIn, err := s.standInOf(w)
 		if err != nil {
@@ -223,20 +219,16 @@ func (s *StaticPods) Arm(workers []desired.Worker) error {
 			errs = append(errs, err)
 			continue
 		}
-		if bytes.Equal(s.armed[file], manifest) {
-			if _, err := os.Stat(filepath.Join(s.Dir, file)); err == nil {
-				continue
-			}
-		}
 		if err := os.MkdirAll(s.gateDir(file), 0o755); err != nil {
 			errs = append(errs, fmt.Errorf("the gate of %s/%s's stand-in: %w", w.Namespace, w.Name, err))
 			continue
 		}
-		if err := statefile.Write(filepath.Join(s.Dir, file), manifest); err != nil {
-			errs = append(errs, fmt.Errorf("arming %s/%s's stand-in: %w", w.Namespace, w.Name, err))
-			continue
+		if written, err := os.ReadFile(path); err == nil && bytes.Equal(written, manifest) {
+			continue // armed already: writing it again would be no change to the node, but a write each tick
 		}
-		s.armed[file] = manifest
+		if err := statefile.Write(path, manifest); err != nil {
+			errs = append(errs, fmt.Errorf("arming %s/%s's stand-in: %w", w.Namespace, w.Name, err))
+		}
 	}
 	files, err := filepath.Glob(filepath.Join(s.Dir, staticPrefix+"*.json"))
 	if err != nil {
@@ -322,7 +314,6 @@ func (s *StaticPods) remove(file string) error {
 	if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("removing the static pod %s: %w", f, err)
 	}
-	delete(s.armed, file)
 	if s.GatesDir != "" {
 		if err := os.RemoveAll(s.gateDir(file)); err != nil {
 			return fmt.Errorf("removing the gate of %s: %w", f, err)

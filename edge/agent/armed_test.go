@@ -149,6 +149,35 @@ func TestArmedStandInIsOpenedByARebuildAndArmedAgainAfterItsRelease_P_HEAL_3(t *
 	}
 }
 
+// A stand-in a rebuild wrote (before arming, or before the node first reached the API server) runs until its
+// release: arming never replaces it with a gated one, which the node would start anew behind a closed gate.
+func TestArmingLeavesAStandInThatRunsAlone(t *testing.T) {
+	dir := t.TempDir()
+	workers := fixedWorkers{{Namespace: "default", Name: "fl-trainer-0", UID: "u1", Manifest: renderedTrainer}}
+	s := &StaticPods{Dir: dir, Workers: workers, GatesDir: filepath.Join(t.TempDir(), "gates")}
+	if err := s.Rebuild(context.Background(), "default", "fl-trainer-0", "u1"); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, staticPodFile("default", "fl-trainer-0"))
+	before, _ := os.ReadFile(file)
+	s.GateImage = "lifeline-agent:1.0"
+	if err := s.Arm(workers); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.ReadFile(file); string(after) != string(before) {
+		t.Error("arming replaced a running stand-in")
+	}
+	if err := s.Release("default", "fl-trainer-0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Arm(workers); err != nil {
+		t.Fatal(err)
+	}
+	if readArmed(t, file).Metadata.Annotations[ArmedAnnotation] == "" {
+		t.Error("not armed after the release")
+	}
+}
+
 // Without a gate image nothing is armed, and a rebuild writes the stand-in as before.
 func TestWithoutAGateImageARebuildWritesTheStandIn(t *testing.T) {
 	dir := t.TempDir()
