@@ -178,6 +178,9 @@ func (s *StaticPods) Rebuild(_ context.Context, namespace, pod, uid string) erro
 			return nil
 		}
 		manifest, err := s.standInOf(w)
+		if err == nil {
+			manifest, err = stamped(manifest, time.Now())
+		}
 		if err != nil {
 			return err
 		}
@@ -223,8 +226,12 @@ func (s *StaticPods) Arm(workers []desired.Worker) error {
 			errs = append(errs, fmt.Errorf("the gate of %s/%s's stand-in: %w", w.Namespace, w.Name, err))
 			continue
 		}
-		if written, err := os.ReadFile(path); err == nil && bytes.Equal(written, manifest) {
-			continue // armed already: writing it again would be no change to the node, but a write each tick
+		if written, err := os.ReadFile(path); err == nil && bytes.Equal(unstamped(written), manifest) {
+			continue // armed already
+		}
+		if manifest, err = stamped(manifest, time.Now()); err != nil {
+			errs = append(errs, err)
+			continue
 		}
 		if err := statefile.Write(path, manifest); err != nil {
 			errs = append(errs, fmt.Errorf("arming %s/%s's stand-in: %w", w.Namespace, w.Name, err))

@@ -25,6 +25,49 @@ const (
 	gateFile = "open"
 )
 
+// WrittenAnnotation stamps each stand-in with when the agent wrote it, so that no two stand-ins have one UID: a
+// node takes a static pod's UID from its manifest, and a kubelet starts no pod of a UID it ended until its
+// housekeeping purged that UID (pkg/kubelet/pod_workers.go). On the KubeEdge rig a worker's stand-in written again
+// 6.5 s and 27.5 s after the last one was removed never ran.
+const WrittenAnnotation = "lifeline.sedna.io/stand-in-written"
+
+// stamped is manifest with WrittenAnnotation set to at.
+func stamped(manifest []byte, at time.Time) ([]byte, error) {
+	return withAnnotation(manifest, WrittenAnnotation, at.UTC().Format(time.RFC3339Nano))
+}
+
+// unstamped is manifest without WrittenAnnotation, to compare what two stand-ins run; nil if it does not decode.
+func unstamped(manifest []byte) []byte {
+	out, err := withAnnotation(manifest, WrittenAnnotation, "")
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+// withAnnotation sets the annotation key to value in a pod manifest, or removes it when value is empty.
+func withAnnotation(manifest []byte, key, value string) ([]byte, error) {
+	var pod map[string]any
+	if err := json.Unmarshal(manifest, &pod); err != nil {
+		return nil, fmt.Errorf("decoding the stand-in: %w", err)
+	}
+	meta, _ := pod["metadata"].(map[string]any)
+	if meta == nil {
+		return nil, errors.New("the stand-in has no metadata")
+	}
+	annotations, _ := meta["annotations"].(map[string]any)
+	if annotations == nil {
+		annotations = map[string]any{}
+		meta["annotations"] = annotations
+	}
+	if value == "" {
+		delete(annotations, key)
+	} else {
+		annotations[key] = value
+	}
+	return json.Marshal(pod)
+}
+
 // armedManifest is the stand-in manifest (staticPodManifest's) held by a gate in gateDir: the gate container of
 // gateImage first, with gateDir mounted read-only at the same path (a node's runtime and the simulation's
 // processes alike see it there). Its containers ask for no resources and have no limits: an armed stand-in must

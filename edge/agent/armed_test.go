@@ -84,6 +84,12 @@ func TestArmedStandInIsOpenedByARebuildAndArmedAgainAfterItsRelease_P_HEAL_3(t *
 		t.Fatalf("stand-ins %v behind a closed gate", got)
 	}
 	before, _ := os.ReadFile(file)
+	if err := s.Arm(workers); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := os.ReadFile(file); string(again) != string(before) {
+		t.Error("arming again wrote the armed stand-in again: the node would make it a new pod")
+	}
 
 	if err := s.Rebuild(context.Background(), "default", "fl-trainer-0", "u1"); err != nil {
 		t.Fatal(err)
@@ -91,6 +97,7 @@ func TestArmedStandInIsOpenedByARebuildAndArmedAgainAfterItsRelease_P_HEAL_3(t *
 	if after, _ := os.ReadFile(file); string(after) != string(before) {
 		t.Error("the rebuild wrote the armed manifest again: the node would make a new pod, and wait for its mirror pod")
 	}
+
 	done := make(chan struct{})
 	go func() { WaitForGate(filepath.Join(gate, "open"), time.Millisecond); close(done) }()
 	select {
@@ -195,5 +202,28 @@ func TestWithoutAGateImageARebuildWritesTheStandIn(t *testing.T) {
 	if pod := readArmed(t, filepath.Join(dir, staticPodFile("default", "fl-trainer-0"))); len(pod.Spec.InitContainers) != 0 ||
 		pod.Metadata.Annotations[ArmedAnnotation] != "" {
 		t.Errorf("the rebuild wrote a gated stand-in: %+v", pod)
+	}
+}
+
+// Each stand-in written is stamped, so no two have one UID (a node takes it from the manifest, and a kubelet starts
+// no pod of a UID it ended until it purged it); arming again what is armed already writes nothing.
+func TestEachStandInWrittenIsANewPodToTheNode(t *testing.T) {
+	dir := t.TempDir()
+	workers := fixedWorkers{{Namespace: "default", Name: "fl-trainer-0", UID: "u1", Manifest: renderedTrainer}}
+	s := &StaticPods{Dir: dir, Workers: workers, GatesDir: filepath.Join(t.TempDir(), "gates")}
+	file := filepath.Join(dir, staticPodFile("default", "fl-trainer-0"))
+	var written [][]byte
+	for range 2 {
+		if err := s.Rebuild(context.Background(), "default", "fl-trainer-0", "u1"); err != nil {
+			t.Fatal(err)
+		}
+		data, _ := os.ReadFile(file)
+		written = append(written, data)
+		if err := s.Release("default", "fl-trainer-0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if string(written[0]) == string(written[1]) || string(unstamped(written[0])) != string(unstamped(written[1])) {
+		t.Errorf("two rebuilds of one worker:\n%s\n%s\nwant the same pod but for its stamp", written[0], written[1])
 	}
 }

@@ -63,6 +63,8 @@ type Node struct {
 
 	mu   sync.Mutex
 	pods map[types.UID]*podRuntime
+	// endedStatic holds when each static pod the node ended stopped, by UID (uidPurgeAfter).
+	endedStatic map[types.UID]time.Time
 
 	hostsMu      sync.Mutex
 	serviceHosts map[string]bool // env value -> names a Service
@@ -119,7 +121,7 @@ func New(cfg Config) *Node {
 	if cfg.SyncInterval == 0 {
 		cfg.SyncInterval = 200 * time.Millisecond
 	}
-	return &Node{cfg: cfg, pods: map[types.UID]*podRuntime{}, serviceHosts: map[string]bool{}, eventSubs: map[chan runtimeapi.ContainerEventType]bool{}}
+	return &Node{cfg: cfg, pods: map[types.UID]*podRuntime{}, endedStatic: map[types.UID]time.Time{}, serviceHosts: map[string]bool{}, eventSubs: map[chan runtimeapi.ContainerEventType]bool{}}
 }
 
 // Run serves the node until ctx ends: pods kept on disk run at once, before the API server is reached.

@@ -24,8 +24,8 @@ func isStatic(pod *corev1.Pod) bool { return pod.Annotations[configSourceAnnotat
 
 // syncStaticPods runs the pods of the static-pod directory, as edged does with its manifest directory: one pod
 // per manifest (JSON or YAML), named `<name>-<node>`, its UID the hash of the manifest; a manifest removed or
-// changed stops its pod. Static pods need no API server; no mirror pod is created for them, but the wait for
-// one is imitated when asked to (ImitateEdgehub).
+// changed stops its pod, and a manifest of a pod so ended is not run again for uidPurgeAfter. Static pods need no
+// API server; no mirror pod is created for them, but the wait for one is imitated when asked to (ImitateEdgehub).
 func (n *Node) syncStaticPods() {
 	if n.cfg.StaticPodDir == "" {
 		return
@@ -59,12 +59,20 @@ func (n *Node) syncStaticPods() {
 		pod.Annotations[configSourceAnnotation], pod.Annotations[configHashAnnotation] = "file", hash
 		want[pod.UID] = pod
 	}
+	now := time.Now()
 	for _, rt := range n.runtimesWhere(func(pod *corev1.Pod) bool { return isStatic(pod) && want[pod.UID] == nil }) {
 		n.forget(rt.pod.UID)
+		n.mu.Lock()
+		n.endedStatic[rt.pod.UID] = now
+		n.mu.Unlock()
 	}
 	n.mu.Lock()
 	var added []*corev1.Pod
 	for uid, pod := range want {
+		if ended, ok := n.endedStatic[uid]; ok && now.Sub(ended) < uidPurgeAfter {
+			continue // a pod of a UID the node ended: not again until purged
+		}
+		delete(n.endedStatic, uid)
 		if _, running := n.pods[uid]; !running {
 			added = append(added, pod)
 		}
@@ -83,6 +91,11 @@ func (n *Node) syncStaticPods() {
 		}
 	}
 }
+
+// uidPurgeAfter is how long a static pod of a UID the node ended is not started again: the kubelet's pod workers
+// take no pod of a UID they terminated until housekeeping purged it (pkg/kubelet/pod_workers.go). On the KubeEdge
+// rig a static pod re-added 6.5 s and 27.5 s after its removal never started, one re-added 74.5 s after did.
+const uidPurgeAfter = time.Minute
 
 // staticPodFile reports whether a pod file of the node's state holds a static pod (those are read from the
 // manifest directory again, not from the state).

@@ -2,6 +2,7 @@ package edgesim
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -75,4 +76,44 @@ func TestInitContainersRunToTheirEndBeforeTheContainers(t *testing.T) {
 	if started, err := os.Stat(PIDFile(dir, "default", "trainer-edge-1", "main")); err != nil || started.ModTime().Before(opened.ModTime()) {
 		t.Errorf("the container started at %v, before its gate opened at %v (%v)", started.ModTime(), opened.ModTime(), err)
 	}
+}
+
+// A manifest of a static pod the node ended is not run again until the node purged its UID, as a kubelet does;
+// the same pod under another manifest (another UID) runs at once. The node's passes are made by the test.
+func TestAStaticPodOfAnEndedUIDDoesNotRunAgainAtOnce(t *testing.T) {
+	dir, manifests := t.TempDir(), t.TempDir()
+	for _, d := range []string{"pods", "logs", "pids"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := New(Config{NodeName: "edge-1", Client: fake.NewClientset(), StateDir: dir, StaticPodDir: manifests,
+		Images: map[string][]string{"sleeper": {"sleep", "60"}}})
+	ctx := context.Background()
+	t.Cleanup(n.stopAll)
+	manifest := filepath.Join(manifests, "trainer.yaml")
+	pod := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: trainer\n  annotations: {written: \"%d\"}\nspec:\n  containers:\n  - name: main\n    image: sleeper:v1\n"
+	running := func() bool { return ProcessRuns(PIDFile(dir, "default", "trainer-edge-1", "main")) }
+	pass := func(stamp int) {
+		t.Helper()
+		if stamp == 0 {
+			if err := os.Remove(manifest); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := os.WriteFile(manifest, fmt.Appendf(nil, pod, stamp), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		n.syncStaticPods()
+		n.syncAll(ctx)
+	}
+	pass(1)
+	waitUntil(t, "the static pod running", running)
+	pass(0)
+	waitUntil(t, "the static pod stopped", func() bool { return !running() })
+	pass(1)
+	if len(n.runtimesWhere(nil)) != 0 || running() {
+		t.Fatal("a static pod of a UID the node ended ran again at once")
+	}
+	pass(2)
+	waitUntil(t, "the same pod under a new UID running", running)
 }
