@@ -20,4 +20,9 @@ func TestIndexWorkloadPodsKeysByTheKindsNameLabel(t *testing.T) {
 	if got := IndexWorkloadPods("FederatedLearningJob")(&corev1.Pod{}); got != nil {
 		t.Errorf("a pod without the label has keys %v", got)
 	}
+	mirror := pod.DeepCopy()
+	mirror.Annotations = map[string]string{MirrorAnnotation: "8ca8cad6"}
+	if got := IndexWorkloadPods("FederatedLearningJob")(mirror); got != nil {
+		t.Errorf("a mirror pod (a node's stand-in for a worker, with its labels) indexed under %v", got)
+	}
 }

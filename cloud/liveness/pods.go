@@ -66,7 +66,7 @@ const WorkerNameIndex = "lifeline.sedna.io/worker-name"
 // IndexWorkerName is the indexer of WorkerNameIndex.
 func IndexWorkerName(o client.Object) []string {
 	pod, ok := o.(*corev1.Pod)
-	if !ok {
+	if !ok || contract.IsMirrorPod(pod) { // a stand-in's mirror: the worker's pod is its own
 		return nil
 	}
 	if w := envOf(pod, contract.EnvWorkerName); w != "" {

@@ -49,9 +49,12 @@ func TestCachePodsReadsTheIndex(t *testing.T) {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
+	// A stand-in's mirror pod carries its worker's labels and WORKER_NAME: it is none of the worker's pods.
+	mirror := workerPod("svc-edge-a-edge1", "edge1", "JointInferenceService", "svc", "svc-edge")
+	mirror.Annotations = map[string]string{contract.MirrorAnnotation: "8ca8cad6"}
 	reader := fake.NewClientBuilder().WithScheme(scheme).WithIndex(&corev1.Pod{}, WorkerNameIndex, IndexWorkerName).
 		WithObjects(workerPod("svc-edge-a", "edge1", "JointInferenceService", "svc", "svc-edge"),
-			workerPod("svc-edge-b", "edge2", "JointInferenceService", "svc", "svc-edge"),
+			workerPod("svc-edge-b", "edge2", "JointInferenceService", "svc", "svc-edge"), mirror,
 			workerPod("job-trainworker-0", "edge1", "FederatedLearningJob", "job", "job-trainworker-0")).Build()
 	pods := CachePods{Reader: reader}
 	if info, ok := pods.Pod("default", "job-trainworker-0"); !ok || info.Node != "edge1" || info.OwnerName != "job" {

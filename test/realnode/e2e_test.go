@@ -78,7 +78,9 @@ func runReal(m *testing.M) int {
 		err = realnode.PlaceExampleFiles(rc)
 	}
 	if err == nil {
-		inst, err = realnode.InstallLifeline(ctx, rc, realnode.InstallOptions{Repo: repo})
+		// Armed stand-ins, opt-in in the chart, are checked on real kubelets here: the gate runs the agent's image
+		// as an init container, and a rebuild needs no mirror-pod request.
+		inst, err = realnode.InstallLifeline(ctx, rc, realnode.InstallOptions{Repo: repo, Values: []string{"agent.armStandIns=true"}})
 	}
 	if err == nil {
 		s, serr := manager.Scheme()

@@ -58,7 +58,8 @@ func (n *Node) RunningContainers(ctx context.Context, podPrefix string) (int, er
 	err := n.withRuntime(func(rt runtimeapi.RuntimeServiceClient) error {
 		running, err := runningContainers(ctx, rt, nil)
 		for _, c := range running {
-			if strings.HasPrefix(c.Labels["io.kubernetes.pod.name"], podPrefix) {
+			// An armed stand-in's gate is no instance of its worker.
+			if strings.HasPrefix(c.Labels["io.kubernetes.pod.name"], podPrefix) && c.Labels["io.kubernetes.container.name"] != "lifeline-gate" {
 				count++
 			}
 		}
