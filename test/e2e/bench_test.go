@@ -110,7 +110,7 @@ func BenchmarkCutOffNode(b *testing.B) {
 			return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model"), nil
 		})
 
-		replacedAfter, replaced := failNeverTrainerCutOff(b, 3*time.Second, flWait, false)
+		replacedAfter, replaced := failNeverTrainerCutOff(b, "surface-defect-detection-never", 3*time.Second, flWait, false)
 		byPhase, byPhaseArmed := rebuildByPhaseOfTheCut(b, false), rebuildByPhaseOfTheCut(b, true)
 
 		b.Run("detection", func(b *testing.B) {
@@ -237,18 +237,21 @@ func rebuildByPhaseOfTheCut(b testing.TB, armed bool) []phaseRebuild {
 	defer func() { _ = s.ImitateEdgehub("edge1", 0, 0) }()
 	var out []phaseRebuild
 	for _, into := range []time.Duration{time.Second, edgehubNotice + 3*time.Second, 30 * time.Second} {
-		after, replaced := failNeverTrainerCutOff(b, into, phaseWait, armed)
+		// A job of its own for each: the controller sends one worker at most one command per 10 s, and a job
+		// made again under one name has the same trainer names.
+		name := fmt.Sprintf("never-%s-%ds", map[bool]string{true: "armed", false: "written"}[armed], int(into.Seconds()))
+		after, replaced := failNeverTrainerCutOff(b, name, into, phaseWait, armed)
 		out = append(out, phaseRebuild{into: into, after: after, replaced: replaced})
 	}
 	return out
 }
 
-// failNeverTrainerCutOff runs an FL job whose trainers have restartPolicy Never, cuts trainer 0's node off from
+// failNeverTrainerCutOff runs an FL job of that name whose trainers have restartPolicy Never, cuts trainer 0's node off from
 // the API server, kills the trainer into the cut and says whether, and when, a trainer process of that job runs
 // on the node again within wait. armed: the node's agent arms stand-ins, and the cut waits for the trainer's.
-func failNeverTrainerCutOff(b testing.TB, into, wait time.Duration, armed bool) (time.Duration, bool) {
+func failNeverTrainerCutOff(b testing.TB, name string, into, wait time.Duration, armed bool) (time.Duration, bool) {
 	b.Helper()
-	job, trainer := neverTrainerJob(b, "surface-defect-detection-never")
+	job, trainer := neverTrainerJob(b, name)
 	defer deleteAndWait(b, job) // each run makes the job anew, under the same name
 	if armed {
 		controllertest.Eventually(b, within, "the trainer's stand-in armed", func(context.Context) (bool, error) {

@@ -194,6 +194,9 @@ func (n *Node) watchPods(ctx context.Context) {
 			}
 		}
 		w.Stop()
+		// The watch ended: the link broke, or the server ended it (the list that follows then succeeds and says
+		// so). For edgehub's imitation the link broke now, though the node's next list may take seconds to fail.
+		n.hub.linked(false, time.Now())
 	}
 }
 
