@@ -19,8 +19,7 @@ import (
 //   - kill of the joint inference edge worker -> the status shows the death (Dead, or one restart more): on a
 //     node cut off from the API server (the agent's word) and, as the anchor, on a connected one (the kubelet's
 //     word through the API server);
-//   - an FL trainer under restartPolicy Never fails on a node cut off from everything -> a trainer runs again, as
-//     its armed stand-in (the real nodes run the chart with agent.armStandIns)
+//   - an FL trainer under restartPolicy Never fails on a node cut off from everything -> a trainer runs again
 //     (anchor: the kubelet never runs it again); the link back -> its stand-in gives way; seconds with no trainer,
 //     and with two, meanwhile;
 //   - the joint inference edge worker's node reboots while cut off from everything -> the edge worker runs again
@@ -67,8 +66,8 @@ func BenchmarkRealNodes(b *testing.B) {
 	line("detect-cut-off-p99", controllertest.Percentile(cutOff, 99))
 	line("detect-connected-anchor-p50", controllertest.Percentile(connected, 50))
 	line("detect-connected-anchor-p99", controllertest.Percentile(connected, 99))
-	line("rebuild-never-trainer-cut-off-armed-p50", controllertest.Percentile(rebuilt, 50))
-	line("rebuild-never-trainer-cut-off-armed-p99", controllertest.Percentile(rebuilt, 99))
+	line("rebuild-never-trainer-cut-off-p50", controllertest.Percentile(rebuilt, 50))
+	line("rebuild-never-trainer-cut-off-p99", controllertest.Percentile(rebuilt, 99))
 	fmt.Println("rebuild-never-trainer-anchor never (the kubelet does not run a failed Never container again)")
 	line("reconnect-stand-in-gave-way-p99", controllertest.Percentile(gaveWay, 99))
 	line("reconnect-no-trainer-running", gap)
