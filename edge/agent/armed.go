@@ -51,15 +51,7 @@ func withAnnotation(manifest []byte, key, value string) ([]byte, error) {
 	if err := json.Unmarshal(manifest, &pod); err != nil {
 		return nil, fmt.Errorf("decoding the stand-in: %w", err)
 	}
-	meta, _ := pod["metadata"].(map[string]any)
-	if meta == nil {
-		return nil, errors.New("the stand-in has no metadata")
-	}
-	annotations, _ := meta["annotations"].(map[string]any)
-	if annotations == nil {
-		annotations = map[string]any{}
-		meta["annotations"] = annotations
-	}
+	annotations := annotationsOf(pod)
 	if value == "" {
 		delete(annotations, key)
 	} else {
@@ -78,17 +70,11 @@ func armedManifest(manifest []byte, gateDir, gateImage string) ([]byte, error) {
 	if err := json.Unmarshal(manifest, &pod); err != nil {
 		return nil, fmt.Errorf("decoding the stand-in: %w", err)
 	}
-	meta, _ := pod["metadata"].(map[string]any)
 	spec, _ := pod["spec"].(map[string]any)
-	if meta == nil || spec == nil {
-		return nil, errors.New("the stand-in has no metadata or spec")
+	if spec == nil {
+		return nil, errors.New("the stand-in has no spec")
 	}
-	annotations, _ := meta["annotations"].(map[string]any)
-	if annotations == nil {
-		annotations = map[string]any{}
-		meta["annotations"] = annotations
-	}
-	annotations[ArmedAnnotation] = gateDir
+	annotationsOf(pod)[ArmedAnnotation] = gateDir
 	for _, field := range containerFields {
 		for _, c := range list(spec[field]) {
 			if container, _ := c.(map[string]any); container != nil {

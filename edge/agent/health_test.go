@@ -26,6 +26,7 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/desired"
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
+	"github.com/lifeline-edge/lifeline/test/cluster"
 	"github.com/lifeline-edge/lifeline/test/fakecri"
 )
 
@@ -335,17 +336,6 @@ func (l *lockedLines) count(parts ...string) int {
 	return n
 }
 
-// reserveAddr is a loopback address nothing listened on a moment ago.
-func reserveAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // podSource stands in for the MetaServer at addr: it lists no pod and holds each watch open.
 func startPodSource(t *testing.T, addr string) *http.Server {
 	t.Helper()
@@ -394,7 +384,7 @@ func startBroker(t *testing.T, addr string) (stop func()) {
 func TestProbesOfAnAgentWhoseDependenciesComeLate(t *testing.T) {
 	dir := t.TempDir()
 	socket := filepath.Join(dir, "cri.sock") // where fakecri.Start serves
-	brokerAddr, podsAddr := reserveAddr(t), reserveAddr(t)
+	brokerAddr, podsAddr := cluster.FreeAddr(t), cluster.FreeAddr(t)
 	runtime, err := cri.Dial(socket, time.Second)
 	if err != nil {
 		t.Fatal(err)

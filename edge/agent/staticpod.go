@@ -46,6 +46,12 @@ func staticPodManifest(manifest, worker string, protected []string) ([]byte, err
 	if err := checkStaticSpec(spec, protected); err != nil {
 		return nil, &RefusedManifestError{Reason: err.Error()}
 	}
+	annotationsOf(pod)[lifelinev1.StaticPodOfAnnotation] = worker
+	return json.Marshal(pod)
+}
+
+// annotationsOf is the annotations of a decoded pod, made (with its metadata) when it has none.
+func annotationsOf(pod map[string]any) map[string]any {
 	meta, _ := pod["metadata"].(map[string]any)
 	if meta == nil {
 		meta = map[string]any{}
@@ -56,8 +62,7 @@ func staticPodManifest(manifest, worker string, protected []string) ([]byte, err
 		annotations = map[string]any{}
 		meta["annotations"] = annotations
 	}
-	annotations[lifelinev1.StaticPodOfAnnotation] = worker
-	return json.Marshal(pod)
+	return annotations
 }
 
 // dropServiceAccount removes the service account and every projected volume that carries its token, with

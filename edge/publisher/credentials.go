@@ -56,12 +56,3 @@ func TLSConfig(caFile, certFile, keyFile string, log logr.Logger) (*tls.Config, 
 	}
 	return config, nil
 }
-
-// BootID identifies this boot of the node, so the controller can tell a node reboot from an agent restart.
-func BootID() string {
-	data, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return "unknown"
-	}
-	return strings.TrimSpace(string(data))
-}

@@ -239,7 +239,10 @@ func rebuildByPhaseOfTheCut(b testing.TB, armed bool) []phaseRebuild {
 	for _, into := range []time.Duration{time.Second, edgehubNotice + 3*time.Second, 30 * time.Second} {
 		// A job of its own for each: the controller sends one worker at most one command per 10 s, and a job
 		// made again under one name has the same trainer names.
-		name := fmt.Sprintf("never-%s-%ds", map[bool]string{true: "armed", false: "written"}[armed], int(into.Seconds()))
+		name := fmt.Sprintf("never-written-%ds", int(into.Seconds()))
+		if armed {
+			name = fmt.Sprintf("never-armed-%ds", int(into.Seconds()))
+		}
 		after, replaced := failNeverTrainerCutOff(b, name, into, phaseWait, armed)
 		out = append(out, phaseRebuild{into: into, after: after, replaced: replaced})
 	}
@@ -266,18 +269,28 @@ func failNeverTrainerCutOff(b testing.TB, name string, into, wait time.Duration,
 	}
 	killed := time.Now()
 	for time.Since(killed) < wait {
-		pods := &corev1.PodList{}
-		if err := s.Client.List(context.Background(), pods, client.InNamespace("default")); err == nil {
-			for _, p := range pods.Items {
-				if strings.HasPrefix(p.Name, job.GetName()+"-train") &&
-					(s.WorkerRunning("edge1", "default", p.Name, "train-worker") || s.WorkerRunning("edge1", "default", p.Name+"-edge1", "train-worker")) {
-					return time.Since(killed), true
-				}
-			}
+		if running, err := trainerRunsOnEdge1(context.Background(), job, true); err == nil && running {
+			return time.Since(killed), true
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	return 0, false
+}
+
+// trainerRunsOnEdge1 tells whether a trainer of job runs on edge1: in a pod of the job or, with standIns, as a
+// pod's stand-in.
+func trainerRunsOnEdge1(ctx context.Context, job client.Object, standIns bool) (bool, error) {
+	pods := &corev1.PodList{}
+	if err := s.Client.List(ctx, pods, client.InNamespace("default")); err != nil {
+		return false, err
+	}
+	for _, p := range pods.Items {
+		if strings.HasPrefix(p.Name, job.GetName()+"-train") && (s.WorkerRunning("edge1", "default", p.Name, "train-worker") ||
+			standIns && s.WorkerRunning("edge1", "default", p.Name+"-edge1", "train-worker")) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // neverTrainerJob runs an FL job of that name whose trainers have restartPolicy Never and whose aggregator never

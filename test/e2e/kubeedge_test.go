@@ -319,15 +319,6 @@ func TestArmedStandInRunsATrainerFailedInTheFirstSecondOfACut_P_HEAL_3(t *testin
 		if s.WorkerRunning("edge1", "default", standIn, "train-worker") {
 			return false, nil
 		}
-		pods := &corev1.PodList{}
-		if err := s.Client.List(ctx, pods, client.InNamespace("default")); err != nil {
-			return false, err
-		}
-		for _, p := range pods.Items {
-			if strings.HasPrefix(p.Name, job.GetName()+"-train") && s.WorkerRunning("edge1", "default", p.Name, "train-worker") {
-				return true, nil
-			}
-		}
-		return false, nil
+		return trainerRunsOnEdge1(ctx, job, false)
 	})
 }
