@@ -190,15 +190,13 @@ func (w *Watcher) Run(ctx context.Context, retry time.Duration) {
 // list lists the node's worker pods and returns the selector that found them, for the watch. The node's field
 // selector narrows what an API server sends, but a cut-off KubeEdge node's MetaServer answers from its local
 // store, which matches metadata fields only and lists nothing for spec.nodeName: when the narrow list finds no
-// worker while the cloud does not answer (Hold; or when nothing tells), the label selector is tried alone, and
-// watched alone (a narrow watch of that store would never see a worker arrive). Never while the cloud answers:
-// a connected MetaServer forwards a label-only watch to cloudcore and stores every pod it delivers, other
-// nodes' too, in the node's store (seen on the KubeEdge rig). Either way only pods bound to this node are kept
-// (see ours): a connected MetaServer lists every node's pods.
+// worker, the label selector is tried alone, and watched alone (a narrow watch of that store would never see
+// a worker arrive). Either way only pods bound to this node are kept (see ours): a connected MetaServer
+// forwards to cloudcore and lists every node's pods.
 func (w *Watcher) list(ctx context.Context) (*PodList, Selector, error) {
 	narrow := Selector{Fields: "spec.nodeName=" + w.node, Labels: lifelinev1.RoleLabel}
 	list, err := w.pods.List(ctx, narrow)
-	if err != nil || w.hasOurs(list.Items) || (w.Hold != nil && !w.Hold()) {
+	if err != nil || w.hasOurs(list.Items) {
 		return list, narrow, err
 	}
 	wide := Selector{Labels: lifelinev1.RoleLabel}

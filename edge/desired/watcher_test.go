@@ -45,8 +45,7 @@ func decodePod(t *testing.T, s string) Pod {
 
 // kubeEdgeStore answers as KubeEdge's MetaServer does: connected, it forwards to cloudcore and lists every
 // node's pods whatever the field selector says (the worst a forwarder can do); cut off, its local store
-// matches metadata fields only, so a spec.nodeName selector lists nothing. Watches send the events given. It
-// records the selectors of the lists and watches asked of it.
+// matches metadata fields only, so a spec.nodeName selector lists nothing. Watches send the events given.
 type kubeEdgeStore struct {
 	cutOff bool
 	pods   []Pod
@@ -68,10 +67,7 @@ func (s *kubeEdgeStore) List(_ context.Context, sel Selector) (*PodList, error) 
 	return list, nil
 }
 
-func (s *kubeEdgeStore) Watch(ctx context.Context, sel Selector, _ string) (<-chan Event, error) {
-	s.mu.Lock()
-	s.selectors = append(s.selectors, sel)
-	s.mu.Unlock()
+func (s *kubeEdgeStore) Watch(ctx context.Context, _ Selector, _ string) (<-chan Event, error) {
 	out := make(chan Event)
 	go func() {
 		defer close(out)
@@ -128,7 +124,6 @@ func TestWatcherLearnsWorkersWhileCutOffFromAStoreWithoutFieldSelectors(t *testi
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Hold = func() bool { return true } // the cloud probe does not answer
 	run(t, w)
 	waitFor(t, "the node's worker from the local store", func() bool { return names(w.Workers()) == "default/mine() " })
 	store.events <- Event{Type: "ADDED", Pod: decodePod(t, podJSON("theirs-too", "edge-2", ""))}
@@ -139,27 +134,6 @@ func TestWatcherLearnsWorkersWhileCutOffFromAStoreWithoutFieldSelectors(t *testi
 	}
 	if got := w.Workers()[0].RestartPolicy; got != "OnFailure" {
 		t.Errorf("restart policy %q, want the pod's OnFailure", got)
-	}
-}
-
-// While the cloud answers, the agent never lists or watches by the label alone, even before the node has a worker:
-// a connected MetaServer forwards such a watch to cloudcore and stores every pod it delivers in the node's store,
-// other nodes' too, which a cut-off node's label-only list then returns.
-func TestConnectedWatcherNeverWatchesByTheLabelAlone(t *testing.T) {
-	store := &kubeEdgeStore{events: make(chan Event)}
-	w, err := New(store, "edge-1", t.TempDir(), logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Hold = func() bool { return false } // the cloud probe answers
-	run(t, w)
-	waitFor(t, "the watch established", w.Reachable)
-	store.events <- Event{Type: "ADDED", Pod: decodePod(t, podJSON("first", "edge-1", ""))}
-	waitFor(t, "the node's first worker watched", func() bool { return w.HasWorker("default", "first") })
-	for _, sel := range store.sent() {
-		if sel.Fields == "" {
-			t.Errorf("a label-only list or watch sent while the cloud answers: %+v", sel)
-		}
 	}
 }
 
