@@ -13,16 +13,23 @@ import (
 
 var httpClient = &http.Client{Timeout: 2 * time.Second}
 
-// Report attempts, as Sedna's worker library makes them: five, three seconds apart.
-var (
-	reportAttempts = 5
-	reportSpacing  = 3 * time.Second
-)
+// reportRetry is how often, and how far apart, a report is tried.
+type reportRetry struct {
+	attempts int
+	spacing  time.Duration
+}
+
+// sednaRetry is the retry of Sedna's worker library: five attempts, three seconds apart.
+var sednaRetry = reportRetry{attempts: 5, spacing: 3 * time.Second}
 
 // report sends a report to the node's LC endpoint, trying again as Sedna's worker library does while the
 // endpoint does not answer (an agent restarting, being upgraded); like that library it does not stop the worker
 // when nobody listens. It logs a report delivered after a retry, and one given up: a lost report.
 func report(lcServer string, r lifelinev1.Report) error {
+	return reportWithRetry(sednaRetry, lcServer, r)
+}
+
+func reportWithRetry(retry reportRetry, lcServer string, r lifelinev1.Report) error {
 	if lcServer == "" {
 		return nil
 	}
@@ -38,11 +45,11 @@ func report(lcServer string, r lifelinev1.Report) error {
 			return nil
 		case err == nil:
 			return nil
-		case attempt == reportAttempts:
+		case attempt == retry.attempts:
 			log.Printf("report lost after %d attempts: %v", attempt, err)
 			return err
 		}
-		time.Sleep(reportSpacing)
+		time.Sleep(retry.spacing)
 	}
 }
 

@@ -186,8 +186,7 @@ func TestOwnerNameAsSednaLibrary(t *testing.T) {
 // A report the LC endpoint does not take (an agent restarting) is tried again as Sedna's library tries it, and
 // delivered once the endpoint answers; one no attempt delivers is given up, and the worker goes on.
 func TestReportIsTriedAgainAsSednaLibraryDoes(t *testing.T) {
-	reportSpacing = 10 * time.Millisecond
-	t.Cleanup(func() { reportSpacing = 3 * time.Second })
+	retry := reportRetry{attempts: sednaRetry.attempts, spacing: 10 * time.Millisecond}
 	var mu sync.Mutex
 	failFirst, calls := 0, 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -213,7 +212,7 @@ func TestReportIsTriedAgainAsSednaLibraryDoes(t *testing.T) {
 		mu.Lock()
 		failFirst, calls = tc.failFirst, 0
 		mu.Unlock()
-		err := report(srv.URL, lifelinev1.Report{Name: "w"})
+		err := reportWithRetry(retry, srv.URL, lifelinev1.Report{Name: "w"})
 		mu.Lock()
 		got := calls
 		mu.Unlock()
