@@ -161,7 +161,8 @@ func runStandby(ctx context.Context, o *options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	go probe.Run(ctx, o.heartbeat)
+	probe.Period, probe.Timeout = o.probePeriod, o.probeTimeout
+	go probe.Run(ctx)
 	log.Info("standing by", "probe", probe.URL)
 	standby := &agent.Standby{Lock: agent.NodeLock{Dir: o.stateDir}, Interval: o.poll, Log: log,
 		CutOff: func() bool { return probe.Probed() && !probe.Reachable() }}
@@ -218,8 +219,13 @@ func runAgent(ctx context.Context, o *options, log logr.Logger, standbyProbe *ag
 	}
 	workers, apiReachable, apiKnown := src.Workers, src.APIReachable, src.APIKnown
 	var loops sync.WaitGroup
+	var probeChanges <-chan struct{}
+	if src.Probe != nil {
+		probeChanges = src.Probe.Changes()
+	}
 	if src.RunProbe {
-		loops.Go(func() { src.Probe.Run(ctx, o.heartbeat) })
+		src.Probe.Period, src.Probe.Timeout = o.probePeriod, o.probeTimeout
+		loops.Go(func() { src.Probe.Run(ctx) })
 	}
 	var edgeAgent *agent.Agent
 	pub := publisher.New(publisher.Config{Broker: o.broker, Username: o.username, Password: password, TLS: tlsConfig,
@@ -274,7 +280,7 @@ func runAgent(ctx context.Context, o *options, log logr.Logger, standbyProbe *ag
 	loops.Go(func() { agent.FollowContainerEvents(ctx, runtime, events, log.WithName("events")) })
 	loops.Go(func() {
 		agent.Heartbeats(ctx, o.cluster, o.node, o.heartbeat, health.Heartbeats(pub),
-			agent.HeartbeatFacts{APIReachable: apiReachable, Journaled: j.LogEntries})
+			agent.HeartbeatFacts{APIReachable: apiReachable, Journaled: j.LogEntries, Changed: probeChanges})
 	})
 	loops.Go(func() { health.Run(ctx, log.WithName("health")) })
 	if probes != nil {
@@ -336,7 +342,7 @@ type options struct {
 	inCluster, insecurePods, showVersion, standby                        bool
 	explicit                                                             map[string]bool // the flags given
 	healGrace, healDeadFor, healWait, poll, heartbeat, retryMax          time.Duration
-	dsInterval, dsCountLimit                                             time.Duration
+	dsInterval, dsCountLimit, probePeriod, probeTimeout                  time.Duration
 	maxReports, queue, reportConns, reportBurst                          int
 	maxReportBytes, dsMaxBytes                                           int64
 	reportRate                                                           float64
@@ -367,6 +373,11 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.cloudProbe, "cloud-probe", "", "URL in the cloud (the API server's /healthz, or cloudcore's HTTPS server) whose answer says "+
 		"the node is connected; needed with the MetaServer, which answers from the node's store even while the node is cut off "+
 		"(default: cloudcore's /ca.crt at the modules.edgeHub.httpServer of --edgecore-config)")
+	fs.DurationVar(&o.probePeriod, "cloud-probe-period", agent.DefaultProbePeriod,
+		"how often the cloud probe asks; a cut is told at most this plus --cloud-probe-timeout after it begins. Over HTTP/2 each "+
+			"attempt after the first is a PING frame on one kept connection, about 100 bytes both ways")
+	fs.DurationVar(&o.probeTimeout, "cloud-probe-timeout", agent.DefaultProbeTimeout,
+		"an attempt of the cloud probe not answered within this says the node is cut off; keep it above the link's worst round trip")
 	fs.StringVar(&o.edgecoreConfig, "edgecore-config", constants.EdgecoreConfigPath,
 		"edgecore's configuration, read for the default --cloud-probe; empty: no default probe")
 	fs.StringVar(&o.metaServer, "metaserver", "http://"+constants.DefaultMetaServerAddr,
@@ -444,6 +455,9 @@ func (o *options) validate(fs *flag.FlagSet) error {
 		}
 	}
 	errs = append(errs, flagcheck.BrokerURL("broker", o.broker))
+	if u, err := url.Parse(o.cloudProbe); o.cloudProbe != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		errs = append(errs, fmt.Errorf("--cloud-probe %q is not an http(s) URL", o.cloudProbe))
+	}
 	if o.forwardTo != "" {
 		if u, err := url.Parse(o.forwardTo); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("--forward-unowned-reports-to %q is not an http(s) URL", o.forwardTo))

@@ -1,74 +1,209 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/kubeedge/api/apis/common/constants"
+	"golang.org/x/net/http2"
 	"sigs.k8s.io/yaml"
 )
 
-// CloudProbe tells whether the node reaches the cloud by a request to a URL there: the API server's /healthz, or
+// CloudProbe tells whether the node reaches the cloud by a request to a URL there: the API server's /readyz, or
 // the cloudcore endpoint edgecore's edgeHub connects to. Any HTTP answer counts: only the round trip matters. It
 // is needed when the agent reads its workers from KubeEdge's MetaServer, which answers from the node's own store
-// whether or not the cloud is reachable.
+// whether or not the cloud is reachable, and it is how a cut is seen fast: a watch on a dead link tells only when
+// TCP gives up.
+//
+// A cut is told at most Period + Timeout after it begins. Attempts are frequent, so they must cost the cloud
+// nothing: over HTTP/2 the probe keeps one connection, sends the URL's request once on it, and then a PING frame
+// per attempt, which the server's framer answers without a request, a handler or an authentication.
 type CloudProbe struct {
 	URL string
 	// TLS checks the cloud's certificate; nil: not checked (nothing read from the answer is trusted).
 	TLS *tls.Config
-	// Timeout of one attempt (default 1 s).
+	// Timeout of one attempt (default 1 s): longer than the link's worst round trip, or a slow link is taken for
+	// a cut one.
 	Timeout time.Duration
+	// Period between attempts (default 250 ms).
+	Period time.Duration
 
 	reachable atomic.Bool
 	probed    atomic.Bool // an attempt has ended
+	initOnce  sync.Once
+	changes   chan struct{}
 }
 
-// Run probes every interval until ctx ends.
-func (p *CloudProbe) Run(ctx context.Context, interval time.Duration) {
-	timeout := p.Timeout
-	if timeout == 0 {
-		timeout = time.Second
-	}
-	tlsConfig := p.TLS
-	if tlsConfig == nil {
-		// Nothing read from the answer is trusted: only the round trip matters.
-		tlsConfig = &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12} //nolint:gosec // reachability only
-	}
-	client := &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true}}
+// Default timing of the probe.
+const (
+	DefaultProbeTimeout = time.Second
+	DefaultProbePeriod  = 250 * time.Millisecond
+)
+
+// Run probes every Period until ctx ends.
+func (p *CloudProbe) Run(ctx context.Context) {
+	timeout, period := cmp.Or(p.Timeout, DefaultProbeTimeout), cmp.Or(p.Period, DefaultProbePeriod)
+	link, badURL := newCloudLink(p.URL, p.TLS)
+	defer link.close()
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL, nil)
+		err := badURL
 		if err == nil {
-			var resp *http.Response
-			if resp, err = client.Do(req); err == nil {
-				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-				resp.Body.Close()
-			}
+			attempt, cancel := context.WithTimeout(ctx, timeout)
+			err = link.answers(attempt)
+			cancel()
 		}
-		p.reachable.Store(err == nil)
-		p.probed.Store(true)
+		if ctx.Err() != nil {
+			return // the attempt was cut short by the end, not by the link
+		}
+		p.record(err == nil)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(interval):
+		case <-time.After(period):
 		}
 	}
 }
+
+// record keeps an attempt's outcome and tells a change.
+func (p *CloudProbe) record(reachable bool) {
+	p.init()
+	was := p.reachable.Swap(reachable)
+	if first := !p.probed.Swap(true); first || was != reachable {
+		select {
+		case p.changes <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (p *CloudProbe) init() { p.initOnce.Do(func() { p.changes = make(chan struct{}, 1) }) }
 
 // Reachable tells the outcome of the latest attempt.
 func (p *CloudProbe) Reachable() bool { return p.reachable.Load() }
 
 // Probed tells whether an attempt has ended, so Reachable means something.
 func (p *CloudProbe) Probed() bool { return p.probed.Load() }
+
+// Changes receives after the first attempt and whenever Reachable changes, so that the heartbeat tells a cut as
+// soon as it is seen; a change not yet received is not queued twice.
+func (p *CloudProbe) Changes() <-chan struct{} {
+	p.init()
+	return p.changes
+}
+
+// cloudLink is the probe's connection to the cloud: an HTTP/2 connection PINGed once it has answered the URL's
+// request, or (HTTP/1, or a server without HTTP/2) the URL's request on a kept-alive connection each time.
+type cloudLink struct {
+	url     *url.URL
+	tls     *tls.Config
+	http1   *http.Client
+	http2   *http2.Transport
+	conn    *http2.ClientConn
+	noHTTP2 bool
+}
+
+func newCloudLink(rawURL string, tlsConfig *tls.Config) (*cloudLink, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("cloud probe %q is not an http(s) URL", rawURL)
+	}
+	if tlsConfig == nil {
+		// Nothing read from the answer is trusted: only the round trip matters.
+		tlsConfig = &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12} //nolint:gosec // reachability only
+	}
+	tlsConfig = tlsConfig.Clone()
+	tlsConfig.NextProtos = []string{"h2", "http/1.1"}
+	return &cloudLink{url: u, tls: tlsConfig, noHTTP2: u.Scheme == "http", http2: &http2.Transport{},
+		http1: &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig, ForceAttemptHTTP2: false, MaxIdleConns: 1}}}, nil
+}
+
+// answers tells whether the cloud answered within ctx. A kept connection that fails (the server closed it, or a
+// cut) is replaced within the same attempt, so that only a cloud that does not answer a new connection counts.
+func (l *cloudLink) answers(ctx context.Context) error {
+	if l.conn != nil {
+		if l.conn.State().Closing {
+			l.dropConn()
+		} else if err := l.conn.Ping(ctx); err == nil {
+			return nil
+		} else {
+			l.dropConn()
+			if ctx.Err() != nil {
+				return err
+			}
+		}
+	}
+	if l.noHTTP2 {
+		return l.get(ctx, l.http1.Do)
+	}
+	conn, err := (&tls.Dialer{Config: l.tls}).DialContext(ctx, "tcp", l.hostPort())
+	if err != nil {
+		return err
+	}
+	if conn.(*tls.Conn).ConnectionState().NegotiatedProtocol != "h2" {
+		conn.Close()
+		l.noHTTP2 = true
+		return l.get(ctx, l.http1.Do)
+	}
+	cc, err := l.http2.NewClientConn(conn)
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	if err := l.get(ctx, cc.RoundTrip); err != nil {
+		cc.Close()
+		return err
+	}
+	l.conn = cc
+	return nil
+}
+
+// get sends the URL's request and reads a little of any answer.
+func (l *cloudLink) get(ctx context.Context, send func(*http.Request) (*http.Response, error)) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.url.String(), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := send(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	return resp.Body.Close()
+}
+
+func (l *cloudLink) hostPort() string {
+	if l.url.Port() != "" {
+		return l.url.Host
+	}
+	return net.JoinHostPort(l.url.Hostname(), "443")
+}
+
+func (l *cloudLink) dropConn() {
+	if l.conn != nil {
+		l.conn.Close()
+		l.conn = nil
+	}
+}
+
+func (l *cloudLink) close() {
+	if l != nil {
+		l.dropConn()
+		l.http1.CloseIdleConnections()
+	}
+}
 
 // edgecoreConfig is what the agent reads of edgecore's configuration: where edgeHub reaches cloudcore's HTTPS
 // server, and the cloud's CA on the node.

@@ -5,11 +5,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,15 +29,155 @@ func TestCloudProbeFollowsTheLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer link.Close()
-	p := &CloudProbe{URL: "https://" + link.Addr() + "/healthz", Timeout: 500 * time.Millisecond}
+	p := &CloudProbe{URL: "https://" + link.Addr() + "/healthz", Timeout: 500 * time.Millisecond, Period: 50 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go p.Run(ctx, 50*time.Millisecond)
+	go p.Run(ctx)
 	waitFor(t, 5*time.Second, "the cloud reachable (any answer counts)", p.Reachable)
 	link.Cut()
 	waitFor(t, 5*time.Second, "the cloud unreachable", func() bool { return !p.Reachable() })
 	link.Restore()
 	waitFor(t, 5*time.Second, "the cloud reachable again", p.Reachable)
+}
+
+// A link that drops packets closes nothing: the probe tells the cut within its timeout and period, from the kept
+// connection's unanswered PING, and the node back as soon as the link passes again.
+func TestCloudProbeTellsADroppingLinkWithinItsTimeout(t *testing.T) {
+	cloud := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	cloud.EnableHTTP2 = true
+	cloud.StartTLS()
+	defer cloud.Close()
+	link, err := netproxy.Start(cloud.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.Close()
+	const timeout, period = 300 * time.Millisecond, 20 * time.Millisecond
+	p := &CloudProbe{URL: "https://" + link.Addr() + "/readyz", Timeout: timeout, Period: period}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+	<-p.Changes()
+	waitFor(t, 5*time.Second, "the cloud reachable", p.Reachable)
+	link.Blackhole()
+	cut := time.Now()
+	<-p.Changes()
+	told := time.Since(cut)
+	if p.Reachable() {
+		t.Fatal("a change told, and the cloud still reachable")
+	}
+	// The bound is the probe's own; the slack covers a loaded machine's scheduling, not a second attempt.
+	if limit := timeout + period + 200*time.Millisecond; told > limit {
+		t.Errorf("the cut told after %v, want within %v", told, limit)
+	}
+	link.Restore()
+	<-p.Changes()
+	if !p.Reachable() {
+		t.Fatal("a change told after the restore, and the cloud unreachable")
+	}
+}
+
+// Attempts four times a second from every node must cost the cloud nothing: over HTTP/2 the probe sends its
+// request once, on one connection, and PINGs it after that; a connection the server closes is replaced
+// without the node ever taken as cut off.
+func TestCloudProbeAsksOnceThenPingsOneConnection(t *testing.T) {
+	var requests, conns, read atomic.Int64
+	cloud := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		if !r.ProtoAtLeast(2, 0) {
+			t.Errorf("asked over %s", r.Proto)
+		}
+	}))
+	cloud.EnableHTTP2 = true
+	cloud.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	cloud.Listener = &countingListener{Listener: cloud.Listener, read: &read}
+	cloud.StartTLS()
+	defer cloud.Close()
+	p := &CloudProbe{URL: cloud.URL + "/readyz", Period: time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+	<-p.Changes()
+	if !p.Reachable() {
+		t.Fatal("the cloud unreachable")
+	}
+	// A hundred PING frames (17 bytes each, more in their TLS records) reach the server.
+	from := read.Load()
+	waitFor(t, 10*time.Second, "a hundred PINGs read by the server", func() bool { return read.Load()-from > 100*17 })
+	if requests.Load() != 1 || conns.Load() != 1 {
+		t.Errorf("%d requests on %d connections, want 1 on 1", requests.Load(), conns.Load())
+	}
+	cloud.CloseClientConnections()
+	waitFor(t, 10*time.Second, "a second connection", func() bool { return conns.Load() == 2 && requests.Load() == 2 })
+	select {
+	case <-p.Changes():
+		t.Error("a connection the server closed told as a cut")
+	default:
+	}
+	if !p.Reachable() {
+		t.Error("the cloud unreachable after the server closed the connection")
+	}
+}
+
+// Over HTTP/1 (no TLS here) each attempt is the request, on a kept-alive connection.
+func TestCloudProbeAsksOverHTTP1OnAKeptConnection(t *testing.T) {
+	var requests, conns atomic.Int64
+	cloud := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { requests.Add(1) }))
+	cloud.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	cloud.Start()
+	defer cloud.Close()
+	p := &CloudProbe{URL: cloud.URL + "/healthz", Period: time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+	waitFor(t, 10*time.Second, "twenty requests", func() bool { return requests.Load() >= 20 })
+	if !p.Reachable() || conns.Load() != 1 {
+		t.Errorf("reachable %v, over %d connections, want 1", p.Reachable(), conns.Load())
+	}
+}
+
+// A probe whose URL is not one is never reachable, and says so once.
+func TestCloudProbeOfABadURLIsNeverReachable(t *testing.T) {
+	p := &CloudProbe{URL: "cloudcore:10002", Period: time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+	<-p.Changes()
+	if !p.Probed() || p.Reachable() {
+		t.Errorf("probed %v, reachable %v", p.Probed(), p.Reachable())
+	}
+}
+
+type countingListener struct {
+	net.Listener
+	read *atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, read: l.read}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	read *atomic.Int64
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.read.Add(int64(n))
+	return n, err
 }
 
 // writeEdgecoreConfig writes an edgecore.yaml whose edgeHub reaches cloudcore's HTTPS server at httpServer and
@@ -80,8 +222,8 @@ func TestEdgecoreProbeReachesCloudcoreWithoutAClientCertificate(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	old := &CloudProbe{URL: websocket.URL + "/", Timeout: 500 * time.Millisecond}
-	go old.Run(ctx, 50*time.Millisecond)
+	old := &CloudProbe{URL: websocket.URL + "/", Timeout: 500 * time.Millisecond, Period: 50 * time.Millisecond}
+	go old.Run(ctx)
 
 	probe, why, err := EdgecoreProbe(writeEdgecoreConfig(t, https.URL, writeCertPEM(t, https.Certificate())))
 	if err != nil {
@@ -90,8 +232,8 @@ func TestEdgecoreProbeReachesCloudcoreWithoutAClientCertificate(t *testing.T) {
 	if probe.URL != https.URL+"/ca.crt" || probe.TLS == nil || !strings.Contains(why, "checked against") {
 		t.Fatalf("probe %s (tls %v): %s", probe.URL, probe.TLS != nil, why)
 	}
-	probe.Timeout = 500 * time.Millisecond
-	go probe.Run(ctx, 50*time.Millisecond)
+	probe.Timeout, probe.Period = 500*time.Millisecond, 50*time.Millisecond
+	go probe.Run(ctx)
 	waitFor(t, 5*time.Second, "cloudcore reachable through its HTTPS server", probe.Reachable)
 	if old.Reachable() {
 		t.Error("the websocket port answered without a client certificate")
@@ -108,10 +250,10 @@ func TestEdgecoreProbeChecksTheCloudsCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	probe.Timeout = 500 * time.Millisecond
+	probe.Timeout, probe.Period = 500*time.Millisecond, 50*time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go probe.Run(ctx, 50*time.Millisecond)
+	go probe.Run(ctx)
 	time.Sleep(300 * time.Millisecond)
 	if probe.Reachable() {
 		t.Error("a server the cloud's CA did not sign taken as cloudcore")
@@ -121,8 +263,8 @@ func TestEdgecoreProbeChecksTheCloudsCA(t *testing.T) {
 	if err != nil || unchecked.TLS != nil || !strings.Contains(why, "not checked") {
 		t.Fatalf("without the CA file: %v, %q", err, why)
 	}
-	unchecked.Timeout = 500 * time.Millisecond
-	go unchecked.Run(ctx, 50*time.Millisecond)
+	unchecked.Timeout, unchecked.Period = 500*time.Millisecond, 50*time.Millisecond
+	go unchecked.Run(ctx)
 	waitFor(t, 5*time.Second, "reachable, unchecked", unchecked.Reachable)
 
 	for _, bad := range []string{"", "http://cloudcore:10002", "cloudcore:10002"} {

@@ -22,9 +22,13 @@ type HeartbeatFacts struct {
 	APIReachable func() bool
 	// Journaled: how many messages wait in the journal for the broker (nil: none is kept).
 	Journaled func() int64
+	// Changed receives when APIReachable may have changed: a heartbeat goes out at once, so that a cut is told
+	// when it is seen, not up to an interval later (nil: on the interval only).
+	Changed <-chan struct{}
 }
 
-// Heartbeats publishes a heartbeat every interval [P-HB-1], saying facts.
+// Heartbeats publishes a heartbeat every interval [P-HB-1], saying facts, and one more whenever facts.Changed
+// tells a change.
 func Heartbeats(ctx context.Context, cluster, node string, interval time.Duration, s HeartbeatSender, facts HeartbeatFacts) {
 	topic := lifelinev1.NodeTopic(cluster, node, lifelinev1.KindHeartbeat).String()
 	tick := time.NewTicker(interval)
@@ -35,6 +39,8 @@ func Heartbeats(ctx context.Context, cluster, node string, interval time.Duratio
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-facts.Changed:
+			tick.Reset(interval)
 		}
 		seq++
 		var journaled uint32

@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -73,4 +75,37 @@ func TestHeartbeatsSayTheNodesReachAndJournalAsTheyAreSent(t *testing.T) {
 	reachable, journaled = false, 1<<40 // more than the field holds: said as its largest value
 	mu.Unlock()
 	wait(func(hb *lifelinev1.Heartbeat) bool { return !hb.ApiReachable && hb.JournalReports == 1<<32-1 })
+}
+
+// A change of the node's reach goes out at once, not at the next interval: a cut is told when it is seen.
+func TestHeartbeatGoesOutWhenTheReachChanges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &recordingSender{}
+		var reachable atomic.Bool
+		reachable.Store(true)
+		changed := make(chan struct{}, 1)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go Heartbeats(ctx, "c", "edge1", time.Hour, s, HeartbeatFacts{APIReachable: reachable.Load, Changed: changed})
+		synctest.Wait()
+		if _, _, n := s.last(); n != 0 {
+			t.Fatalf("%d heartbeats before the first interval or change", n)
+		}
+		reachable.Store(false)
+		changed <- struct{}{}
+		synctest.Wait()
+		if _, hb, n := s.last(); n != 1 || hb.ApiReachable || hb.Seq != 1 {
+			t.Fatalf("after the change: %d heartbeats, the last %v", n, hb)
+		}
+		time.Sleep(time.Hour - time.Nanosecond) // the interval starts again at the change
+		synctest.Wait()
+		if _, _, n := s.last(); n != 1 {
+			t.Fatalf("%d heartbeats before the interval ended", n)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if _, hb, n := s.last(); n != 2 || hb.Seq != 2 {
+			t.Fatalf("after the interval: %d heartbeats, the last %v", n, hb)
+		}
+	})
 }

@@ -43,7 +43,8 @@ func TestStandbyWorksFromTheDesiredWorkersOnDiskAndItsProbe(t *testing.T) {
 		t.Error("reachability known before the probe answered")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go probe.Run(ctx, 10*time.Millisecond)
+	probe.Period = 10 * time.Millisecond
+	go probe.Run(ctx)
 	waitFor(t, 5*time.Second, "the probe's answer", src.APIKnown)
 	if !src.APIReachable() {
 		t.Error("the cloud answers the probe, but the node is not taken as reaching it")

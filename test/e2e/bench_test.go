@@ -60,14 +60,16 @@ func BenchmarkCutOffNode(b *testing.B) {
 			backoff = append(backoff, time.Since(killed))
 		}
 
-		var detection, rebuild []time.Duration
+		var detection, rebuild, told []time.Duration
 		var convergence time.Duration
 		for range killSamples {
 			pod := freshEdgePod(b, ji, true)
 			s.CutAPI(edgeNode)
+			cutAt := time.Now()
 			waitEdgeWorker(b, ji, "the agent the truth", func(w v1alpha1.WorkerStatus) bool {
 				return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
 			})
+			told = append(told, time.Since(cutAt))
 			killed := killLittleModel(b, pod)
 			var detected, running time.Duration
 			for detected == 0 || running == 0 {
@@ -113,6 +115,11 @@ func BenchmarkCutOffNode(b *testing.B) {
 		replacedAfter, replaced := failNeverTrainerCutOff(b, "surface-defect-detection-never", 3*time.Second, flWait, false)
 		byPhase, byPhaseArmed := rebuildByPhaseOfTheCut(b, false), rebuildByPhaseOfTheCut(b, true)
 
+		b.Run("cut-told", func(b *testing.B) {
+			// No anchor: without Lifeline the status keeps the API server's last word for the whole cut.
+			b.ReportMetric(controllertest.Percentile(told, 50).Seconds(), "lifeline-p50-s")
+			b.ReportMetric(controllertest.Percentile(told, 99).Seconds(), "lifeline-p99-s")
+		})
 		b.Run("detection", func(b *testing.B) {
 			controllertest.ReportComparison(b, "Kill -> status shows the worker dead", "node cut off, agent's word", detection,
 				"connected node, API server's word", apiDetection)

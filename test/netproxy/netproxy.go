@@ -1,11 +1,11 @@
 // Package netproxy is a TCP proxy that a test can cut and restore: the link between a simulated node and the
 // API server or the broker. A cut closes the live connections and refuses new ones, as a partition looks to
-// both ends; processes on either side keep running.
+// both ends once TCP has given up; a blackhole passes nothing and closes nothing, as a partition looks until
+// then (a firewall dropping packets, a WAN link gone). Processes on either side keep running.
 package netproxy
 
 import (
 	"errors"
-	"io"
 	"net"
 	"sync"
 )
@@ -15,10 +15,12 @@ type Proxy struct {
 	listener net.Listener
 	target   string
 
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]struct{}
-	done  chan struct{}
+	mu        sync.Mutex
+	cut       bool
+	blackhole bool
+	passing   *sync.Cond // broadcast when the blackhole ends
+	conns     map[net.Conn]struct{}
+	done      chan struct{}
 }
 
 // Start listens on a free loopback port and forwards to target.
@@ -28,6 +30,7 @@ func Start(target string) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{listener: l, target: target, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	p.passing = sync.NewCond(&p.mu)
 	go p.serve()
 	return p, nil
 }
@@ -39,18 +42,38 @@ func (p *Proxy) Addr() string { return p.listener.Addr().String() }
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cut = true
+	p.cut, p.blackhole = true, false
+	p.passing.Broadcast()
 	for c := range p.conns {
 		c.Close()
 	}
 	p.conns = map[net.Conn]struct{}{}
 }
 
-// Restore accepts connections again.
+// Blackhole passes no byte either way, on live connections and new ones, and closes none, until Restore.
+func (p *Proxy) Blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.blackhole = true
+}
+
+// Restore accepts connections again, and passes what a blackhole held.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cut = false
+	p.cut, p.blackhole = false, false
+	p.passing.Broadcast()
+}
+
+// waitPassing blocks while a blackhole holds the link; false: the connection was closed meanwhile.
+func (p *Proxy) waitPassing(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.blackhole {
+		p.passing.Wait()
+	}
+	_, open := p.conns[c]
+	return open
 }
 
 // Close stops the proxy.
@@ -81,6 +104,11 @@ func (p *Proxy) serve() {
 }
 
 func (p *Proxy) forward(in net.Conn) {
+	p.mu.Lock()
+	for p.blackhole && !p.cut {
+		p.passing.Wait()
+	}
+	p.mu.Unlock()
 	out, err := net.Dial("tcp", p.target)
 	if err != nil {
 		in.Close()
@@ -99,7 +127,19 @@ func (p *Proxy) forward(in net.Conn) {
 	wg.Add(2)
 	pipe := func(dst, src net.Conn) {
 		defer wg.Done()
-		_, _ = io.Copy(dst, src)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 && !p.waitPassing(src) {
+				break
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+			if err != nil {
+				break
+			}
+		}
 		dst.Close()
 		src.Close()
 	}

@@ -16,6 +16,7 @@ import (
 
 // BenchmarkRealNodes measures, on the real nodes, what Lifeline gives a node cut off from the cloud, each figure
 // beside the same run's anchor, the kubelet alone, as `name value unit` lines:
+//   - the edge node's link to the API server drops its packets -> the status says the worker in the agent's word;
 //   - kill of the joint inference edge worker -> the status shows the death (Dead, or one restart more): on a
 //     node cut off from the API server (the agent's word) and, as the anchor, on a connected one (the kubelet's
 //     word through the API server);
@@ -33,7 +34,7 @@ func BenchmarkRealNodes(b *testing.B) {
 	ctx := context.Background()
 	// Each kill is of a fresh pod, so that the kubelet's crash back-off, which grows with every crash of a
 	// container, is the same for every sample.
-	var connected, cutOff []time.Duration
+	var connected, cutOff, told []time.Duration
 	for range samples {
 		freshEdgeWorker(b)
 		connected = append(connected, timeToTellDeath(b))
@@ -43,9 +44,11 @@ func BenchmarkRealNodes(b *testing.B) {
 		if err := rc.Cut(ctx, "edge-1", realnode.LinkAPI, inst.BrokerPort); err != nil {
 			b.Fatal(err)
 		}
+		cutAt := time.Now()
 		waitEdgeWorker(b, 30*time.Second, "told by the agent", func(w *v1alpha1.WorkerStatus) bool {
 			return w.Source == v1alpha1.StatusSourceAgent
 		})
+		told = append(told, time.Since(cutAt))
 		cutOff = append(cutOff, timeToTellDeath(b))
 		if err := rc.Mend(ctx, "edge-1"); err != nil {
 			b.Fatal(err)
@@ -62,6 +65,9 @@ func BenchmarkRealNodes(b *testing.B) {
 	upgraded := upgradeWhileCutOff(b, "0.0.0-bench")
 	line := func(name string, d time.Duration) { fmt.Printf("%s %.3f s\n", name, d.Seconds()) }
 	fmt.Printf("\nreal nodes, %d samples each (p99 of %d is their worst)\n", samples, samples)
+	line("cut-told-p50", controllertest.Percentile(told, 50))
+	line("cut-told-p99", controllertest.Percentile(told, 99))
+	fmt.Println("cut-told-anchor never (the API server keeps the kubelet's last word; only the Node turns NotReady, after the node-monitor grace period)")
 	line("detect-cut-off-p50", controllertest.Percentile(cutOff, 50))
 	line("detect-cut-off-p99", controllertest.Percentile(cutOff, 99))
 	line("detect-connected-anchor-p50", controllertest.Percentile(connected, 50))
