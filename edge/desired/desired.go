@@ -190,18 +190,36 @@ func (w *Watcher) Run(ctx context.Context, retry time.Duration) {
 // list lists the node's worker pods and returns the selector that found them, for the watch. The node's field
 // selector narrows what an API server sends, but a cut-off KubeEdge node's MetaServer answers from its local
 // store, which matches metadata fields only and lists nothing for spec.nodeName: when the narrow list finds no
-// worker, the label selector is tried alone, and watched alone (a narrow watch of that store would never see
-// a worker arrive). Either way only pods bound to this node are kept (see ours): a connected MetaServer
-// forwards to cloudcore and lists every node's pods.
+// worker and the source does not select by node, the label selector is tried alone, and watched alone (a narrow
+// watch of that store would never see a worker arrive). Either way only pods bound to this node are kept (see
+// ours): a connected MetaServer forwards to cloudcore and lists every node's pods.
 func (w *Watcher) list(ctx context.Context) (*PodList, Selector, error) {
 	narrow := Selector{Fields: "spec.nodeName=" + w.node, Labels: lifelinev1.RoleLabel}
 	list, err := w.pods.List(ctx, narrow)
-	if err != nil || w.hasOurs(list.Items) {
+	if err != nil || w.hasOurs(list.Items) || w.selectsByNode(ctx) {
 		return list, narrow, err
 	}
 	wide := Selector{Labels: lifelinev1.RoleLabel}
 	list, err = w.pods.List(ctx, wide)
 	return list, wide, err
+}
+
+// selectsByNode tells whether the source selects pods by node: it lists one of the node's pods (the agent's own,
+// where it runs as a pod) by the node's field selector alone. Then the narrow list's word that the node has no
+// worker is true, and the wide watch must not be taken: a connected MetaServer keeps every pod such a watch
+// delivers in the node's store, other nodes' too, and every idle node would get every worker change in the
+// cluster. A node with no pod at all cannot tell, and takes the wide watch.
+func (w *Watcher) selectsByNode(ctx context.Context) bool {
+	list, err := w.pods.List(ctx, Selector{Fields: "spec.nodeName=" + w.node})
+	if err != nil {
+		return false
+	}
+	for i := range list.Items {
+		if list.Items[i].Spec.NodeName == w.node {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *Watcher) hasOurs(pods []Pod) bool {

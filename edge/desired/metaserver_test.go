@@ -69,3 +69,44 @@ func TestWorkersFromTheMetaServer(t *testing.T) {
 	hold.Store(false)
 	waitFor(t, "the deleted worker gone once the hold ended", func() bool { return len(w.Workers()) == 0 })
 }
+
+// A node with no worker yet must not take a watch of every node's workers: a connected MetaServer forwards it to
+// the cloud and keeps all it delivers in the node's store, other nodes' pods (their specs, their environment)
+// included, and every worker change in the cluster then travels to every idle node. The node's other pods (the
+// agent's own) show that the source selects by node, so the narrow watch is the right one; and a worker that
+// arrives later still comes through it.
+func TestANodeWithoutWorkersKeepsNoOtherNodesPods(t *testing.T) {
+	onNode := func(name, node string, worker bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "main", Image: "sleeper"}}}}
+		if worker {
+			p.Labels[lifelinev1.RoleLabel] = "edge"
+		}
+		return p
+	}
+	client := fake.NewClientset(onNode("agent", "edge-1", false), onNode("elsewhere", "edge-2", true))
+	node := edgesim.New(edgesim.Config{NodeName: "edge-1", Client: client, StateDir: t.TempDir(),
+		Images: map[string][]string{"sleeper": {"sleep", "60"}}, SyncInterval: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { _ = node.Run(ctx); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = node.ServeMetaServer(ctx, l) }()
+	w, err := New(NewPodClient("http://"+l.Addr().String(), nil, ""), "edge-1", t.TempDir(), logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go w.Run(ctx, 100*time.Millisecond)
+	waitFor(t, "the watch established", w.Reachable)
+	if _, err := client.CoreV1().Pods("default").Create(ctx, onNode("worker", "edge-1", true), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the node's new worker, through the narrow watch", func() bool { return names(w.Workers()) == "default/worker() " })
+	if stored := node.ForeignPodsStored(); len(stored) != 0 {
+		t.Errorf("the node's store holds other nodes' pods: %v", stored)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -37,8 +38,9 @@ type restartResponse struct {
 
 // ServeMetaServer serves the part of KubeEdge's MetaServer the edge agent uses, as edgecore does:
 //   - GET /api/v1/pods: while the node reaches the cloud, the cloud's answer, for every node (the request's
-//     fieldSelector and labelSelector apply as the API server applies them); while it is cut off, the node's own
-//     store, where a labelSelector of `key` and `key=value` terms works and any fieldSelector selects nothing.
+//     fieldSelector and labelSelector apply as the API server applies them), every pod of it kept in the node's
+//     store; while it is cut off, the node's own store, where a labelSelector of `key` and `key=value` terms
+//     works and any fieldSelector selects nothing.
 //     With watch=true, a stream that ignores the resourceVersion asked for: every selected pod as ADDED, then
 //     what changes;
 //   - POST /api/v1/namespaces/<ns>/pods/restart with a JSON list of pod names (what `keadm ctl restart pod`
@@ -123,10 +125,22 @@ func (n *Node) serveListPods(w http.ResponseWriter, r *http.Request) {
 func (n *Node) listThroughCloud(w http.ResponseWriter, r *http.Request, opts metav1.ListOptions) error {
 	ctx, cancel := context.WithTimeout(r.Context(), cloudCallTimeout)
 	defer cancel()
+	selected, err := cloudSelector(opts)
+	if err != nil {
+		return err
+	}
 	list, err := n.cfg.Client.CoreV1().Pods("").List(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("listing pods through the cloud: %w", err)
 	}
+	kept := list.Items[:0]
+	for i := range list.Items {
+		if selected(&list.Items[i]) {
+			n.keepInStore(watch.Added, &list.Items[i])
+			kept = append(kept, list.Items[i])
+		}
+	}
+	list.Items = kept
 	list.TypeMeta = metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(list)
@@ -139,9 +153,9 @@ func (n *Node) listThroughCloud(w http.ResponseWriter, r *http.Request, opts met
 func (n *Node) watchThroughCloud(w http.ResponseWriter, r *http.Request, opts metav1.ListOptions) error {
 	listCtx, cancel := context.WithTimeout(r.Context(), cloudCallTimeout)
 	defer cancel()
-	selected, err := labels.Parse(opts.LabelSelector)
+	selected, err := cloudSelector(opts)
 	if err != nil {
-		return apierrors.NewBadRequest(fmt.Sprintf("label selector %q: %v", opts.LabelSelector, err))
+		return err
 	}
 	pods := n.cfg.Client.CoreV1().Pods("")
 	list, err := pods.List(listCtx, opts)
@@ -158,6 +172,10 @@ func (n *Node) watchThroughCloud(w http.ResponseWriter, r *http.Request, opts me
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	for i := range list.Items {
+		if !selected(&list.Items[i]) {
+			continue
+		}
+		n.keepInStore(watch.Added, &list.Items[i])
 		if err := enc.Encode(map[string]any{"type": watch.Added, "object": &list.Items[i]}); err != nil {
 			return nil // the client left
 		}
@@ -166,8 +184,12 @@ func (n *Node) watchThroughCloud(w http.ResponseWriter, r *http.Request, opts me
 		flusher.Flush()
 	}
 	for ev := range watcher.ResultChan() {
-		if pod, ok := ev.Object.(*corev1.Pod); ok && !selected.Matches(labels.Set(pod.Labels)) {
-			continue // the API server selected it already; a fake client does not
+		pod, ok := ev.Object.(*corev1.Pod)
+		if ok && !selected(pod) {
+			continue
+		}
+		if ok {
+			n.keepInStore(ev.Type, pod)
 		}
 		if err := enc.Encode(map[string]any{"type": ev.Type, "object": ev.Object}); err != nil {
 			return nil
@@ -177,6 +199,53 @@ func (n *Node) watchThroughCloud(w http.ResponseWriter, r *http.Request, opts me
 		}
 	}
 	return nil
+}
+
+// cloudSelector is the selection the API server applies, by labels and by the pod fields the agent selects on;
+// the API server applied it already, a fake client does not.
+func cloudSelector(opts metav1.ListOptions) (func(*corev1.Pod) bool, error) {
+	byLabels, err := labels.Parse(opts.LabelSelector)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("label selector %q: %v", opts.LabelSelector, err))
+	}
+	byFields, err := fields.ParseSelector(opts.FieldSelector)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("field selector %q: %v", opts.FieldSelector, err))
+	}
+	return func(p *corev1.Pod) bool {
+		return byLabels.Matches(labels.Set(p.Labels)) && byFields.Matches(fields.Set{
+			"metadata.name": p.Name, "metadata.namespace": p.Namespace, "spec.nodeName": p.Spec.NodeName})
+	}, nil
+}
+
+// keepInStore keeps in the node's store what the cloud sent of another node's pod, as edgecore does; the node's
+// own pods are in it already.
+func (n *Node) keepInStore(event watch.EventType, pod *corev1.Pod) {
+	if pod.Spec.NodeName == n.cfg.NodeName {
+		return
+	}
+	n.foreignMu.Lock()
+	defer n.foreignMu.Unlock()
+	if event == watch.Deleted {
+		delete(n.foreign, pod.UID)
+		return
+	}
+	if n.foreign == nil {
+		n.foreign = map[types.UID]*corev1.Pod{}
+	}
+	n.foreign[pod.UID] = pod.DeepCopy()
+}
+
+// ForeignPodsStored names, as namespace/name, the other nodes' pods the node's store holds.
+func (n *Node) ForeignPodsStored() []string {
+	n.foreignMu.Lock()
+	defer n.foreignMu.Unlock()
+	out := make([]string, 0, len(n.foreign))
+	for _, p := range n.foreign {
+		out = append(out, p.Namespace+"/"+p.Name)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // localSelector is the selection the node's store applies while the node is cut off: its labelSelector terms;
@@ -205,6 +274,13 @@ func (n *Node) podSnapshot(selects func(map[string]string) bool) map[types.UID]*
 			out[uid] = pod
 		}
 		rt.mu.Unlock()
+	}
+	n.foreignMu.Lock()
+	defer n.foreignMu.Unlock()
+	for uid, pod := range n.foreign {
+		if _, own := out[uid]; !own && selects(pod.Labels) {
+			out[uid] = pod.DeepCopy()
+		}
 	}
 	return out
 }

@@ -78,6 +78,12 @@ type Node struct {
 	cloudLinked atomic.Bool
 	// hub imitates edgehub's late notice of a cut, when asked to.
 	hub edgehub
+
+	// foreign holds, by UID, the other nodes' pods the cloud sent through the MetaServer: edgecore keeps what a
+	// forwarded list or watch delivers in the node's store, whatever node the pod is bound to, and answers
+	// from it once cut off (seen on KubeEdge: a label-only list, cut off, returned another node's pod).
+	foreignMu sync.Mutex
+	foreign   map[types.UID]*corev1.Pod
 }
 
 // podRuntime is a pod the node runs, with its processes by container name. mu guards every field; the node's
