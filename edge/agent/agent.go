@@ -115,6 +115,9 @@ type Agent struct {
 	commands chan []byte
 	stopped  chan struct{}
 	restored map[string]bool // workers whose kept episode was offered to the core
+	// armFailure is the last error arming stand-ins logged: a failure that persists is logged once, not at
+	// every tick.
+	armFailure string
 
 	offlineRebuilds atomic.Uint64
 }
@@ -234,9 +237,20 @@ func (a *Agent) TickOnce(ctx context.Context) {
 	env := a.env()
 	a.execute(ctx, a.core.Tick(env, workers))
 	if armer, ok := a.cfg.Rebuilder.(Armer); ok && env.APIReachable {
-		if err := armer.Arm(workers); err != nil {
-			a.cfg.Log.Error(err, "arming stand-ins")
-		}
+		a.armStandIns(armer, workers)
+	}
+}
+
+// armStandIns arms the workers' stand-ins, logging a failure when it begins or changes, and when it ends.
+func (a *Agent) armStandIns(armer Armer, workers []desired.Worker) {
+	err := armer.Arm(workers)
+	switch {
+	case err != nil && err.Error() != a.armFailure:
+		a.cfg.Log.Error(err, "arming stand-ins; tried again at every tick, logged again when the failure changes")
+		a.armFailure = err.Error()
+	case err == nil && a.armFailure != "":
+		a.cfg.Log.Info("stand-ins armed again")
+		a.armFailure = ""
 	}
 }
 

@@ -39,6 +39,7 @@ type recordingRebuilder struct {
 	released int
 	standIns []core.StandIn
 	armed    []int
+	armErr   error // what Arm returns
 }
 
 func (r *recordingRebuilder) Rebuild(_ context.Context, ns, pod, _ string) error {
@@ -68,7 +69,7 @@ func (r *recordingRebuilder) Arm(workers []desired.Worker) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.armed = append(r.armed, len(workers))
-	return nil
+	return r.armErr
 }
 
 func (r *recordingRebuilder) snapshot() []string {
@@ -156,7 +157,9 @@ func newAgent(t *testing.T, cfg Config) *Agent {
 	if cfg.Cluster == "" {
 		cfg.Cluster, cfg.Node = "c", "edge-1"
 	}
-	cfg.Log = logr.Discard()
+	if cfg.Log.GetSink() == nil {
+		cfg.Log = logr.Discard()
+	}
 	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -333,5 +336,30 @@ func TestAgentRebuildsALostWorkerAndHandsItBack_P_HEAL_3(t *testing.T) {
 	steps(1)
 	if rebuild.released != 1 {
 		t.Errorf("released %d times once the worker's pod runs, want once", rebuild.released)
+	}
+}
+
+// Arming stand-ins is tried at every tick; a failure that persists (a full disk, a directory the agent may not
+// write) is logged when it begins and when it changes, not twice a second.
+func TestAgentLogsAPersistentArmingFailureOnce(t *testing.T) {
+	var logs lockedLines
+	rebuild := &recordingRebuilder{armErr: errors.New("disk full")}
+	a := newAgent(t, Config{Source: &podsSource{}, Workers: fixedWorkers{{Namespace: "default", Name: "w", UID: "u"}},
+		Publisher: &memPublisher{}, Rebuilder: rebuild, APIReachable: func() bool { return true }, Log: logs.logger()})
+	ticks := func(n int) {
+		for range n {
+			a.TickOnce(context.Background())
+		}
+	}
+	ticks(5)
+	rebuild.armErr = errors.New("permission denied")
+	ticks(5)
+	rebuild.armErr = nil
+	ticks(5)
+	if len(rebuild.armed) != 15 {
+		t.Errorf("armed %d times in 15 ticks, want every tick", len(rebuild.armed))
+	}
+	if full, denied, again := logs.count("disk full"), logs.count("permission denied"), logs.count("stand-ins armed again"); full != 1 || denied != 1 || again != 1 {
+		t.Errorf("logged disk full %d, permission denied %d, armed again %d times; want each once", full, denied, again)
 	}
 }
