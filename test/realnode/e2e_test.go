@@ -2,6 +2,7 @@ package realnode_test
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
+	"github.com/lifeline-edge/lifeline/edge/agent"
 	"github.com/lifeline-edge/lifeline/test/cluster"
 	"github.com/lifeline-edge/lifeline/test/controllertest"
 	"github.com/lifeline-edge/lifeline/test/fixtures"
@@ -78,7 +80,8 @@ func runReal(m *testing.M) int {
 		err = realnode.PlaceExampleFiles(rc)
 	}
 	if err == nil {
-		inst, err = realnode.InstallLifeline(ctx, rc, realnode.InstallOptions{Repo: repo})
+		// Armed stand-ins: the rebuild that runs a worker within seconds in every phase of a cut.
+		inst, err = realnode.InstallLifeline(ctx, rc, realnode.InstallOptions{Repo: repo, Values: []string{"agent.armStandIns=true"}})
 	}
 	if err == nil {
 		s, serr := manager.Scheme()
@@ -381,10 +384,36 @@ func mendAndHandBack(t testing.TB, worker string, h *handOver, done func() bool)
 			h.overlap += now.Sub(last)
 		}
 		last = now
-		left, _ := filepath.Glob(filepath.Join(edge.Disk, realnode.StaticPodDir, "lifeline-*.json"))
-		return static == 0 && len(left) == 0 && running == 1 && (done == nil || done()), nil
+		return static == 0 && len(standingStandIns(t, edge)) == 0 && running == 1 && (done == nil || done()), nil
 	})
 	h.gaveWay = time.Since(mended)
+}
+
+// standingStandIns lists the stand-ins in the node's manifest directory that stand in for a worker: written by a
+// rebuild, or armed with their gate open. An armed stand-in whose gate is closed waits for a rebuild: it is no
+// instance of its worker, and one is armed again after every hand-back.
+func standingStandIns(t testing.TB, n *realnode.Node) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(n.Disk, realnode.StaticPodDir, "lifeline-*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var standing []string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue // removed meanwhile
+		}
+		var pod corev1.Pod
+		if err := json.Unmarshal(data, &pod); err != nil {
+			t.Fatalf("stand-in %s: %v", f, err)
+		}
+		gate := pod.Annotations[agent.ArmedAnnotation]
+		if _, err := os.Stat(filepath.Join(n.Disk, gate, "open")); gate == "" || err == nil {
+			standing = append(standing, filepath.Base(f))
+		}
+	}
+	return standing
 }
 
 // TestNodeRebootedWhileCutOffGetsItsWorkersBack: edge-1 reboots while cut off from everything. Its kubelet then
