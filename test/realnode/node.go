@@ -1,6 +1,7 @@
 package realnode
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -187,8 +188,8 @@ func (n *Node) powerOff(ctx context.Context) {
 	n.unplug(ctx)
 }
 
-// killRemaining kills what outlives containerd: its shims and the containers they hold, found by the node's
-// mount namespace.
+// killRemaining kills what outlives containerd: its shims, found by the node's mount namespace, and every process
+// under them, the containers' (which have mount namespaces of their own, and would outlive the shims as orphans).
 func (n *Node) killRemaining() {
 	var nsInode uint64
 	if fi, err := os.Stat(n.mountNS); err == nil {
@@ -198,17 +199,8 @@ func (n *Node) killRemaining() {
 		return
 	}
 	for range 3 {
-		entries, _ := os.ReadDir("/proc")
 		killed := 0
-		for _, e := range entries {
-			var pid int
-			if _, err := fmt.Sscan(e.Name(), &pid); err != nil || pid == os.Getpid() {
-				continue
-			}
-			var st syscall.Stat_t
-			if syscall.Stat(filepath.Join("/proc", e.Name(), "ns", "mnt"), &st) != nil || st.Ino != nsInode {
-				continue
-			}
+		for _, pid := range n.processesAndDescendants(nsInode) {
 			if syscall.Kill(pid, syscall.SIGKILL) == nil {
 				killed++
 			}
@@ -218,6 +210,47 @@ func (n *Node) killRemaining() {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// processesAndDescendants lists the processes in the mount namespace of inode nsInode and all their descendants.
+func (n *Node) processesAndDescendants(nsInode uint64) []int {
+	entries, _ := os.ReadDir("/proc")
+	children := map[int][]int{}
+	var roots []int
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil || pid == os.Getpid() {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
+			// pid (comm) state ppid ...: comm may hold spaces and parentheses, so read after the last ')'.
+			var state string
+			var ppid int
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 {
+				if _, err := fmt.Sscan(string(stat[i+1:]), &state, &ppid); err == nil {
+					children[ppid] = append(children[ppid], pid)
+				}
+			}
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join("/proc", e.Name(), "ns", "mnt"), &st) == nil && st.Ino == nsInode {
+			roots = append(roots, pid)
+		}
+	}
+	seen := map[int]bool{}
+	for len(roots) > 0 {
+		pid := roots[len(roots)-1]
+		roots = roots[:len(roots)-1]
+		if !seen[pid] {
+			seen[pid] = true
+			roots = append(roots, children[pid]...)
+		}
+	}
+	out := make([]int, 0, len(seen))
+	for pid := range seen {
+		out = append(out, pid)
+	}
+	return out
 }
 
 // writeConfigs writes containerd's, the CNI's, the kubelet's and kube-proxy's configuration on the node's disk.
