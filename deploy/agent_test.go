@@ -260,15 +260,15 @@ func TestTheStandbyOnKubeletNodesIsAStaticPodThatNeedsNothingFromTheCloud(t *tes
 	}
 }
 
-// agent.armStandIns gives the agent pod, and the standby on kubelet nodes, the agent's own image for the gates of
-// the stand-ins it arms; off by default.
+// agent.armStandIns (on by default) gives the agent pod, and the standby on kubelet nodes, the agent's own image
+// for the gates of the stand-ins it arms; off, the agent writes a stand-in at the rebuild.
 func TestArmedStandInsGateWithTheAgentsOwnImage(t *testing.T) {
 	for _, daemon := range []string{"edgecore", "kubelet"} {
-		off := renderChart(t, "--set", "nodeIdentity.mode=password", "--set", "agent.nodeDaemon="+daemon)
+		off := renderChart(t, "--set", "nodeIdentity.mode=password", "--set", "agent.nodeDaemon="+daemon, "--set", "agent.armStandIns=false")
 		if args := strings.Join(mustObject[appsv1.DaemonSet](t, off, "DaemonSet", "lifeline-agent").Spec.Template.Spec.Containers[0].Args, " "); strings.Contains(args, "--stand-in-gate-image") {
-			t.Errorf("%s: stand-ins armed by default: %s", daemon, args)
+			t.Errorf("%s: stand-ins armed with agent.armStandIns=false: %s", daemon, args)
 		}
-		objs := renderChart(t, "--set", "nodeIdentity.mode=password", "--set", "agent.nodeDaemon="+daemon, "--set", "agent.armStandIns=true")
+		objs := renderChart(t, "--set", "nodeIdentity.mode=password", "--set", "agent.nodeDaemon="+daemon)
 		c := mustObject[appsv1.DaemonSet](t, objs, "DaemonSet", "lifeline-agent").Spec.Template.Spec.Containers[0]
 		if !slices.Contains(c.Args, "--stand-in-gate-image="+c.Image) {
 			t.Errorf("%s: agent args %v do not gate with the agent's image %s", daemon, c.Args, c.Image)

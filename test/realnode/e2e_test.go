@@ -80,8 +80,7 @@ func runReal(m *testing.M) int {
 		err = realnode.PlaceExampleFiles(rc)
 	}
 	if err == nil {
-		// Armed stand-ins: the rebuild that runs a worker within seconds in every phase of a cut.
-		inst, err = realnode.InstallLifeline(ctx, rc, realnode.InstallOptions{Repo: repo, Values: []string{"agent.armStandIns=true"}})
+		inst, err = realnode.InstallLifeline(ctx, rc, realnode.InstallOptions{Repo: repo})
 	}
 	if err == nil {
 		s, serr := manager.Scheme()
