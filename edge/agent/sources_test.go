@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -78,5 +79,20 @@ func TestAgentPodSourcesFollowTheFlags(t *testing.T) {
 	flags.AllowInsecurePods = true
 	if src, err = PodSources("edge-1", stateDir, nil, flags, logr.Discard(), logr.Discard()); err != nil || src.Rebuilder == nil {
 		t.Errorf("with --allow-insecure-pod-source: rebuilder %v, %v", src.Rebuilder, err)
+	}
+}
+
+// The event stream of a runtime that ends it at once is opened again after a wait that doubles up to half a
+// minute; one that lasted starts the wait again from a second.
+func TestEventStreamEndingAtOnceIsReopenedLessAndLessOften(t *testing.T) {
+	r := eventsRetry{min: time.Second, max: 30 * time.Second}
+	var got []time.Duration
+	for range 7 {
+		got = append(got, r.next(time.Millisecond))
+	}
+	got = append(got, r.next(time.Minute))
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second, time.Second}
+	if !slices.Equal(got, want) {
+		t.Errorf("waits %v, want %v", got, want)
 	}
 }
