@@ -61,3 +61,33 @@ func TestStaticPodWrittenBeforeEdgehubNoticesWaitsForItsMirrorPod(t *testing.T) 
 		t.Errorf("the static pod ran %v after its manifest, before its mirror-pod request timed out (1 s)", waited)
 	}
 }
+
+// A disconnected edgehub tries again every retry cycle from when it lost its link: a link that works again is used
+// at the next attempt; with the imitation off, at once.
+func TestEdgehubReconnectsOnItsCycle(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	for _, tc := range []struct {
+		name         string
+		cycle        time.Duration
+		back, askAt  time.Duration // the link works again at back; asked at askAt
+		wantConnects bool
+	}{
+		{"imitation off", 0, 2 * time.Second, 2 * time.Second, true},
+		{"back before the first attempt, asked before it", 55 * time.Second, 10 * time.Second, 30 * time.Second, false},
+		{"back before the first attempt, asked at it", 55 * time.Second, 10 * time.Second, 55 * time.Second, true},
+		{"back after the first attempt, asked before the second", 55 * time.Second, 60 * time.Second, 100 * time.Second, false},
+		{"back after the first attempt, asked after the second", 55 * time.Second, 60 * time.Second, 111 * time.Second, true},
+	} {
+		e := edgehub{retryCycle: tc.cycle}
+		if !e.connected(true, t0.Add(-time.Second)) {
+			t.Fatalf("%s: not connected before the cut", tc.name)
+		}
+		e.connected(false, t0)
+		e.connected(false, at(tc.back-time.Second))
+		e.connected(true, at(tc.back))
+		if got := e.connected(true, at(tc.askAt)); got != tc.wantConnects {
+			t.Errorf("%s: connected %v at +%v, want %v", tc.name, got, tc.askAt, tc.wantConnects)
+		}
+	}
+}

@@ -71,6 +71,15 @@ func (n *Node) ServeMetaServer(ctx context.Context, l net.Listener) error {
 		}
 		n.ImitateEdgehub(notice, timeout)
 	})
+	// edgehub's reconnect cycle (ImitateEdgehubReconnect), as a Go duration; 0s turns it off.
+	mux.HandleFunc("POST /debug/edgehub-reconnect", func(w http.ResponseWriter, r *http.Request) {
+		cycle, err := time.ParseDuration(r.URL.Query().Get("retryCycle"))
+		if err != nil || cycle < 0 {
+			http.Error(w, "retryCycle must be a duration, 0s or more", http.StatusBadRequest)
+			return
+		}
+		n.ImitateEdgehubReconnect(cycle)
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	if err := srv.Serve(l); err != nil && err != http.ErrServerClosed {

@@ -162,7 +162,19 @@ func (n *Node) register(ctx context.Context) {
 		}
 		time.Sleep(time.Second)
 	}
-	simnode.KeepAlive(ctx, n.cfg.Client, n.cfg.NodeName, n.cfg.HeartbeatInterval, n.cfg.LeaseDuration)
+	// The Node's heartbeat goes through edgehub: none while it is disconnected.
+	tick := time.NewTicker(n.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if n.cloudLinked.Load() {
+				_ = simnode.Heartbeat(ctx, n.cfg.Client, n.cfg.NodeName, n.cfg.LeaseDuration)
+			}
+		}
+	}
 }
 
 // watchPods lists and watches the pods bound to the node; a pod the API no longer has is stopped.
@@ -171,9 +183,8 @@ func (n *Node) watchPods(ctx context.Context) {
 	pods := n.cfg.Client.CoreV1().Pods("")
 	for ctx.Err() == nil {
 		list, err := pods.List(ctx, metav1.ListOptions{FieldSelector: selector})
-		n.setCloudLinked(err == nil)
-		if err != nil {
-			time.Sleep(time.Second)
+		if !n.setCloudLinked(err == nil) {
+			time.Sleep(time.Second) // cut off, or edgehub not yet reconnected: the cloud's word is not heard
 			continue
 		}
 		seen := map[types.UID]bool{}
@@ -206,9 +217,13 @@ func (n *Node) watchPods(ctx context.Context) {
 	}
 }
 
-func (n *Node) setCloudLinked(ok bool) {
-	n.cloudLinked.Store(ok)
-	n.hub.linked(ok, time.Now())
+// setCloudLinked records whether the node's link to the cloud works, and tells whether edgehub is connected.
+func (n *Node) setCloudLinked(ok bool) bool {
+	now := time.Now()
+	n.hub.linked(ok, now)
+	connected := n.hub.connected(ok, now)
+	n.cloudLinked.Store(connected)
+	return connected
 }
 
 func (n *Node) upsert(pod *corev1.Pod) {
@@ -472,6 +487,9 @@ func (n *Node) reportStatus(ctx context.Context, rt *podRuntime, pod *corev1.Pod
 		rt.reported, rt.pod = &status, update // no API object: the node's record is all there is
 		rt.mu.Unlock()
 		return
+	}
+	if !n.cloudLinked.Load() {
+		return // edgehub is disconnected: posted once it reconnects (the status still differs then)
 	}
 	got, err := n.cfg.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, update, metav1.UpdateOptions{})
 	if err != nil {

@@ -433,6 +433,12 @@ func (s *Sim) RestampExit(node, namespace, pod string) error {
 	return s.postToNode(node, "/debug/restamp/"+namespace+"/"+pod, nil)
 }
 
+// ImitateEdgehubReconnect makes an edge node imitate edgehub's reconnect cycle: once cut off, it hears and tells
+// the cloud again only at its first attempt, every retryCycle, after the link returns (0 turns it off).
+func (s *Sim) ImitateEdgehubReconnect(node string, retryCycle time.Duration) error {
+	return s.postToNode(node, fmt.Sprintf("/debug/edgehub-reconnect?retryCycle=%s", retryCycle), nil)
+}
+
 // ImitateEdgehub makes an edge node imitate edgehub's late notice of a cut (noticeAfter) and the wait a static
 // pod's mirror-pod request makes meanwhile (mirrorPodTimeout; 0 turns the imitation off).
 func (s *Sim) ImitateEdgehub(node string, noticeAfter, mirrorPodTimeout time.Duration) error {
