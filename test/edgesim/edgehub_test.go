@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -90,4 +91,46 @@ func TestEdgehubReconnectsOnItsCycle(t *testing.T) {
 			t.Errorf("%s: connected %v at +%v, want %v", tc.name, got, tc.askAt, tc.wantConnects)
 		}
 	}
+}
+
+// Cut off, a static pod that mounts its service account's token does not start (metamanager has no token for a
+// new pod), while one without starts as any static pod; linked again, it starts.
+func TestStaticPodWithATokenVolumeWaitsForTheCloud(t *testing.T) {
+	dir, manifests := t.TempDir(), t.TempDir()
+	n := New(Config{NodeName: "edge-1", Client: fake.NewClientset(), StateDir: dir, StaticPodDir: manifests,
+		Images: map[string][]string{"sleeper": {"sleep", "60"}}, SyncInterval: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { _ = n.Run(ctx); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+	waitUntil(t, "the node linked", n.cloudLinked.Load)
+	n.setCloudLinked(false)
+	pod := func(name, volumes string) string {
+		return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name + "\nspec:\n  containers:\n  - name: main\n    image: sleeper:v1\n" + volumes
+	}
+	token := "  volumes:\n  - name: kube-api-access-x\n    projected:\n      sources:\n      - serviceAccountToken:\n          path: token\n"
+	for name, manifest := range map[string]string{"copied.yaml": pod("copied", token), "stand-in.yaml": pod("stand-in", "")} {
+		if err := os.WriteFile(filepath.Join(manifests, name), []byte(manifest), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runs := func(pod string) func() bool {
+		return func() bool { return ProcessRuns(PIDFile(dir, "default", pod+"-edge-1", "main")) }
+	}
+	waitUntil(t, "the static pod without a token volume running", runs("stand-in"))
+	// Both were added in one pass and synced in every one since: the copy's containers were never started.
+	copies := n.runtimesWhere(func(p *corev1.Pod) bool { return p.Name == "copied-edge-1" })
+	if len(copies) != 1 {
+		t.Fatalf("%d pods of the copied manifest on the node, want 1", len(copies))
+	}
+	for _, rt := range copies {
+		rt.mu.Lock()
+		started := len(rt.procs)
+		rt.mu.Unlock()
+		if started != 0 {
+			t.Fatal("a static pod with a token volume started while the node was cut off")
+		}
+	}
+	n.setCloudLinked(true)
+	waitUntil(t, "the static pod with a token volume running once linked", runs("copied"))
 }

@@ -302,7 +302,7 @@ func (n *Node) syncPod(ctx context.Context, rt *podRuntime) {
 	}
 	policy := pod.Spec.RestartPolicy
 	now := time.Now()
-	if !n.initialized(ctx, rt, now) {
+	if !n.initialized(ctx, rt, now) || n.tokenWithheld(rt) {
 		status := n.podStatus(rt)
 		rt.mu.Unlock()
 		n.reportStatus(ctx, rt, pod, status)

@@ -102,3 +102,27 @@ const uidPurgeAfter = time.Minute
 func staticPodFile(data []byte) bool {
 	return strings.Contains(string(data), `"`+configSourceAnnotation+`":"file"`)
 }
+
+// tokenWithheld tells whether a static pod waits for a service-account token the node cannot have: edged mounts a
+// projected token volume through metamanager, which has no token cached for a new pod and, cut off, serves one
+// from its store only when exactly one of that service account is stored (seen on the KubeEdge rig: `serviceaccount
+// length from meta db is 0`, back-off 32 s, 64 s; a stand-in copied with its kube-api-access volume never ran in a
+// 95 s cut). The hollow node keeps such a pod from starting while edgehub is disconnected. rt.mu held.
+func (n *Node) tokenWithheld(rt *podRuntime) bool {
+	return isStatic(rt.pod) && len(rt.procs) == 0 && !n.cloudLinked.Load() && mountsServiceAccountToken(rt.pod)
+}
+
+// mountsServiceAccountToken tells whether a pod has a projected volume of its service account's token.
+func mountsServiceAccountToken(pod *corev1.Pod) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			if src.ServiceAccountToken != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
