@@ -18,6 +18,7 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
 	"github.com/lifeline-edge/lifeline/test/mqtttest"
+	"github.com/lifeline-edge/lifeline/test/poll"
 )
 
 // mosquittoLimits are the limits docs/operations.md gives for mosquitto (its listener aside).
@@ -47,7 +48,7 @@ func TestControllerReadsAndCommandsThroughMosquitto(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go pub.Run(ctx)
-	eventually(t, "the agent connected", pub.Connected)
+	poll.Until(t, 5*time.Second, "the agent connected", pub.Connected)
 	// A worker state published before the controller connects: retained, so the controller still learns it.
 	obs, err := agent.New(agent.Config{Cluster: "c", Node: "edge1", Publisher: pub, Store: j, Source: staticPods{}, Workers: staticPods{}})
 	if err != nil {
@@ -69,7 +70,7 @@ func TestControllerReadsAndCommandsThroughMosquitto(t *testing.T) {
 	}
 	defer ext.Close()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "w", UID: "u1"}, Spec: corev1.PodSpec{NodeName: "edge1"}}
-	eventually(t, "the agent's retained worker state in the controller's table", func() bool {
+	poll.Until(t, 5*time.Second, "the agent's retained worker state in the controller's table", func() bool {
 		return tracker.ViewOf(pod, false, time.Now()).Truth == liveness.TruthAgent
 	})
 	if err := ext.PublishCommand("edge1", []byte("restart")); err != nil {

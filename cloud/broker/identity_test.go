@@ -27,6 +27,7 @@ import (
 	"github.com/lifeline-edge/lifeline/internal/certfile"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/pkitest"
+	"github.com/lifeline-edge/lifeline/test/poll"
 )
 
 // certRig is a TLS broker with certificate login against ca, for nodes edge1 and edge2 (passwords pw1, pw2),
@@ -137,7 +138,7 @@ func TestNodeCertificateIsTheNodesIdentity_P_AUTH_5(t *testing.T) {
 		}
 		c.Disconnect(0)
 	}
-	eventually(t, "edge1's births accepted, edge2's forged ones and the subscription denied", func() bool {
+	poll.Until(t, 5*time.Second, "edge1's births accepted, edge2's forged ones and the subscription denied", func() bool {
 		return r.count("lifeline_liveness_messages_total", "birth") >= 1 && r.count("lifeline_liveness_dropped_total", liveness.DropDenied) == 4
 	})
 	// A node without a certificate still logs in by its password.
@@ -190,7 +191,7 @@ func TestBadNodeCertificatesAreRefused_P_AUTH_5(t *testing.T) {
 				c.Disconnect(0)
 				t.Fatal("admitted")
 			}
-			eventually(t, "the refusal counted as "+tc.reason, func() bool {
+			poll.Until(t, 5*time.Second, "the refusal counted as "+tc.reason, func() bool {
 				return r.count("lifeline_liveness_dropped_total", tc.reason) == before+1
 			})
 		})
@@ -391,7 +392,7 @@ func TestAgentPicksUpARotatedCertificate(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go p.Run(ctx)
-	eventually(t, "the agent's birth on its first certificate", func() bool {
+	poll.Until(t, 5*time.Second, "the agent's birth on its first certificate", func() bool {
 		return p.Connected() && r.count("lifeline_liveness_messages_total", "birth") == 1
 	})
 	write(0xb2)
@@ -399,7 +400,7 @@ func TestAgentPicksUpARotatedCertificate(t *testing.T) {
 	if diff := cmp.Diff([]string{"edge1"}, r.broker.Recheck()); diff != "" {
 		t.Fatalf("sessions ended (-want +got):\n%s", diff)
 	}
-	eventually(t, "the agent's birth on its rotated certificate", func() bool {
+	poll.Until(t, 5*time.Second, "the agent's birth on its rotated certificate", func() bool {
 		return p.Connected() && r.count("lifeline_liveness_messages_total", "birth") == 2
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
 	"github.com/lifeline-edge/lifeline/test/pkitest"
+	"github.com/lifeline-edge/lifeline/test/poll"
 )
 
 // selfSignedServer returns a server certificate for 127.0.0.1 and the pool that trusts it.
@@ -51,7 +52,7 @@ func TestAgentReachesTheBrokerOverTLS(t *testing.T) {
 	}
 	trusting, stop := agent(pool)
 	defer stop()
-	eventually(t, "the trusting agent's birth over TLS", func() bool {
+	poll.Until(t, 5*time.Second, "the trusting agent's birth over TLS", func() bool {
 		return trusting.Connected() && r.count("lifeline_liveness_messages_total", "birth") == 1
 	})
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/manager"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/pkitest"
+	"github.com/lifeline-edge/lifeline/test/poll"
 )
 
 // controller runs Lifeline's manager with its embedded broker on TLS, admitting nodes by certificates of ca.
@@ -118,16 +119,6 @@ func dropped(t *testing.T, reason string) float64 {
 	return 0
 }
 
-func eventually(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if ok() {
-			return
-		}
-	}
-	t.Fatalf("%s: not within 10s", what)
-}
-
 // [P-AUTH-6] A node's certificate admits it only while the API server has an edge Node of its name, as the
 // controller's cache shows it; deleting the Node, or taking its edge label away, ends its live session at once,
 // and the liveness table forgets the node, so Nodes come and gone never fill it.
@@ -141,7 +132,7 @@ func TestNodeIdentityIsCheckedAgainstTheAPIServer_P_AUTH_6(t *testing.T) {
 	// The broker starts once the cache has synced; the first edge node's login says it is up.
 	var agentA mqtt.Client
 	var lostA <-chan struct{}
-	eventually(t, "edge-a admitted by its certificate", func() bool {
+	poll.Until(t, 10*time.Second, "edge-a admitted by its certificate", func() bool {
 		cl, lost, err := c.login(t, "edge-a", nodeCert(t, ca, "edge-a"))
 		agentA, lostA = cl, lost
 		return err == nil
@@ -154,7 +145,7 @@ func TestNodeIdentityIsCheckedAgainstTheAPIServer_P_AUTH_6(t *testing.T) {
 	if tok := agentA.Publish(lifelinev1.NodeTopic("c", "edge-a", lifelinev1.KindBirth).String(), 1, false, birth); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("publishing edge-a's birth: %v", tok.Error())
 	}
-	eventually(t, "edge-a in the liveness table", func() bool { return tableNodes(t) == 1 })
+	poll.Until(t, 10*time.Second, "edge-a in the liveness table", func() bool { return tableNodes(t) == 1 })
 	before := dropped(t, broker.RefusedNotEdgeNode)
 	if _, _, err := c.login(t, "ghost", nodeCert(t, ca, "ghost")); err == nil {
 		t.Error("a certificate of a node the API server does not have was admitted")
@@ -162,11 +153,11 @@ func TestNodeIdentityIsCheckedAgainstTheAPIServer_P_AUTH_6(t *testing.T) {
 	if _, _, err := c.login(t, "cloud-a", nodeCert(t, ca, "cloud-a")); err == nil {
 		t.Error("a certificate of a Node that is not an edge node was admitted")
 	}
-	eventually(t, "both refusals counted", func() bool { return dropped(t, broker.RefusedNotEdgeNode) == before+2 })
+	poll.Until(t, 10*time.Second, "both refusals counted", func() bool { return dropped(t, broker.RefusedNotEdgeNode) == before+2 })
 
 	// A Node created later is admitted as soon as the cache has it.
 	createNode(t, "edge-late", map[string]string{broker.EdgeNodeLabel: ""})
-	eventually(t, "edge-late admitted once its Node exists", func() bool {
+	poll.Until(t, 10*time.Second, "edge-late admitted once its Node exists", func() bool {
 		_, _, err := c.login(t, "edge-late", nodeCert(t, ca, "edge-late"))
 		return err == nil
 	})
@@ -180,8 +171,8 @@ func TestNodeIdentityIsCheckedAgainstTheAPIServer_P_AUTH_6(t *testing.T) {
 	case <-time.After(5 * time.Second): // well within the broker's 10 s recheck: the watch ended it
 		t.Fatal("edge-a's session outlived its Node")
 	}
-	eventually(t, "edge-a forgotten by the liveness table", func() bool { return tableNodes(t) == 0 })
-	eventually(t, "edge-a refused without its Node", func() bool {
+	poll.Until(t, 10*time.Second, "edge-a forgotten by the liveness table", func() bool { return tableNodes(t) == 0 })
+	poll.Until(t, 10*time.Second, "edge-a refused without its Node", func() bool {
 		_, _, err := c.login(t, "edge-a", nodeCert(t, ca, "edge-a"))
 		return err != nil
 	})

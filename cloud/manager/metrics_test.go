@@ -21,6 +21,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/manager"
 	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/poll"
 )
 
 // The controller's metrics, served as the chart serves them (--metrics-secure): a scrape without a token is
@@ -86,7 +87,7 @@ func TestMetricsAreServedToAuthorizedScrapersOnly(t *testing.T) {
 	}
 	var code int
 	var body string
-	eventually(t, "the bound service account's scrape served", func() bool {
+	poll.Until(t, 10*time.Second, "the bound service account's scrape served", func() bool {
 		code, body, err = scrape(scraper)
 		return err == nil && code == http.StatusOK && strings.Contains(body, "lifeline_edge_nodes") &&
 			strings.Contains(body, "lifeline_broker_max_sessions 1000")

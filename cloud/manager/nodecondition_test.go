@@ -19,6 +19,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/nodecondition"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/pkitest"
+	"github.com/lifeline-edge/lifeline/test/poll"
 )
 
 // Each edge Node carries its agent's state as the condition LifelineAgent, beside the kubelet's own conditions,
@@ -57,7 +58,7 @@ func TestEdgeNodesCarryTheirAgentsStateAsACondition(t *testing.T) {
 	waitCondition := func(status corev1.ConditionStatus, reason string) *corev1.Node {
 		t.Helper()
 		var node *corev1.Node
-		eventually(t, "edge-cond's LifelineAgent "+reason, func() bool {
+		poll.Until(t, 10*time.Second, "edge-cond's LifelineAgent "+reason, func() bool {
 			var cond *corev1.NodeCondition
 			cond, node = condition("edge-cond")
 			return cond != nil && cond.Status == status && cond.Reason == reason
@@ -67,7 +68,7 @@ func TestEdgeNodesCarryTheirAgentsStateAsACondition(t *testing.T) {
 	waitCondition(corev1.ConditionUnknown, nodecondition.ReasonNeverHeard)
 
 	var agent mqtt.Client
-	eventually(t, "edge-cond admitted", func() bool {
+	poll.Until(t, 10*time.Second, "edge-cond admitted", func() bool {
 		cl, _, err := c.login(t, "edge-cond", nodeCert(t, ca, "edge-cond"))
 		agent = cl
 		return err == nil
@@ -162,7 +163,7 @@ func TestANewLeaderDoesNotFlapTheFleetToNeverHeard(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { _ = w.Start(ctx); close(done) }()
-		eventually(t, "the writer's passes", func() bool { return agents.asked.Load() >= passes })
+		poll.Until(t, 10*time.Second, "the writer's passes", func() bool { return agents.asked.Load() >= passes })
 		cancel()
 		<-done
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cmd/internal/logflags"
 	"github.com/lifeline-edge/lifeline/test/cluster"
 	"github.com/lifeline-edge/lifeline/test/fixtures"
+	"github.com/lifeline-edge/lifeline/test/poll"
 )
 
 // One control plane for the package, started without Lifeline's CRDs: the test installs them itself, after the
@@ -65,22 +66,6 @@ func probe(url string) (int, string, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body), err
-}
-
-// eventually polls cond every 100 ms until it holds, or fails the test after timeout with cond's last word.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, timeout, why)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // TestControllerStartedBeforeItsCRDsWaitsThenReconciles: started on an API server that does not serve the sedna.io
@@ -138,7 +123,7 @@ func TestControllerStartedBeforeItsCRDsWaitsThenReconciles(t *testing.T) {
 		name: "the controller starts before the CRDs",
 		do:   func(*testing.T) { go func() { exited <- run(ctx, cp.Config, opts) }() },
 		holds: func(t *testing.T) {
-			eventually(t, 30*time.Second, "healthy and unready, waiting for the CRDs", func() (bool, string) {
+			poll.UntilErr(t, 30*time.Second, "healthy and unready, waiting for the CRDs", poll.Why(func() (bool, string) {
 				code, _, err := probe(probes + "/healthz")
 				if err != nil || code != http.StatusOK {
 					return false, fmt.Sprintf("/healthz: %d %v", code, err)
@@ -148,7 +133,7 @@ func TestControllerStartedBeforeItsCRDsWaitsThenReconciles(t *testing.T) {
 					return false, fmt.Sprintf("/readyz: %d %q %v", code, body, err)
 				}
 				return waitingLines() == 1, "the controller's log:\n" + logs.String()
-			})
+			}))
 			for _, kind := range manager.RequiredKinds {
 				if !strings.Contains(logs.String(), kind) {
 					t.Errorf("the log does not name the missing kind %s:\n%s", kind, logs.String())
@@ -176,10 +161,10 @@ func TestControllerStartedBeforeItsCRDsWaitsThenReconciles(t *testing.T) {
 			}
 		},
 		holds: func(t *testing.T) {
-			eventually(t, 60*time.Second, "ready", func() (bool, string) {
+			poll.UntilErr(t, 60*time.Second, "ready", poll.Why(func() (bool, string) {
 				code, body, err := probe(probes + "/readyz?verbose")
 				return err == nil && code == http.StatusOK, fmt.Sprintf("/readyz: %d %q %v", code, body, err)
-			})
+			}))
 			notExited(t)
 		},
 	}, {
@@ -189,7 +174,7 @@ func TestControllerStartedBeforeItsCRDsWaitsThenReconciles(t *testing.T) {
 			createJI(t, kube, ns, "helmet")
 		},
 		holds: func(t *testing.T) {
-			eventually(t, 60*time.Second, "its worker Deployments and Service", func() (bool, string) {
+			poll.UntilErr(t, 60*time.Second, "its worker Deployments and Service", poll.Why(func() (bool, string) {
 				deployments, services := &appsv1.DeploymentList{}, &corev1.ServiceList{}
 				if err := kube.List(ctx, deployments, client.InNamespace(ns)); err != nil {
 					return false, err.Error()
@@ -200,7 +185,7 @@ func TestControllerStartedBeforeItsCRDsWaitsThenReconciles(t *testing.T) {
 				return len(ownedBy(deployments.Items, "helmet")) == 2 && len(ownedBy(services.Items, "helmet")) == 1,
 					fmt.Sprintf("%d Deployments and %d Services of it", len(ownedBy(deployments.Items, "helmet")),
 						len(ownedBy(services.Items, "helmet")))
-			})
+			}))
 			notExited(t)
 		},
 	}}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/test/netproxy"
 	"github.com/lifeline-edge/lifeline/test/pkitest"
+	"github.com/lifeline-edge/lifeline/test/poll"
 )
 
 // The probe follows the link: a proxy that is cut still accepts connections and closes them, which must not
@@ -33,11 +34,11 @@ func TestCloudProbeFollowsTheLink(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go p.Run(ctx)
-	waitFor(t, 5*time.Second, "the cloud reachable (any answer counts)", p.Reachable)
+	poll.Until(t, 5*time.Second, "the cloud reachable (any answer counts)", p.Reachable)
 	link.Cut()
-	waitFor(t, 5*time.Second, "the cloud unreachable", func() bool { return !p.Reachable() })
+	poll.Until(t, 5*time.Second, "the cloud unreachable", func() bool { return !p.Reachable() })
 	link.Restore()
-	waitFor(t, 5*time.Second, "the cloud reachable again", p.Reachable)
+	poll.Until(t, 5*time.Second, "the cloud reachable again", p.Reachable)
 }
 
 // A link that drops packets closes nothing: the probe tells the cut within its timeout and period, from the kept
@@ -58,7 +59,7 @@ func TestCloudProbeTellsADroppingLinkWithinItsTimeout(t *testing.T) {
 	defer cancel()
 	go p.Run(ctx)
 	<-p.Changes()
-	waitFor(t, 5*time.Second, "the cloud reachable", p.Reachable)
+	poll.Until(t, 5*time.Second, "the cloud reachable", p.Reachable)
 	link.Blackhole()
 	cut := time.Now()
 	<-p.Changes()
@@ -107,12 +108,12 @@ func TestCloudProbeAsksOnceThenPingsOneConnection(t *testing.T) {
 	}
 	// A hundred PING frames (17 bytes each, more in their TLS records) reach the server.
 	from := read.Load()
-	waitFor(t, 10*time.Second, "a hundred PINGs read by the server", func() bool { return read.Load()-from > 100*17 })
+	poll.Until(t, 10*time.Second, "a hundred PINGs read by the server", func() bool { return read.Load()-from > 100*17 })
 	if requests.Load() != 1 || conns.Load() != 1 {
 		t.Errorf("%d requests on %d connections, want 1 on 1", requests.Load(), conns.Load())
 	}
 	cloud.CloseClientConnections()
-	waitFor(t, 10*time.Second, "a second connection", func() bool { return conns.Load() == 2 && requests.Load() == 2 })
+	poll.Until(t, 10*time.Second, "a second connection", func() bool { return conns.Load() == 2 && requests.Load() == 2 })
 	select {
 	case <-p.Changes():
 		t.Error("a connection the server closed told as a cut")
@@ -138,7 +139,7 @@ func TestCloudProbeAsksOverHTTP1OnAKeptConnection(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go p.Run(ctx)
-	waitFor(t, 10*time.Second, "twenty requests", func() bool { return requests.Load() >= 20 })
+	poll.Until(t, 10*time.Second, "twenty requests", func() bool { return requests.Load() >= 20 })
 	if !p.Reachable() || conns.Load() != 1 {
 		t.Errorf("reachable %v, over %d connections, want 1", p.Reachable(), conns.Load())
 	}
@@ -234,7 +235,7 @@ func TestEdgecoreProbeReachesCloudcoreWithoutAClientCertificate(t *testing.T) {
 	}
 	probe.Timeout, probe.Period = 500*time.Millisecond, 50*time.Millisecond
 	go probe.Run(ctx)
-	waitFor(t, 5*time.Second, "cloudcore reachable through its HTTPS server", probe.Reachable)
+	poll.Until(t, 5*time.Second, "cloudcore reachable through its HTTPS server", probe.Reachable)
 	if old.Reachable() {
 		t.Error("the websocket port answered without a client certificate")
 	}
@@ -265,7 +266,7 @@ func TestEdgecoreProbeChecksTheCloudsCA(t *testing.T) {
 	}
 	unchecked.Timeout, unchecked.Period = 500*time.Millisecond, 50*time.Millisecond
 	go unchecked.Run(ctx)
-	waitFor(t, 5*time.Second, "reachable, unchecked", unchecked.Reachable)
+	poll.Until(t, 5*time.Second, "reachable, unchecked", unchecked.Reachable)
 
 	for _, bad := range []string{"", "http://cloudcore:10002", "cloudcore:10002"} {
 		if _, _, err := EdgecoreProbe(writeEdgecoreConfig(t, bad, "x")); err == nil {

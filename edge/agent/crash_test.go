@@ -21,6 +21,7 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/cri"
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/test/edgesim"
+	"github.com/lifeline-edge/lifeline/test/poll"
 )
 
 // [P-HEAL-1] A worker killed on a node cut off from the API server and the broker, under restartPolicy Always,
@@ -75,7 +76,7 @@ func TestHealerLeavesACrashedWorkerToTheNodesRestart_P_HEAL_1(t *testing.T) {
 		}
 		return pods[0].Containers[0], true
 	}
-	waitFor(t, 10*time.Second, "the worker runs", func() bool { c, ok := mainContainer(); return ok && c.Running })
+	poll.Until(t, 10*time.Second, "the worker runs", func() bool { c, ok := mainContainer(); return ok && c.Running })
 	data, err := os.ReadFile(edgesim.PIDFile(dir, "default", "trainer-0", "main"))
 	if err != nil {
 		t.Fatal(err)
@@ -94,21 +95,11 @@ func TestHealerLeavesACrashedWorkerToTheNodesRestart_P_HEAL_1(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, 15*time.Second, "the worker runs again", func() bool { c, ok := mainContainer(); return ok && c.Running && c.Attempt == 1 })
+	poll.Until(t, 15*time.Second, "the worker runs again", func() bool { c, ok := mainContainer(); return ok && c.Running && c.Attempt == 1 })
 	t.Logf("killed -> running again in %v (the node's back-off is 3s)", time.Since(killed).Round(time.Millisecond))
 
 	if results, rebuilt := pub.results(t), rebuild.snapshot(); len(results) != 0 || len(rebuilt) != 0 {
 		out, _ := json.Marshal(results)
 		t.Fatalf("local results %s, rebuilt %v; want none: the node restarts the worker itself", out, rebuilt)
 	}
-}
-
-func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if ok() {
-			return
-		}
-	}
-	t.Fatalf("%s: not within %v", what, within)
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/publisher"
 	"github.com/lifeline-edge/lifeline/test/cluster"
 	"github.com/lifeline-edge/lifeline/test/fakecri"
+	"github.com/lifeline-edge/lifeline/test/poll"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -435,17 +436,7 @@ func TestProbesOfAnAgentWhoseDependenciesComeLate(t *testing.T) {
 	}
 	eventually := func(t *testing.T, what string, cond func() (bool, string)) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			ok, why := cond()
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 10 s: %s", what, why)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		poll.UntilErr(t, 10*time.Second, what, poll.Why(cond))
 	}
 	readyz := func(wantStatus int, wantLines ...string) func() (bool, string) {
 		return func() (bool, string) {

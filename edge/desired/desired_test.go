@@ -16,6 +16,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/test/cluster"
 	"github.com/lifeline-edge/lifeline/test/netproxy"
+	"github.com/lifeline-edge/lifeline/test/poll"
 )
 
 var controlPlane *cluster.ControlPlane
@@ -23,16 +24,6 @@ var controlPlane *cluster.ControlPlane
 func TestMain(m *testing.M) {
 	os.Exit(cluster.RunTests(m, cluster.Options{WithoutControllerManager: true, WithoutScheduler: true},
 		func(cp *cluster.ControlPlane) error { controlPlane = cp; return nil }))
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }
 
 func names(ws []Worker) string {
@@ -105,7 +96,7 @@ func TestWorkersSurviveARestartWhileCutOff(t *testing.T) {
 		return w, cancel
 	}
 	w, stop := run()
-	waitFor(t, "the worker seen and the API server reachable", func() bool {
+	poll.Until(t, waitLimit, "the worker seen and the API server reachable", func() bool {
 		return w.Reachable() && names(w.Workers()) == ns+"/trainer-0(Restart) "
 	})
 	if !w.Has(string(worker.UID)) {
@@ -113,7 +104,7 @@ func TestWorkersSurviveARestartWhileCutOff(t *testing.T) {
 	}
 
 	link.Cut()
-	waitFor(t, "the API server unreachable", func() bool { return !w.Reachable() })
+	poll.Until(t, waitLimit, "the API server unreachable", func() bool { return !w.Reachable() })
 	stop()
 
 	// The agent restarts while still cut off.
@@ -133,7 +124,10 @@ func TestWorkersSurviveARestartWhileCutOff(t *testing.T) {
 	}
 	pod("trainer-1", "edge-7", true)
 	link.Restore()
-	waitFor(t, "the catch-up after the link returned", func() bool {
+	poll.Until(t, waitLimit, "the catch-up after the link returned", func() bool {
 		return w.Reachable() && names(w.Workers()) == ns+"/trainer-1(Restart) "
 	})
 }
+
+// waitLimit bounds every wait of these tests.
+const waitLimit = 20 * time.Second

@@ -15,6 +15,7 @@ import (
 
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/edgesim"
+	"github.com/lifeline-edge/lifeline/test/poll"
 )
 
 // The agent's default source, KubeEdge's MetaServer on the node (here the hollow node's): it lists and watches
@@ -50,7 +51,7 @@ func TestWorkersFromTheMetaServer(t *testing.T) {
 	var hold atomic.Bool
 	w.Hold = hold.Load
 	go w.Run(ctx, 100*time.Millisecond)
-	waitFor(t, "the worker, and only it, from the MetaServer", func() bool {
+	poll.Until(t, waitLimit, "the worker, and only it, from the MetaServer", func() bool {
 		return w.Reachable() && names(w.Workers()) == "default/worker() "
 	})
 	// Cut off from the cloud, the node loses the pod: still a worker, to be healed.
@@ -67,7 +68,7 @@ func TestWorkersFromTheMetaServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	hold.Store(false)
-	waitFor(t, "the deleted worker gone once the hold ended", func() bool { return len(w.Workers()) == 0 })
+	poll.Until(t, waitLimit, "the deleted worker gone once the hold ended", func() bool { return len(w.Workers()) == 0 })
 }
 
 // A node with no worker yet must not take a watch of every node's workers: a connected MetaServer forwards it to
@@ -101,11 +102,11 @@ func TestANodeWithoutWorkersKeepsNoOtherNodesPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	go w.Run(ctx, 100*time.Millisecond)
-	waitFor(t, "the watch established", w.Reachable)
+	poll.Until(t, waitLimit, "the watch established", w.Reachable)
 	if _, err := client.CoreV1().Pods("default").Create(ctx, onNode("worker", "edge-1", true), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the node's new worker, through the narrow watch", func() bool { return names(w.Workers()) == "default/worker() " })
+	poll.Until(t, waitLimit, "the node's new worker, through the narrow watch", func() bool { return names(w.Workers()) == "default/worker() " })
 	if stored := node.ForeignPodsStored(); len(stored) != 0 {
 		t.Errorf("the node's store holds other nodes' pods: %v", stored)
 	}

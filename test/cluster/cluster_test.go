@@ -15,9 +15,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/lifeline-edge/lifeline/test/poll"
 )
 
 var shared *ControlPlane
@@ -47,15 +48,6 @@ func testNamespace(t *testing.T, c kubernetes.Interface) string {
 		_ = c.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
 	return ns.Name
-}
-
-// eventually polls cond every 100 ms for up to 30 s.
-func eventually(t *testing.T, what string, cond func(ctx context.Context) (bool, error)) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, cond)
-	if err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
 }
 
 func TestAPIServerAnswersAndAcceptsANode(t *testing.T) {
@@ -118,7 +110,7 @@ func TestGarbageCollectorCascades(t *testing.T) {
 				}
 			}
 			for _, name := range []string{child.Name, owner.Name} {
-				eventually(t, name+" to be deleted", func(ctx context.Context) (bool, error) {
+				poll.UntilErr(t, 30*time.Second, name+" to be deleted", func(ctx context.Context) (bool, error) {
 					_, err := cms.Get(ctx, name, metav1.GetOptions{})
 					return apierrors.IsNotFound(err), nil
 				})
@@ -147,7 +139,7 @@ func TestDeploymentControllerCreatesReplicaSetAndPods(t *testing.T) {
 		t.Fatalf("creating deployment: %v", err)
 	}
 	var rsName string
-	eventually(t, "a ReplicaSet owned by the Deployment", func(ctx context.Context) (bool, error) {
+	poll.UntilErr(t, 30*time.Second, "a ReplicaSet owned by the Deployment", func(ctx context.Context) (bool, error) {
 		rss, err := c.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
@@ -160,7 +152,7 @@ func TestDeploymentControllerCreatesReplicaSetAndPods(t *testing.T) {
 		}
 		return false, nil
 	})
-	eventually(t, "two pods owned by the ReplicaSet", func(ctx context.Context) (bool, error) {
+	poll.UntilErr(t, 30*time.Second, "two pods owned by the ReplicaSet", func(ctx context.Context) (bool, error) {
 		pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err

@@ -14,7 +14,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -23,6 +22,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/manager"
 	"github.com/lifeline-edge/lifeline/test/cluster"
 	"github.com/lifeline-edge/lifeline/test/fakekubelet"
+	"github.com/lifeline-edge/lifeline/test/poll"
 )
 
 // FixtureNodes are the nodes the examples name with fixtures.DefaultVars, and those upstream Sedna's name.
@@ -132,20 +132,9 @@ func (e *Env) NewNamespace(t testing.TB, prefix string) string {
 	return ns.Name
 }
 
-// Eventually polls cond every 100 ms until it holds or timeout passes; cond's last error is reported.
+// Eventually polls cond, which reads the API server, every 100 ms until it holds or timeout passes; cond's last
+// error is reported.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true,
-		func(ctx context.Context) (bool, error) {
-			ok, err := cond(ctx)
-			if err != nil {
-				last = err
-				return false, nil
-			}
-			return ok, nil
-		})
-	if err != nil {
-		t.Fatalf("waiting %v for %s: %v (last error: %v)", timeout, what, err, last)
-	}
+	poll.Every(t, 100*time.Millisecond, timeout, what, cond)
 }

@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/lifeline-edge/lifeline/test/poll"
 )
 
 // A static pod's mirror-pod request waits edged's timeout only while the link is broken and edgehub has not yet
@@ -49,7 +51,7 @@ func TestStaticPodWrittenBeforeEdgehubNoticesWaitsForItsMirrorPod(t *testing.T) 
 	stopped := make(chan struct{})
 	go func() { _ = n.Run(ctx); close(stopped) }()
 	t.Cleanup(func() { cancel(); <-stopped })
-	waitUntil(t, "the node linked", n.cloudLinked.Load)
+	poll.Until(t, waitLimit, "the node linked", n.cloudLinked.Load)
 	n.setCloudLinked(false) // the cut: edgehub notices only after a minute
 	written := time.Now()
 	if err := os.WriteFile(filepath.Join(manifests, "trainer.yaml"), []byte("apiVersion: v1\nkind: Pod\nmetadata:\n  name: trainer\n"+
@@ -57,7 +59,7 @@ func TestStaticPodWrittenBeforeEdgehubNoticesWaitsForItsMirrorPod(t *testing.T) 
 		t.Fatal(err)
 	}
 	running := func() bool { return ProcessRuns(PIDFile(dir, "default", "trainer-edge-1", "main")) }
-	waitUntil(t, "the static pod's process running", running)
+	poll.Until(t, waitLimit, "the static pod's process running", running)
 	if waited := time.Since(written); waited < time.Second {
 		t.Errorf("the static pod ran %v after its manifest, before its mirror-pod request timed out (1 s)", waited)
 	}
@@ -103,7 +105,7 @@ func TestStaticPodWithATokenVolumeWaitsForTheCloud(t *testing.T) {
 	stopped := make(chan struct{})
 	go func() { _ = n.Run(ctx); close(stopped) }()
 	t.Cleanup(func() { cancel(); <-stopped })
-	waitUntil(t, "the node linked", n.cloudLinked.Load)
+	poll.Until(t, waitLimit, "the node linked", n.cloudLinked.Load)
 	n.setCloudLinked(false)
 	pod := func(name, volumes string) string {
 		return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name + "\nspec:\n  containers:\n  - name: main\n    image: sleeper:v1\n" + volumes
@@ -117,7 +119,7 @@ func TestStaticPodWithATokenVolumeWaitsForTheCloud(t *testing.T) {
 	runs := func(pod string) func() bool {
 		return func() bool { return ProcessRuns(PIDFile(dir, "default", pod+"-edge-1", "main")) }
 	}
-	waitUntil(t, "the static pod without a token volume running", runs("stand-in"))
+	poll.Until(t, waitLimit, "the static pod without a token volume running", runs("stand-in"))
 	// Both were added in one pass and synced in every one since: the copy's containers were never started.
 	copies := n.runtimesWhere(func(p *corev1.Pod) bool { return p.Name == "copied-edge-1" })
 	if len(copies) != 1 {
@@ -132,5 +134,5 @@ func TestStaticPodWithATokenVolumeWaitsForTheCloud(t *testing.T) {
 		}
 	}
 	n.setCloudLinked(true)
-	waitUntil(t, "the static pod with a token volume running once linked", runs("copied"))
+	poll.Until(t, waitLimit, "the static pod with a token volume running once linked", runs("copied"))
 }

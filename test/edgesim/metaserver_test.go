@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/lifeline-edge/lifeline/test/poll"
 )
 
 const roleLabel = "lifeline.sedna.io/role"
@@ -173,13 +175,13 @@ func TestPodsRestartOnlyStopsTheContainersAndTheCrashBackoffStands(t *testing.T)
 	client := fake.NewClientset(workerPod("w", "edge-1", corev1.RestartPolicyAlways))
 	dir := t.TempDir()
 	_, base := startNode(t, client, dir, time.Minute)
-	waitUntil(t, "the worker running", func() bool { return ProcessRuns(PIDFile(dir, "default", "w", "main")) })
+	poll.Until(t, waitLimit, "the worker running", func() bool { return ProcessRuns(PIDFile(dir, "default", "w", "main")) })
 
 	if got, want := postRestart(t, base, "w"), `{"LogMessages":["the pod \"default/w\" restart successful"]}`; got != want {
 		t.Errorf("pods/restart answered %s, want %s", got, want)
 	}
 	var stopped corev1.ContainerStatus
-	waitUntil(t, "the API showing the container killed, in back-off", func() bool {
+	poll.Until(t, waitLimit, "the API showing the container killed, in back-off", func() bool {
 		stopped = apiContainerStatus(t, client, "w")
 		last := stopped.LastTerminationState.Terminated
 		return stopped.State.Waiting != nil && last != nil && last.ExitCode == 137
@@ -248,7 +250,7 @@ func TestMetaServerCutOffSelectsNothingByFieldSelector(t *testing.T) {
 		}
 	}
 	_, base := startNode(t, cutOffClient(t), dir, time.Minute)
-	waitUntil(t, "the node's pods loaded from its disk", func() bool {
+	poll.Until(t, waitLimit, "the node's pods loaded from its disk", func() bool {
 		return strings.Join(listNames(t, base, url.Values{}), ",") == "plain,worker"
 	})
 	cases := []struct {
@@ -277,7 +279,7 @@ func TestMetaServerCutOffSelectsNothingByFieldSelector(t *testing.T) {
 func TestMetaServerConnectedListsEveryNodesPods(t *testing.T) {
 	client := apiServerLike(t, workerPod("mine", "edge-1", corev1.RestartPolicyAlways), workerPod("theirs", "edge-2", corev1.RestartPolicyAlways))
 	n, base := startNode(t, client, t.TempDir(), time.Minute)
-	waitUntil(t, "the node linked to the cloud", n.cloudLinked.Load)
+	poll.Until(t, waitLimit, "the node linked to the cloud", n.cloudLinked.Load)
 	if got := strings.Join(listNames(t, base, url.Values{"labelSelector": {roleLabel}}), ","); got != "mine,theirs" {
 		t.Errorf("listed %q, want both nodes' pods", got)
 	}
@@ -289,7 +291,7 @@ func TestMetaServerConnectedListsEveryNodesPods(t *testing.T) {
 func TestMetaServerWatchIgnoresResourceVersionAndReplaysEveryPod(t *testing.T) {
 	client := apiServerLike(t, workerPod("mine", "edge-1", corev1.RestartPolicyAlways), workerPod("theirs", "edge-2", corev1.RestartPolicyAlways))
 	n, base := startNode(t, client, t.TempDir(), time.Minute)
-	waitUntil(t, "the node linked to the cloud", n.cloudLinked.Load)
+	poll.Until(t, waitLimit, "the node linked to the cloud", n.cloudLinked.Load)
 	query := url.Values{"labelSelector": {roleLabel}, "resourceVersion": {"999999"}}
 	if got := watchAdded(t, base, query, 2); got != "mine,theirs" {
 		t.Errorf("a connected watch from a late resourceVersion replayed %q, want every pod as ADDED", got)
@@ -349,7 +351,7 @@ func TestRestampedExitReportsANewFinishTimeButKeepsTheBackoff(t *testing.T) {
 	client := fake.NewClientset(workerPod("w", "edge-1", corev1.RestartPolicyAlways))
 	dir := t.TempDir()
 	n, _ := startNode(t, client, dir, 2*time.Second)
-	waitUntil(t, "the worker running", func() bool { return ProcessRuns(PIDFile(dir, "default", "w", "main")) })
+	poll.Until(t, waitLimit, "the worker running", func() bool { return ProcessRuns(PIDFile(dir, "default", "w", "main")) })
 	if n.RestampExited("default", "w") {
 		t.Error("a running container was re-stamped")
 	}
@@ -370,5 +372,5 @@ func TestRestampedExitReportsANewFinishTimeButKeepsTheBackoff(t *testing.T) {
 	if next.After(killed.Add(2*time.Second + 50*time.Millisecond)) {
 		t.Errorf("the re-stamp moved the restart to %v, %v after the kill: counted as a new crash", next, next.Sub(killed))
 	}
-	waitUntil(t, "the worker running again after its back-off", func() bool { return ProcessRuns(PIDFile(dir, "default", "w", "main")) })
+	poll.Until(t, waitLimit, "the worker running again after its back-off", func() bool { return ProcessRuns(PIDFile(dir, "default", "w", "main")) })
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/lifeline-edge/lifeline/test/poll"
 )
 
 // A manifest in the static-pod directory runs as a pod named after the node, with no API server; removing the
@@ -28,21 +30,11 @@ func TestStaticPodManifestsRunWithoutTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	running := func() bool { return ProcessRuns(PIDFile(dir, "fl", "trainer-edge-1", "main")) }
-	waitUntil(t, "the static pod's process running", running)
+	poll.Until(t, waitLimit, "the static pod's process running", running)
 	if err := os.Remove(manifest); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the static pod stopped once its manifest is gone", func() bool { return !running() })
-}
-
-func waitUntil(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if ok() {
-			return
-		}
-	}
-	t.Fatalf("%s: not within 10s", what)
+	poll.Until(t, waitLimit, "the static pod stopped once its manifest is gone", func() bool { return !running() })
 }
 
 // An init container whose image is mapped runs to its end before the pod's containers start (an armed stand-in's
@@ -63,7 +55,7 @@ func TestInitContainersRunToTheirEndBeforeTheContainers(t *testing.T) {
 	}
 	gating := func() bool { return ProcessRuns(PIDFile(dir, "default", "trainer-edge-1", "gate")) }
 	running := func() bool { return ProcessRuns(PIDFile(dir, "default", "trainer-edge-1", "main")) }
-	waitUntil(t, "the gate running", gating)
+	poll.Until(t, waitLimit, "the gate running", gating)
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +63,7 @@ func TestInitContainersRunToTheirEndBeforeTheContainers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the container running once the gate ended", running)
+	poll.Until(t, waitLimit, "the container running once the gate ended", running)
 	// The container's pid file is written as it starts: after the gate opened, not before.
 	if started, err := os.Stat(PIDFile(dir, "default", "trainer-edge-1", "main")); err != nil || started.ModTime().Before(opened.ModTime()) {
 		t.Errorf("the container started at %v, before its gate opened at %v (%v)", started.ModTime(), opened.ModTime(), err)
@@ -107,13 +99,16 @@ func TestAStaticPodOfAnEndedUIDDoesNotRunAgainAtOnce(t *testing.T) {
 		n.syncAll(ctx)
 	}
 	pass(1)
-	waitUntil(t, "the static pod running", running)
+	poll.Until(t, waitLimit, "the static pod running", running)
 	pass(0)
-	waitUntil(t, "the static pod stopped", func() bool { return !running() })
+	poll.Until(t, waitLimit, "the static pod stopped", func() bool { return !running() })
 	pass(1)
 	if len(n.runtimesWhere(nil)) != 0 || running() {
 		t.Fatal("a static pod of a UID the node ended ran again at once")
 	}
 	pass(2)
-	waitUntil(t, "the same pod under a new UID running", running)
+	poll.Until(t, waitLimit, "the same pod under a new UID running", running)
 }
+
+// waitLimit bounds every wait of these tests.
+const waitLimit = 10 * time.Second

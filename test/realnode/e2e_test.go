@@ -21,6 +21,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/contract"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
 	"github.com/lifeline-edge/lifeline/edge/agent"
@@ -521,8 +522,8 @@ func workerPods(t testing.TB) map[string]string {
 	}
 	out := map[string]string{}
 	for _, p := range pods.Items {
-		if p.Status.Phase != corev1.PodRunning {
-			continue
+		if p.Status.Phase != corev1.PodRunning || contract.IsMirrorPod(&p) {
+			continue // a stand-in's mirror pod is no worker: the agent arms a new one at will
 		}
 		restarts := int32(0)
 		for _, cs := range p.Status.ContainerStatuses {
