@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -110,13 +112,31 @@ func findBinary(dir, name string) (string, error) {
 	return path, nil
 }
 
-// FreeAddr is a loopback address whose port is free now, for a server a test starts.
+// FreeAddr returns a loopback address whose port is free right now, for a process the test starts.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := FreeLoopbackAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
+}
+
+// FreeLoopbackAddr returns a loopback address whose port is free right now, picked below the kernel's ephemeral
+// range (32768 and up): a port the kernel hands out for ":0" is also one it hands to the next outgoing connection
+// of any process, which may take it before the process it was meant for binds it.
+func FreeLoopbackAddr() (string, error) {
+	var last error
+	for range 100 {
+		port := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			last = err
+			continue
+		}
+		addr := l.Addr().String()
+		l.Close()
+		return addr, nil
+	}
+	return "", fmt.Errorf("no free loopback port below 32000: %w", last)
 }

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -525,14 +524,7 @@ func (s *Sim) writeCredentials() error {
 }
 
 // freeAddr returns a loopback address with a port free right now.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+func freeAddr() (string, error) { return cluster.FreeLoopbackAddr() }
 
 // RestartNode stops and starts a hollow node; its pods come back from its disk state.
 func (s *Sim) RestartNode(name string) error {
