@@ -42,7 +42,7 @@ func TestFlagValidation(t *testing.T) {
 		{args: []string{"--forward-unowned-reports-to=127.0.0.1:9100"}, want: "--forward-unowned-reports-to"},
 		{args: []string{"--node-name="}, want: "--node-name (or $NODE_NAME) is required"},
 		{args: []string{"--cloud-probe=https://cloudcore:10002/ca.crt", "--cloud-probe-period=1s", "--cloud-probe-timeout=2s"}},
-		{args: []string{"--cloud-probe=cloudcore:10002"}, want: `--cloud-probe "cloudcore:10002" is not an http(s) URL`},
+		{args: []string{"--cloud-probe=cloudcore:10002"}, want: `--cloud-probe: "cloudcore:10002" is not an http(s) URL`},
 		{args: []string{"--cloud-probe-period=0s"}, want: "--cloud-probe-period"},
 		{args: []string{"--log-level=debug", "--log-format=text"}},
 		{args: []string{"--log-level=loud"}, want: `--log-level "loud" is none of error, info, debug, trace`},

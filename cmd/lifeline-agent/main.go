@@ -455,8 +455,8 @@ func (o *options) validate(fs *flag.FlagSet) error {
 		}
 	}
 	errs = append(errs, flagcheck.BrokerURL("broker", o.broker))
-	if u, err := url.Parse(o.cloudProbe); o.cloudProbe != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-		errs = append(errs, fmt.Errorf("--cloud-probe %q is not an http(s) URL", o.cloudProbe))
+	if _, err := agent.ParseProbeURL(o.cloudProbe); o.cloudProbe != "" && err != nil {
+		errs = append(errs, fmt.Errorf("--cloud-probe: %w", err))
 	}
 	if o.forwardTo != "" {
 		if u, err := url.Parse(o.forwardTo); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

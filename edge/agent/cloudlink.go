@@ -25,19 +25,28 @@ type cloudLink struct {
 	noHTTP2 bool
 }
 
-func newCloudLink(rawURL string, tlsConfig *tls.Config) (*cloudLink, error) {
+// ParseProbeURL parses a cloud probe's URL, refusing one that is not http(s) with a host.
+func ParseProbeURL(rawURL string) (*url.URL, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("cloud probe %q is not an http(s) URL", rawURL)
+		return nil, fmt.Errorf("%q is not an http(s) URL", rawURL)
+	}
+	return u, nil
+}
+
+func newCloudLink(rawURL string, tlsConfig *tls.Config) (*cloudLink, error) {
+	u, err := ParseProbeURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("cloud probe: %w", err)
 	}
 	if tlsConfig == nil {
 		// Nothing read from the answer is trusted: only the round trip matters.
 		tlsConfig = &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12} //nolint:gosec // reachability only
 	}
-	tlsConfig = tlsConfig.Clone()
-	tlsConfig.NextProtos = []string{"h2", "http/1.1"}
-	return &cloudLink{url: u, tls: tlsConfig, noHTTP2: u.Scheme == "http", http2: &http2.Transport{},
-		http1: &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig, ForceAttemptHTTP2: false, MaxIdleConns: 1}}}, nil
+	either, http1Only := tlsConfig.Clone(), tlsConfig.Clone()
+	either.NextProtos, http1Only.NextProtos = []string{"h2", "http/1.1"}, []string{"http/1.1"}
+	return &cloudLink{url: u, tls: either, noHTTP2: u.Scheme == "http", http2: &http2.Transport{},
+		http1: &http.Client{Transport: &http.Transport{TLSClientConfig: http1Only, MaxIdleConns: 1}}}, nil
 }
 
 // answers tells whether the cloud answered within ctx. A kept connection that fails (the server closed it, or a
