@@ -31,9 +31,7 @@ func TestCloudProbeFollowsTheLink(t *testing.T) {
 	}
 	defer link.Close()
 	p := &CloudProbe{URL: "https://" + link.Addr() + "/healthz", Timeout: 500 * time.Millisecond, Period: 50 * time.Millisecond}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
+	go p.Run(t.Context())
 	poll.Until(t, 5*time.Second, "the cloud reachable (any answer counts)", p.Reachable)
 	link.Cut()
 	poll.Until(t, 5*time.Second, "the cloud unreachable", func() bool { return !p.Reachable() })
@@ -55,9 +53,7 @@ func TestCloudProbeTellsADroppingLinkWithinItsTimeout(t *testing.T) {
 	defer link.Close()
 	const timeout, period = 300 * time.Millisecond, 20 * time.Millisecond
 	p := &CloudProbe{URL: "https://" + link.Addr() + "/readyz", Timeout: timeout, Period: period}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
+	go p.Run(t.Context())
 	<-p.Changes()
 	poll.Until(t, 5*time.Second, "the cloud reachable", p.Reachable)
 	link.Blackhole()
@@ -90,18 +86,12 @@ func TestCloudProbeAsksOnceThenPingsOneConnection(t *testing.T) {
 		}
 	}))
 	cloud.EnableHTTP2 = true
-	cloud.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
+	countConnections(cloud, &conns)
 	cloud.Listener = &countingListener{Listener: cloud.Listener, read: &read}
 	cloud.StartTLS()
 	defer cloud.Close()
 	p := &CloudProbe{URL: cloud.URL + "/readyz", Period: time.Millisecond}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
+	go p.Run(t.Context())
 	<-p.Changes()
 	if !p.Reachable() {
 		t.Fatal("the cloud unreachable")
@@ -128,17 +118,11 @@ func TestCloudProbeAsksOnceThenPingsOneConnection(t *testing.T) {
 func TestCloudProbeAsksOverHTTP1OnAKeptConnection(t *testing.T) {
 	var requests, conns atomic.Int64
 	cloud := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { requests.Add(1) }))
-	cloud.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
+	countConnections(cloud, &conns)
 	cloud.Start()
 	defer cloud.Close()
 	p := &CloudProbe{URL: cloud.URL + "/healthz", Period: time.Millisecond}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
+	go p.Run(t.Context())
 	poll.Until(t, 10*time.Second, "twenty requests", func() bool { return requests.Load() >= 20 })
 	if !p.Reachable() || conns.Load() != 1 {
 		t.Errorf("reachable %v, over %d connections, want 1", p.Reachable(), conns.Load())
@@ -148,12 +132,19 @@ func TestCloudProbeAsksOverHTTP1OnAKeptConnection(t *testing.T) {
 // A probe whose URL is not one is never reachable, and says so once.
 func TestCloudProbeOfABadURLIsNeverReachable(t *testing.T) {
 	p := &CloudProbe{URL: "cloudcore:10002", Period: time.Millisecond}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
+	go p.Run(t.Context())
 	<-p.Changes()
 	if !p.Probed() || p.Reachable() {
 		t.Errorf("probed %v, reachable %v", p.Probed(), p.Reachable())
+	}
+}
+
+// countConnections counts in n the connections srv (not yet started) accepts.
+func countConnections(srv *httptest.Server, n *atomic.Int64) {
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			n.Add(1)
+		}
 	}
 }
 

@@ -31,23 +31,7 @@ func TestWorkersFromTheMetaServer(t *testing.T) {
 		return p
 	}
 	client := fake.NewClientset(pod("worker", true), pod("other", false))
-	node := edgesim.New(edgesim.Config{NodeName: "edge-1", Client: client, StateDir: t.TempDir(),
-		Images: map[string][]string{"sleeper": {"sleep", "60"}}, SyncInterval: 50 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stopped := make(chan struct{})
-	go func() { _ = node.Run(ctx); close(stopped) }()
-	t.Cleanup(func() { cancel(); <-stopped }) // before the state directory is removed: the node writes into it
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = node.ServeMetaServer(ctx, l) }()
-
-	w, err := New(NewPodClient("http://"+l.Addr().String(), nil, ""), "edge-1", t.TempDir(), logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
+	node, w, ctx := watchHollowNode(t, client)
 	var hold atomic.Bool
 	w.Hold = hold.Load
 	go w.Run(ctx, 100*time.Millisecond)
@@ -86,21 +70,7 @@ func TestANodeWithoutWorkersKeepsNoOtherNodesPods(t *testing.T) {
 		return p
 	}
 	client := fake.NewClientset(onNode("agent", "edge-1", false), onNode("elsewhere", "edge-2", true))
-	node := edgesim.New(edgesim.Config{NodeName: "edge-1", Client: client, StateDir: t.TempDir(),
-		Images: map[string][]string{"sleeper": {"sleep", "60"}}, SyncInterval: 50 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() { _ = node.Run(ctx); close(stopped) }()
-	t.Cleanup(func() { cancel(); <-stopped })
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = node.ServeMetaServer(ctx, l) }()
-	w, err := New(NewPodClient("http://"+l.Addr().String(), nil, ""), "edge-1", t.TempDir(), logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
+	node, w, ctx := watchHollowNode(t, client)
 	go w.Run(ctx, 100*time.Millisecond)
 	poll.Until(t, waitLimit, "the watch established", w.Reachable)
 	if _, err := client.CoreV1().Pods("default").Create(ctx, onNode("worker", "edge-1", true), metav1.CreateOptions{}); err != nil {
@@ -110,4 +80,26 @@ func TestANodeWithoutWorkersKeepsNoOtherNodesPods(t *testing.T) {
 	if stored := node.ForeignPodsStored(); len(stored) != 0 {
 		t.Errorf("the node's store holds other nodes' pods: %v", stored)
 	}
+}
+
+// watchHollowNode runs hollow node edge-1 on client with its MetaServer, and a watcher of its workers through it
+// (not yet running); ctx ends with the test.
+func watchHollowNode(t *testing.T, client *fake.Clientset) (*edgesim.Node, *Watcher, context.Context) {
+	t.Helper()
+	node := edgesim.New(edgesim.Config{NodeName: "edge-1", Client: client, StateDir: t.TempDir(),
+		Images: map[string][]string{"sleeper": {"sleep", "60"}}, SyncInterval: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { _ = node.Run(ctx); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped }) // before the state directory is removed: the node writes into it
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = node.ServeMetaServer(ctx, l) }()
+	w, err := New(NewPodClient("http://"+l.Addr().String(), nil, ""), "edge-1", t.TempDir(), logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node, w, ctx
 }

@@ -163,18 +163,7 @@ func (n *Node) register(ctx context.Context) {
 		time.Sleep(time.Second)
 	}
 	// The Node's heartbeat goes through edgehub: none while it is disconnected.
-	tick := time.NewTicker(n.cfg.HeartbeatInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if n.cloudLinked.Load() {
-				_ = simnode.Heartbeat(ctx, n.cfg.Client, n.cfg.NodeName, n.cfg.LeaseDuration)
-			}
-		}
-	}
+	simnode.KeepAliveWhile(ctx, n.cfg.Client, n.cfg.NodeName, n.cfg.HeartbeatInterval, n.cfg.LeaseDuration, n.cloudLinked.Load)
 }
 
 // watchPods lists and watches the pods bound to the node; a pod the API no longer has is stopped.

@@ -90,6 +90,12 @@ func renewLease(ctx context.Context, client kubernetes.Interface, name string, d
 
 // KeepAlive heartbeats every interval until ctx ends; failures (a cut link) are retried at the next tick.
 func KeepAlive(ctx context.Context, client kubernetes.Interface, name string, interval, lease time.Duration) {
+	KeepAliveWhile(ctx, client, name, interval, lease, nil)
+}
+
+// KeepAliveWhile is KeepAlive skipping the ticks at which linked (when given) says the node cannot reach the cloud
+// (an edge node's edgehub disconnected).
+func KeepAliveWhile(ctx context.Context, client kubernetes.Interface, name string, interval, lease time.Duration, linked func() bool) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -97,7 +103,9 @@ func KeepAlive(ctx context.Context, client kubernetes.Interface, name string, in
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			_ = Heartbeat(ctx, client, name, lease)
+			if linked == nil || linked() {
+				_ = Heartbeat(ctx, client, name, lease)
+			}
 		}
 	}
 }
