@@ -72,8 +72,11 @@ func StopDeployment(ctx context.Context, c client.Client, key types.NamespacedNa
 		return fmt.Errorf("reading deployment %s: %w", key, err)
 	}
 	if deploy.Spec.Replicas == nil || *deploy.Spec.Replicas != 0 {
+		// A merge patch, not an update: the Deployment controller writes the object as its pods come and go, and
+		// an update of the copy just read would fail on that conflict.
+		patch := client.MergeFrom(deploy.DeepCopy())
 		deploy.Spec.Replicas = ptr.To[int32](0)
-		if err := c.Update(ctx, deploy); err != nil {
+		if err := c.Patch(ctx, deploy, patch); err != nil {
 			return fmt.Errorf("scaling deployment %s to zero: %w", key, err)
 		}
 	}
