@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -65,20 +66,22 @@ func ReleaseFinalizers(ctx context.Context, c client.Client) (int, error) {
 // the workers it creates meanwhile the finalizer again. A Deployment that does not exist is already stopped.
 func StopDeployment(ctx context.Context, c client.Client, key types.NamespacedName, timeout time.Duration) error {
 	deploy := &appsv1.Deployment{}
-	if err := c.Get(ctx, key, deploy); err != nil {
-		if apierrors.IsNotFound(err) {
+	// Read again on a conflict: the Deployment controller writes the object as its pods come and go.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, key, deploy); err != nil {
+			return err
+		}
+		if deploy.Spec.Replicas != nil && *deploy.Spec.Replicas == 0 {
 			return nil
 		}
-		return fmt.Errorf("reading deployment %s: %w", key, err)
-	}
-	if deploy.Spec.Replicas == nil || *deploy.Spec.Replicas != 0 {
-		// A merge patch, not an update: the Deployment controller writes the object as its pods come and go, and
-		// an update of the copy just read would fail on that conflict.
-		patch := client.MergeFrom(deploy.DeepCopy())
 		deploy.Spec.Replicas = ptr.To[int32](0)
-		if err := c.Patch(ctx, deploy, patch); err != nil {
-			return fmt.Errorf("scaling deployment %s to zero: %w", key, err)
-		}
+		return c.Update(ctx, deploy)
+	})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("scaling deployment %s to zero: %w", key, err)
 	}
 	selector, err := metav1.LabelSelectorAsSelector(deploy.Spec.Selector)
 	if err != nil {
