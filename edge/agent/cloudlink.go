@@ -53,15 +53,12 @@ func newCloudLink(rawURL string, tlsConfig *tls.Config) (*cloudLink, error) {
 // cut) is replaced within the same attempt, so that only a cloud that does not answer a new connection counts.
 func (l *cloudLink) answers(ctx context.Context) error {
 	if l.conn != nil {
-		if l.conn.State().Closing {
-			l.dropConn()
-		} else if err := l.conn.Ping(ctx); err == nil {
+		if !l.conn.State().Closing && l.conn.Ping(ctx) == nil {
 			return nil
-		} else {
-			l.dropConn()
-			if ctx.Err() != nil {
-				return err
-			}
+		}
+		l.dropConn()
+		if err := ctx.Err(); err != nil {
+			return err // the attempt's time is up: no new connection
 		}
 	}
 	if l.noHTTP2 {

@@ -200,7 +200,7 @@ func (n *Node) killRemaining() {
 	}
 	for range 3 {
 		killed := 0
-		for _, pid := range n.processesAndDescendants(nsInode) {
+		for _, pid := range processesAndDescendants(nsInode) {
 			if syscall.Kill(pid, syscall.SIGKILL) == nil {
 				killed++
 			}
@@ -213,7 +213,7 @@ func (n *Node) killRemaining() {
 }
 
 // processesAndDescendants lists the processes in the mount namespace of inode nsInode and all their descendants.
-func (n *Node) processesAndDescendants(nsInode uint64) []int {
+func processesAndDescendants(nsInode uint64) []int {
 	entries, _ := os.ReadDir("/proc")
 	children := map[int][]int{}
 	var roots []int
