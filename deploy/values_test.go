@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/yaml"
 )
 
@@ -119,6 +120,8 @@ func TestChartRefusesMistypedValues(t *testing.T) {
 		{"imagePullSecrets={my-registry}", "at '/imagePullSecrets/0': got string, want object"},
 		{"controller.priorityClassName=High", "at '/controller/priorityClassName': 'High' does not match pattern"},
 		{"agent.nodeSelector.disk=1", "at '/agent/nodeSelector/disk': got number, want string"},
+		{"agent.maxSurge=0", "at '/agent/maxSurge'"},
+		{"agent.maxSurge=all", "at '/agent/maxSurge'"},
 	} {
 		flags := []string{"--set", "nodeIdentity.mode=password", "--set", tc.set}
 		for _, cmd := range [][]string{{"template", "lifeline", chartDir, "--namespace", namespace}, {"lint", chartDir}} {
@@ -284,6 +287,25 @@ agent:
 	}
 	if !tolerates(pod.Tolerations, edgeRole, corev1.TaintEffectNoSchedule) {
 		t.Errorf("tolerations %+v: the edge role's taint is no longer tolerated", pod.Tolerations)
+	}
+}
+
+// An update starts each node's new agent beside the old one, which hands the node over: never one stopped first.
+func TestAgentUpdateSurges(t *testing.T) {
+	for _, tc := range []struct {
+		set  []string
+		want intstr.IntOrString
+	}{
+		{nil, intstr.FromInt32(1)},
+		{[]string{"--set", "agent.maxSurge=10%"}, intstr.FromString("10%")},
+		{[]string{"--set", "agent.maxSurge=3"}, intstr.FromInt32(3)},
+	} {
+		ds := mustObject[appsv1.DaemonSet](t, renderChart(t, append([]string{"--set", "nodeIdentity.mode=password"}, tc.set...)...), "DaemonSet", "lifeline-agent")
+		u := ds.Spec.UpdateStrategy
+		if u.Type != appsv1.RollingUpdateDaemonSetStrategyType || u.RollingUpdate == nil || u.RollingUpdate.MaxSurge == nil ||
+			*u.RollingUpdate.MaxSurge != tc.want || u.RollingUpdate.MaxUnavailable == nil || u.RollingUpdate.MaxUnavailable.IntValue() != 0 {
+			t.Errorf("%v: update strategy %+v, want a rolling update with maxSurge %s and maxUnavailable 0", tc.set, u.RollingUpdate, tc.want.String())
+		}
 	}
 }
 

@@ -88,26 +88,24 @@ func main() {
 	}
 }
 
-// runAgentPod runs the agent as the node's agent (its DaemonSet pod, or a service of the node), once it holds the
-// node; with --standby-manifest it also installs the node's standby, and removes it when its DaemonSet is gone.
+// runAgentPod runs the agent as the node's agent (its DaemonSet pod, or a service of the node) while it holds the
+// node, handing it over to the pod of an update; with --standby-manifest it also installs the node's standby, and
+// removes it when its DaemonSet is gone.
 func runAgentPod(ctx context.Context, o *options, log logr.Logger) error {
-	release, err := agent.NodeLock{Dir: o.stateDir}.Hold(ctx, log)
-	if err != nil {
-		return err
-	}
-	defer release()
-	if o.standbyManifest != "" {
-		files := agent.StandbyDir(o.stateDir)
-		if err := files.Leave(o.caFile); err != nil {
-			return err
+	return agent.NodeLock{Dir: o.stateDir}.Serve(ctx, o.poll, log, func(ctx context.Context) error {
+		if o.standbyManifest != "" {
+			files := agent.StandbyDir(o.stateDir)
+			if err := files.Leave(o.caFile); err != nil {
+				return err
+			}
+			if err := agent.InstallStandby(o.standbyManifest, o.staticDir); err != nil {
+				return err
+			}
+			log.Info("the node's standby is installed", "staticPodDir", o.staticDir)
+			defer removeStandbyIfUninstalled(o, files, log)
 		}
-		if err := agent.InstallStandby(o.standbyManifest, o.staticDir); err != nil {
-			return err
-		}
-		log.Info("the node's standby is installed", "staticPodDir", o.staticDir)
-		defer removeStandbyIfUninstalled(o, files, log)
-	}
-	return runAgent(ctx, o, log, nil)
+		return runAgent(ctx, o, log, nil)
+	})
 }
 
 // runGate is `lifeline-agent gate --path P`, an armed stand-in's gate: it returns once P exists.

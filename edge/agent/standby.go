@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,22 +42,69 @@ const (
 	waitingFile = "agent-pod-waiting"
 )
 
-// Hold takes the lock for the agent pod, waiting while the standby acts: the standby sees the pod waiting and
-// gives way. The lock is the agent pod's until release, or until the process ends.
+// Hold takes the lock for the agent pod, waiting while the standby, or an older agent pod, acts: it sees the
+// pod waiting and gives way. The lock is the agent pod's until release, or until the process ends.
 func (l NodeLock) Hold(ctx context.Context, log logr.Logger) (release func(), err error) {
 	waiting := filepath.Join(l.Dir, waitingFile)
 	if err := os.WriteFile(waiting, nil, 0o600); err != nil {
 		return nil, fmt.Errorf("saying the agent pod waits for the node: %w", err)
 	}
 	defer os.Remove(waiting)
+	return l.wait(ctx, log, l.try, "waiting for the node's standby agent, or the agent pod it replaces, to give way")
+}
+
+// Serve runs run while this agent pod holds the node, and hands the node over when another agent pod asks for
+// it. An update of the DaemonSet starts the new pod beside the old one (maxSurge), and the new one waits for the
+// lock: the old one ends run (its reports journaled, its listeners closed), releases the lock and waits without
+// asking, to take the node again should the new one stop first. Serve returns when ctx ends, or run fails.
+func (l NodeLock) Serve(ctx context.Context, interval time.Duration, log logr.Logger, run func(ctx context.Context) error) error {
+	release, err := l.Hold(ctx, log)
+	for {
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		var asked atomic.Bool
+		go func() {
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			for {
+				select {
+				case <-runCtx.Done():
+					return
+				case <-tick.C:
+					if l.PodWaiting() {
+						asked.Store(true)
+						stop()
+						return
+					}
+				}
+			}
+		}()
+		err = run(runCtx)
+		stop()
+		release()
+		if !asked.Load() || ctx.Err() != nil {
+			return err
+		}
+		log.Info("another agent pod asks for the node: handed over; this one takes it again if the other stops first")
+		release, err = l.wait(ctx, log, l.TryUnasked, "waiting for the node while the new agent pod holds it")
+	}
+}
+
+// wait takes the lock with try as soon as it can, logging why once.
+func (l NodeLock) wait(ctx context.Context, log logr.Logger, try func() (func(), bool, error), why string) (release func(), err error) {
 	logged := false
 	for {
-		release, ok, err := l.try()
+		release, ok, err := try()
 		if err != nil || ok {
 			return release, err
 		}
 		if !logged {
-			log.Info("waiting for the node's standby agent to give way")
+			log.Info(why)
 			logged = true
 		}
 		select {
@@ -73,8 +121,9 @@ func (l NodeLock) PodWaiting() bool {
 	return err == nil
 }
 
-// TryForStandby takes the lock for the standby if no agent pod holds it or waits for it.
-func (l NodeLock) TryForStandby() (release func(), ok bool, err error) {
+// TryUnasked takes the lock if no agent pod holds it or waits for it: the standby's way, and an old agent pod's
+// once it handed the node over.
+func (l NodeLock) TryUnasked() (release func(), ok bool, err error) {
 	if l.PodWaiting() {
 		return nil, false, nil
 	}
@@ -115,7 +164,7 @@ func (s *Standby) Run(ctx context.Context, act func(ctx context.Context)) {
 	defer tick.Stop()
 	for {
 		if s.CutOff() {
-			release, ok, err := s.Lock.TryForStandby()
+			release, ok, err := s.Lock.TryUnasked()
 			if err != nil {
 				s.Log.Error(err, "the standby cannot take the node")
 			}

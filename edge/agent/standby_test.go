@@ -45,7 +45,7 @@ func TestTheStandbyActsOnlyWhileCutOffAndGivesWayToTheAgentPod(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the standby does not act on a cut-off node without an agent pod")
 	}
-	if _, ok, _ := lock.TryForStandby(); ok {
+	if _, ok, _ := lock.TryUnasked(); ok {
 		t.Fatal("the lock is free while the standby acts")
 	}
 
@@ -83,6 +83,60 @@ func TestTheAgentPodTakesAFreeNodeAtOnce(t *testing.T) {
 	defer release()
 	if _, err := lock.Hold(ctx, logr.Discard()); err == nil {
 		t.Fatal("a second agent pod holds the node too")
+	}
+}
+
+// An update starts the new agent pod beside the old one: the old one ends its run and hands the node over, and
+// takes it back, without asking, if the new one stops first (a new image that fails).
+func TestAnAgentPodHandsTheNodeToItsSuccessorAndTakesItBackIfItStops(t *testing.T) {
+	lock := NodeLock{Dir: t.TempDir()}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runs := make(chan string, 10)
+	served := make(chan error, 1)
+	go func() {
+		served <- lock.Serve(ctx, 10*time.Millisecond, logr.Discard(), func(ctx context.Context) error {
+			runs <- "started"
+			<-ctx.Done()
+			runs <- "ended"
+			return nil
+		})
+	}()
+	next := func(want string) {
+		t.Helper()
+		select {
+		case got := <-runs:
+			if got != want {
+				t.Fatalf("the old pod's run %s, want %s", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the old pod's run not %s within 5 s", want)
+		}
+	}
+	next("started")
+
+	newCtx, newCancel := context.WithTimeout(ctx, 5*time.Second)
+	defer newCancel()
+	release, err := lock.Hold(newCtx, logr.Discard())
+	if err != nil {
+		t.Fatalf("the new pod does not get the node: %v", err)
+	}
+	next("ended")
+	if lock.PodWaiting() {
+		t.Error("a pod says it waits for the node after the hand-over: the old one must wait without asking")
+	}
+	select {
+	case got := <-runs:
+		t.Fatalf("the old pod's run %s while the new one holds the node", got)
+	case <-time.After(100 * time.Millisecond): // ten of the old pod's looks
+	}
+
+	release()
+	next("started")
+	cancel()
+	next("ended")
+	if err := <-served; err != nil {
+		t.Errorf("Serve ended with %v when its context did", err)
 	}
 }
 

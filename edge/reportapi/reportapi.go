@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -73,6 +74,8 @@ const (
 	readTimeout       = 10 * time.Second
 	writeTimeout      = 10 * time.Second
 	idleTimeout       = 30 * time.Second
+	// shutdownGrace is how long a stopping server waits for the requests it is reading.
+	shutdownGrace = 2 * time.Second
 )
 
 // Server is the report endpoint of one node.
@@ -99,6 +102,16 @@ type Server struct {
 	queue         chan *lifelinev1.WorkerReport
 	log           logr.Logger
 	seq           uint64 // touched by the consumer goroutine only
+	// stopping is set when Run ends: a report answered OK is journaled, so none is taken once the queue is
+	// drained for the last time. Handlers hold it shared while they queue.
+	stopping struct {
+		sync.RWMutex
+		done bool
+	}
+	// serving tells whether Serve runs; shutDown is closed once its server has stopped and every request it
+	// took is answered.
+	serving  atomic.Bool
+	shutDown chan struct{}
 
 	// forwardTo is the base URL of Sedna's local controller, or "": reports of other workers are refused.
 	forwardTo string
@@ -124,10 +137,10 @@ type forward struct {
 func New(cluster, node string, sink Sink, workers Workers, birthSeq func() uint64, capacity int, reg prometheus.Registerer, log logr.Logger) *Server {
 	s := &Server{MaxConnections: DefaultMaxConnections, ReportRate: DefaultReportRate, ReportBurst: DefaultReportBurst, now: time.Now,
 		cluster: cluster, node: node, sink: sink, workers: workers, birthSeq: birthSeq, log: log,
-		queue: make(chan *lifelinev1.WorkerReport, capacity),
+		queue: make(chan *lifelinev1.WorkerReport, capacity), shutDown: make(chan struct{}),
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lifeline_agent_reports_total",
-			Help: "Worker reports received by the node's report endpoint, by outcome (queued, dropped, forwarding, forward_dropped, rejected_*: too_large, malformed, name_mismatch, not_a_worker, rate_limited: over the worker's reports a second).",
+			Help: "Worker reports received by the node's report endpoint, by outcome (queued, dropped, forwarding, forward_dropped, refused_stopping: posted while the agent stops, rejected_*: too_large, malformed, name_mismatch, not_a_worker, rate_limited: over the worker's reports a second).",
 		}, []string{"outcome"}),
 		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lifeline_agent_reports_forwarded_total",
@@ -198,6 +211,13 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request) {
 	}
 	msg := &lifelinev1.WorkerReport{Namespace: rep.Namespace, Worker: rep.Name, Body: body,
 		ReceivedUnixNano: time.Now().UnixNano()}
+	s.stopping.RLock()
+	defer s.stopping.RUnlock()
+	if s.stopping.done {
+		s.received.WithLabelValues("refused_stopping").Inc()
+		writeReply(w, http.StatusServiceUnavailable, "the node's agent is stopping; report again")
+		return
+	}
 	select {
 	case s.queue <- msg:
 		s.received.WithLabelValues("queued").Inc()
@@ -221,7 +241,8 @@ func writeReply(w http.ResponseWriter, code int, message string) {
 }
 
 // Run hands queued reports to the sink, and reports to forward to Sedna's local controller, each in arrival
-// order, until ctx ends.
+// order, until ctx ends. Then it refuses new reports (503: the worker's library tries again, and reaches the
+// agent that replaces this one) and journals every report still queued: a report answered OK is never lost.
 func (s *Server) Run(ctx context.Context) {
 	if s.forwardTo != "" {
 		go s.runForwards(ctx)
@@ -230,21 +251,43 @@ func (s *Server) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			if s.serving.Load() {
+				// The requests being read when the listener closed are queued, not refused.
+				select {
+				case <-s.shutDown:
+				case <-time.After(shutdownGrace):
+				}
+			}
+			s.stopping.Lock()
+			s.stopping.done = true
+			s.stopping.Unlock()
+			for {
+				select {
+				case msg := <-s.queue:
+					s.journal(topic, msg)
+				default:
+					return
+				}
+			}
 		case msg := <-s.queue:
-			seq, err := s.nextSeq()
-			msg.Seq, msg.BirthSeq = seq, s.birthSeq()
-			var payload []byte
-			if err == nil {
-				payload, err = proto.Marshal(msg)
-			}
-			if err == nil {
-				err = s.sink.Enqueue(journal.Entry{Topic: topic, Payload: payload, QoS: 1})
-			}
-			if err != nil {
-				s.log.Error(err, "journaling a report", "worker", msg.Worker)
-			}
+			s.journal(topic, msg)
 		}
+	}
+}
+
+// journal numbers msg and hands it to the sink.
+func (s *Server) journal(topic string, msg *lifelinev1.WorkerReport) {
+	seq, err := s.nextSeq()
+	msg.Seq, msg.BirthSeq = seq, s.birthSeq()
+	var payload []byte
+	if err == nil {
+		payload, err = proto.Marshal(msg)
+	}
+	if err == nil {
+		err = s.sink.Enqueue(journal.Entry{Topic: topic, Payload: payload, QoS: 1})
+	}
+	if err != nil {
+		s.log.Error(err, "journaling a report", "worker", msg.Worker)
 	}
 }
 
@@ -313,11 +356,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	srv := &http.Server{Handler: s.Handler(), MaxHeaderBytes: MaxHeaderBytes, ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout: readTimeout, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout}
+	s.serving.Store(true)
 	go func() {
 		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		shutdown, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
+		close(s.shutDown)
 	}()
 	if err := srv.Serve(newLimitListener(ln, limit)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serving the report API on %s: %w", ln.Addr(), err)

@@ -565,3 +565,35 @@ func TestRateLimitStateIsBounded(t *testing.T) {
 type anyWorker struct{}
 
 func (anyWorker) HasWorker(string, string) bool { return true }
+
+// An agent that stops (an upgrade hands the node to its new pod) journals every report it answered OK, and
+// refuses later ones with a code Sedna's library tries again on, so that they reach the next agent.
+func TestAStoppingAgentJournalsEveryReportItTookAndRefusesTheRest(t *testing.T) {
+	var journaled []journal.Entry
+	s := New("c", "edge-1", sinkFunc(func(e journal.Entry) error { journaled = append(journaled, e); return nil }),
+		workerSet{"default/sdd-trainworker-0": true}, func() uint64 { return 7 }, 10, nil, logr.Discard())
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	// Taken while the journal's consumer is behind: still queued when the agent is told to stop.
+	for i := 0; i < 3; i++ {
+		if code, reply := post(t, srv.URL, "sdd-trainworker-0", validBody); code != http.StatusOK {
+			t.Fatalf("report %d: %d %v", i, code, reply)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.Run(ctx)
+	if len(journaled) != 3 {
+		t.Fatalf("%d reports journaled at the stop, want the 3 answered OK", len(journaled))
+	}
+	code, reply := post(t, srv.URL, "sdd-trainworker-0", validBody)
+	if code != http.StatusServiceUnavailable || !strings.Contains(reply["message"].(string), "report again") {
+		t.Errorf("a report after the stop: %d %v, want 503 asking to report again", code, reply)
+	}
+	if got := testutil.ToFloat64(s.received.WithLabelValues("refused_stopping")); got != 1 {
+		t.Errorf("refused_stopping %v, want 1", got)
+	}
+	if len(journaled) != 3 {
+		t.Errorf("%d reports journaled, want 3: one refused is not taken", len(journaled))
+	}
+}
