@@ -39,7 +39,8 @@ type fleet struct {
 type simAgent struct {
 	cluster, node string
 	pub           *publisher.Publisher
-	reachable     atomic.Bool // what its heartbeats say of the API server
+	reachable     atomic.Bool   // what its heartbeats say of the API server
+	changed       chan struct{} // a heartbeat at once when reachable changes, as a real agent's probe asks
 
 	mu      sync.Mutex // guards seq and running
 	seq     uint64
@@ -62,7 +63,7 @@ func startFleet(ctx context.Context, addr, cluster, credentialsDir, stateDir str
 			cancel()
 			return nil, fmt.Errorf("creating the agent state of %s: %w", node, err)
 		}
-		a := &simAgent{cluster: cluster, node: node, running: map[types.UID]bool{}}
+		a := &simAgent{cluster: cluster, node: node, running: map[types.UID]bool{}, changed: make(chan struct{}, 1)}
 		a.reachable.Store(true)
 		a.pub = publisher.New(publisher.Config{Broker: "tcp://" + addr, Username: node, Password: string(password),
 			Cluster: cluster, Node: node, AgentVersion: "scale", BootID: "boot-" + node, StateDir: dir,
@@ -72,10 +73,20 @@ func startFleet(ctx context.Context, addr, cluster, credentialsDir, stateDir str
 		go func() { defer f.wg.Done(); a.pub.Run(ctx) }()
 		go func() {
 			defer f.wg.Done()
-			agent.Heartbeats(ctx, cluster, node, HeartbeatInterval, a.pub, agent.HeartbeatFacts{APIReachable: a.reachable.Load})
+			agent.Heartbeats(ctx, cluster, node, HeartbeatInterval, a.pub, agent.HeartbeatFacts{APIReachable: a.reachable.Load, Changed: a.changed})
 		}()
 	}
 	return f, nil
+}
+
+// setReachable says what the agent's probe of the API server finds: its next heartbeat, sent at once, tells it.
+func (a *simAgent) setReachable(reachable bool) {
+	if a.reachable.Swap(reachable) != reachable {
+		select {
+		case a.changed <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Stop disconnects every agent, each leaving its death.

@@ -32,6 +32,8 @@ func (r *Result) metrics() []metric {
 		{ms(controllertest.Percentile(r.DetectBehindReports, 50)), "detect-behind-reports-p50-ms"},
 		{ms(controllertest.Percentile(r.DetectBehindReports, 99)), "detect-behind-reports-p99-ms"},
 		{r.MassCutoff.Seconds(), "mass-cutoff-s"},
+		{r.OutageAll.Seconds(), "outage-all-s"},
+		{r.OutageHeal.Seconds(), "outage-heal-s"},
 		{ms(jiP50), "recreate-ji-p50-ms"},
 		{ms(rsP50), "recreate-rs-p50-ms"},
 		{jiP50.Seconds() / rsP50.Seconds(), "recreate-ratio-to-rs"},

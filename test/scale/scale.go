@@ -155,6 +155,10 @@ type Result struct {
 	// one of them not Ready, after which the statuses were checked again.
 	MassCutoff, NodesUnknown time.Duration
 	CutOffWorkers            int
+	// OutageAll is from cutting every edge node off at once until every worker status is in its agent's word;
+	// OutageHeal from mending them all, once the nodes were marked not Ready, until every status is in the API
+	// server's word again.
+	OutageAll, OutageHeal time.Duration
 	// RecreateJI and RecreateRS are the child re-creation samples: the JI's edge Deployment, and the anchor
 	// Deployment's ReplicaSet.
 	RecreateJI, RecreateRS []time.Duration
@@ -213,6 +217,7 @@ func Run(t testing.TB, cfg Config) *Result {
 	h.waitQueuesDrained()
 	r.Detect = h.measureDetection(ctx, "detection")
 	h.measureMassCutoff(ctx, r)
+	h.measureOutage(ctx, r)
 	h.measureRecreation(r)
 	end, err := sampleProc(h.controller.Pid())
 	h.check(err)
@@ -609,7 +614,7 @@ func (h *harness) measureDetection(ctx context.Context, step string) []time.Dura
 	var detect []time.Duration
 	nodes := h.fleet.nodes()[:h.cfg.DetectSamples]
 	for _, node := range nodes {
-		h.fleet.agents[node].reachable.Store(false)
+		h.fleet.agents[node].setReachable(false)
 	}
 	for i := range nodes {
 		h.waitEdgeRecord(i, "the edge worker in its agent's word", func(w v1alpha1.WorkerStatus) bool {
@@ -629,7 +634,7 @@ func (h *harness) measureDetection(ctx context.Context, step string) []time.Dura
 		h.check(a.publishState(pod, lifelinev1.Phase_PHASE_RUNNING)) // the node restarted it
 	}
 	for _, node := range nodes {
-		h.fleet.agents[node].reachable.Store(true)
+		h.fleet.agents[node].setReachable(true)
 	}
 	h.progress("%s: %d deaths on cut-off nodes, p50 %v, p99 %v", step, len(detect),
 		controllertest.Percentile(detect, 50).Round(time.Millisecond), controllertest.Percentile(detect, 99).Round(time.Millisecond))
@@ -684,35 +689,87 @@ func (h *harness) measureRestartReconnect(r *Result) {
 	h.progress("every agent back %.1fs after the controller's restart, at most %.0f session attempts a second", r.RestartReconnect.Seconds(), peak)
 }
 
-// measureMassCutoff cuts CutOff nodes off at once: their agents say they lost the API server, and kwok stops
-// renewing their Leases. It times until every status of their workers is in the agents' word, then waits for the
-// node lifecycle controller to mark them not Ready and checks the statuses kept the agents' word.
+// measureMassCutoff cuts CutOff nodes off at once. It times until every status of their workers is in the
+// agents' word, then waits for the node lifecycle controller to mark them not Ready and checks the statuses kept
+// the agents' word.
 func (h *harness) measureMassCutoff(ctx context.Context, r *Result) {
 	all := h.fleet.nodes()
 	cut := all[len(all)-h.cfg.CutOff:]
-	cutSet := map[string]bool{}
-	for _, n := range cut {
-		cutSet[n] = true
-	}
 	costs := h.openCostWindow()
 	began := time.Now()
-	for _, n := range cut {
-		h.fleet.agents[n].reachable.Store(false)
-	}
-	h.check(h.forAll(len(cut), func(i int) error {
-		patch := []byte(`{"metadata":{"labels":{"` + KwokLabel + `":null}}}`)
-		_, err := h.kube.CoreV1().Nodes().Patch(ctx, cut[i], types.MergePatchType, patch, metav1.PatchOptions{})
-		return err
-	}))
-	inAgentsWord := func() (bool, error) {
-		agent, total := h.cutOffRecords(cutSet)
-		r.CutOffWorkers = total
-		return total > 0 && agent == total, fmt.Errorf("%d of %d workers on cut-off nodes in their agent's word", agent, total)
-	}
-	h.waitFor(5*time.Minute, "every worker of the cut-off nodes in its agent's word", inAgentsWord)
-	r.MassCutoff = time.Since(began)
+	r.MassCutoff, r.CutOffWorkers = h.cutOff(ctx, cut)
 	h.progress("mass cut-off: %d workers of %d nodes in their agents' word in %v", r.CutOffWorkers, len(cut), r.MassCutoff.Round(time.Millisecond))
 	costs.report("mass cut-off")
+	h.waitNotReady(ctx, cut)
+	r.NodesUnknown = time.Since(began)
+	time.Sleep(2 * time.Second) // let the reconciles the Ready flips woke write their statuses
+	if agent, total := h.records(nodeSet(cut), inAgentsWord); agent != total {
+		h.check(fmt.Errorf("after the nodes turned not Ready: %d of %d workers on cut-off nodes in their agent's word", agent, total))
+	}
+	h.mend(ctx, cut)
+}
+
+// measureOutage cuts every edge node off at once, a region's outage, and times until every status is in the
+// agents' word; once the node lifecycle controller has marked the nodes not Ready, it mends them all at once and
+// times until every status is back in the API server's word.
+func (h *harness) measureOutage(ctx context.Context, r *Result) {
+	all := h.fleet.nodes()
+	costs := h.openCostWindow()
+	r.OutageAll, _ = h.cutOff(ctx, all)
+	h.progress("outage: every worker of %d nodes in its agent's word in %v", len(all), r.OutageAll.Round(time.Millisecond))
+	costs.report("outage")
+	h.waitNotReady(ctx, all)
+	costs = h.openCostWindow()
+	r.OutageHeal = h.mend(ctx, all)
+	h.progress("outage healed: every worker of %d nodes in the API server's word in %v", len(all), r.OutageHeal.Round(time.Millisecond))
+	costs.report("outage healed")
+}
+
+// cutOff does to nodes what an outage does: their agents say they lost the API server, and kwok stops renewing
+// their Leases. It returns when every worker status on them is in its agent's word: how long that took, and how
+// many workers there are.
+func (h *harness) cutOff(ctx context.Context, nodes []string) (took time.Duration, workers int) {
+	began := time.Now()
+	for _, n := range nodes {
+		h.fleet.agents[n].setReachable(false)
+	}
+	h.check(h.labelNodes(ctx, nodes, "null"))
+	set := nodeSet(nodes)
+	h.waitFor(5*time.Minute, "every worker of the cut-off nodes in its agent's word", func() (bool, error) {
+		agent, total := h.records(set, inAgentsWord)
+		workers = total
+		return total > 0 && agent == total, fmt.Errorf("%d of %d workers on cut-off nodes in their agent's word", agent, total)
+	})
+	return time.Since(began), workers
+}
+
+// mend undoes cutOff and returns when every worker status on nodes is in the API server's word again.
+func (h *harness) mend(ctx context.Context, nodes []string) time.Duration {
+	began := time.Now()
+	for _, n := range nodes {
+		h.fleet.agents[n].setReachable(true)
+	}
+	h.check(h.labelNodes(ctx, nodes, `"`+kwokValue+`"`))
+	set := nodeSet(nodes)
+	h.waitFor(5*time.Minute, "every worker of the mended nodes in the API server's word", func() (bool, error) {
+		api, total := h.records(set, func(w v1alpha1.WorkerStatus) bool { return w.Source == v1alpha1.StatusSourceAPIServer })
+		return total > 0 && api == total, fmt.Errorf("%d of %d workers on mended nodes in the API server's word", api, total)
+	})
+	return time.Since(began)
+}
+
+// labelNodes sets kwok's label on nodes to value, JSON (null: removed, and kwok no longer renews their Leases).
+func (h *harness) labelNodes(ctx context.Context, nodes []string, value string) error {
+	patch := []byte(`{"metadata":{"labels":{"` + KwokLabel + `":` + value + `}}}`)
+	return h.forAll(len(nodes), func(i int) error {
+		_, err := h.kube.CoreV1().Nodes().Patch(ctx, nodes[i], types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+}
+
+// waitNotReady waits for the node lifecycle controller to mark nodes not Ready.
+func (h *harness) waitNotReady(ctx context.Context, nodes []string) {
+	set := nodeSet(nodes)
 	h.waitFor(2*time.Minute+h.cfg.NodeGrace, "the node lifecycle controller to mark the cut-off nodes not Ready", func() (bool, error) {
 		list, err := h.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -720,21 +777,29 @@ func (h *harness) measureMassCutoff(ctx context.Context, r *Result) {
 		}
 		down := 0
 		for _, n := range list.Items {
-			if cutSet[n.Name] && nodeReady(&n) != corev1.ConditionTrue {
+			if set[n.Name] && nodeReady(&n) != corev1.ConditionTrue {
 				down++
 			}
 		}
-		return down == len(cut), fmt.Errorf("%d of %d cut-off nodes not Ready", down, len(cut))
+		return down == len(nodes), fmt.Errorf("%d of %d cut-off nodes not Ready", down, len(nodes))
 	})
-	r.NodesUnknown = time.Since(began)
-	time.Sleep(2 * time.Second) // let the reconciles the Ready flips woke write their statuses
-	if ok, err := inAgentsWord(); !ok {
-		h.check(fmt.Errorf("after the nodes turned not Ready: %w", err))
-	}
 }
 
-// cutOffRecords counts the edge and trainer records on the given nodes, and those in their agent's word.
-func (h *harness) cutOffRecords(nodes map[string]bool) (agent, total int) {
+func nodeSet(nodes []string) map[string]bool {
+	set := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		set[n] = true
+	}
+	return set
+}
+
+// inAgentsWord tells whether a worker's status is its agent's: alive, by the agent.
+func inAgentsWord(w v1alpha1.WorkerStatus) bool {
+	return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
+}
+
+// records counts the edge and trainer records on nodes, and those that match.
+func (h *harness) records(nodes map[string]bool, match func(v1alpha1.WorkerStatus) bool) (matching, total int) {
 	ctx := context.Background()
 	jis := &v1alpha1.JointInferenceServiceList{}
 	fls := &v1alpha1.FederatedLearningJobList{}
@@ -745,8 +810,8 @@ func (h *harness) cutOffRecords(nodes map[string]bool) (agent, total int) {
 		for _, w := range ws {
 			if nodes[w.Node] {
 				total++
-				if w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive {
-					agent++
+				if match(w) {
+					matching++
 				}
 			}
 		}
@@ -757,7 +822,7 @@ func (h *harness) cutOffRecords(nodes map[string]bool) (agent, total int) {
 	for _, fl := range fls.Items {
 		count(fl.Status.Workers)
 	}
-	return agent, total
+	return matching, total
 }
 
 // edgePod is the pod of the i-th JI's edge worker.
