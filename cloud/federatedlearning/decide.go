@@ -76,10 +76,63 @@ func decide(job *v1alpha1.FederatedLearningJob, workers []worker, p runPolicy, n
 	}
 	wasFinished := finished(job.Status)
 
-	var charged, active, succeeded int32
-	var running bool
-	var failReason, failMessage string
-	aggregatorDone, aggregatorActive := false, false
+	b := sortWorkers(workers, p, now, wasFinished, &out)
+	if b.failReason == "" {
+		b.failReason, b.failMessage = jobFailure(b.charged, *s.StartTime, p, now, &out)
+	}
+	// Trainers exit 0 only when the aggregator tells them the training is over, so once every one has, an
+	// aggregator can no longer help: a new one would wait for trainers that are gone.
+	trainingEnded, trainingEndedAt := trainingEndedByTrainers(s.Workers)
+	if trainingEnded && !b.aggregatorDone {
+		out.create = withoutRole(out.create, v1alpha1.WorkerRoleAggregator)
+	}
+	var endedWithoutAggregator string
+	if trainingEnded && !b.aggregatorDone && !wasFinished {
+		endedWithoutAggregator = aggregatorOutlived(b.aggregatorActive, trainingEndedAt, now, &out)
+	}
+
+	switch {
+	case wasFinished:
+	case b.aggregatorDone || endedWithoutAggregator != "":
+		message := "the aggregator finished successfully"
+		if !b.aggregatorDone {
+			message = endedWithoutAggregator
+		}
+		conditions.Set(&s.Conditions, metav1.Condition{Type: v1alpha1.FLConditionComplete, Status: metav1.ConditionTrue,
+			Reason: ReasonCompleted, Message: message, ObservedGeneration: job.Generation}, mnow)
+		s.CompletionTime = &mnow
+		out.events = append(out.events, event{corev1.EventTypeNormal, ReasonCompleted, "Job completed"})
+	case b.failReason != "":
+		conditions.Set(&s.Conditions, metav1.Condition{Type: v1alpha1.FLConditionFailed, Status: metav1.ConditionTrue,
+			Reason: b.failReason, Message: b.failMessage, ObservedGeneration: job.Generation}, mnow)
+		out.events = append(out.events, event{corev1.EventTypeWarning, b.failReason, b.failMessage})
+	}
+	if finished(*s) {
+		out.create, out.retryAt = nil, time.Time{}
+		out.remove = append(out.remove, podsToStop(workers, *s, p)...)
+	}
+
+	s.Active, s.Succeeded, s.Failed = b.active, b.succeeded, b.charged
+	s.Phase = jobPhase(*s, b.running)
+	conditions.Set(&s.Conditions, trainingCondition(*s, b.running, job.Generation), mnow)
+	return out
+}
+
+// buckets is what the workers of a pass come to.
+type buckets struct {
+	charged, active, succeeded int32 // failures and restarts; pods that run or wait to; workers that succeeded
+	running                    bool  // a worker's pod runs
+	aggregatorDone             bool  // the aggregator succeeded
+	aggregatorActive           bool  // the aggregator's pod runs or waits to
+	failReason, failMessage    string
+}
+
+// sortWorkers builds each worker's status record into out.status.Workers, and plans what its pod calls for: its
+// end counted, a release, a removal to make room for a retry, a creation or a wait for one. It returns the counts.
+func sortWorkers(workers []worker, p runPolicy, now time.Time, wasFinished bool, out *plan) buckets {
+	var b buckets
+	mnow := metav1.NewTime(now)
+	s := &out.status
 	s.Workers = s.Workers[:0:0]
 	for _, w := range workers {
 		rec := observeWorker(w, mnow)
@@ -98,7 +151,7 @@ func decide(job *v1alpha1.FederatedLearningJob, workers []worker, p runPolicy, n
 					// name): its logs stay readable meanwhile, and its node's agent sees the worker still wanted,
 					// so a stand-in it runs is not handed back before the retry runs.
 					if at := retryTime(rec, p); at.After(now) {
-						waitRetry(&rec, &out, at)
+						waitRetry(&rec, out, at)
 					} else {
 						out.remove = append(out.remove, pod)
 					}
@@ -109,93 +162,73 @@ func decide(job *v1alpha1.FederatedLearningJob, workers []worker, p runPolicy, n
 					out.release = append(out.release, pod)
 				}
 			default:
-				active++
-				running = running || pod.Status.Phase == corev1.PodRunning
-				aggregatorActive = aggregatorActive || w.id.role == v1alpha1.WorkerRoleAggregator
+				b.active++
+				b.running = b.running || pod.Status.Phase == corev1.PodRunning
+				b.aggregatorActive = b.aggregatorActive || w.id.role == v1alpha1.WorkerRoleAggregator
 			}
 		}
 		if rec.Phase == string(corev1.PodSucceeded) {
-			succeeded++
+			b.succeeded++
 			if w.id.role == v1alpha1.WorkerRoleAggregator {
-				aggregatorDone = true
+				b.aggregatorDone = true
 			}
 		}
 		if w.pod == nil && rec.Phase != string(corev1.PodSucceeded) && !wasFinished {
 			rec.Phase = string(corev1.PodPending)
-			at := retryTime(rec, p)
-			if !at.After(now) {
+			if at := retryTime(rec, p); !at.After(now) {
 				out.create = append(out.create, w.id)
 			} else {
-				waitRetry(&rec, &out, at)
+				waitRetry(&rec, out, at)
 			}
 		}
 		spent := rec.Failures + rec.Restarts
-		charged += spent
-		if spent > p.backoffLimitPerWorker && failReason == "" {
-			failReason = ReasonBackoffLimitExceeded
-			failMessage = fmt.Sprintf("worker %s failed %d times, more than backoffLimitPerWorker %d", rec.Name, spent, p.backoffLimitPerWorker)
+		b.charged += spent
+		if spent > p.backoffLimitPerWorker && b.failReason == "" {
+			b.failReason = ReasonBackoffLimitExceeded
+			b.failMessage = fmt.Sprintf("worker %s failed %d times, more than backoffLimitPerWorker %d", rec.Name, spent, p.backoffLimitPerWorker)
 		}
 		s.Workers = append(s.Workers, rec)
 	}
-	if charged > p.backoffLimit && failReason == "" {
-		failReason = ReasonBackoffLimitExceeded
-		failMessage = fmt.Sprintf("workers failed %d times, more than backoffLimit %d", charged, p.backoffLimit)
-	}
-	if p.activeDeadline != nil && failReason == "" {
-		deadline := s.StartTime.Add(*p.activeDeadline)
-		if !now.Before(deadline) {
-			failReason = ReasonDeadlineExceeded
-			failMessage = fmt.Sprintf("job ran longer than activeDeadlineSeconds (%s)", p.activeDeadline)
-		} else {
-			out.retryAt = earliest(out.retryAt, deadline)
-		}
-	}
+	return b
+}
 
-	// Trainers exit 0 only when the aggregator tells them the training is over, so once every one has, an
-	// aggregator can no longer help: a new one would wait for trainers that are gone.
-	trainingEnded, trainingEndedAt := trainingEndedByTrainers(s.Workers)
-	if trainingEnded && !aggregatorDone {
-		out.create = withoutRole(out.create, v1alpha1.WorkerRoleAggregator)
+// jobFailure tells why the job as a whole fails, if it does: its workers' failures past backoffLimit, or its
+// deadline passed; a deadline still ahead is when the pass must run again.
+func jobFailure(charged int32, started metav1.Time, p runPolicy, now time.Time, out *plan) (reason, message string) {
+	if charged > p.backoffLimit {
+		return ReasonBackoffLimitExceeded, fmt.Sprintf("workers failed %d times, more than backoffLimit %d", charged, p.backoffLimit)
 	}
-	var endedWithoutAggregator string
-	if trainingEnded && !aggregatorDone && !wasFinished {
-		graceEnd := trainingEndedAt.Add(AggregatorGracePeriod)
-		switch {
-		case !aggregatorActive:
-			endedWithoutAggregator = "every trainer finished; the aggregator's pod ended without success after the training was over"
-		case !now.Before(graceEnd):
-			endedWithoutAggregator = fmt.Sprintf("every trainer finished; the aggregator did not end within %s and was stopped", AggregatorGracePeriod)
-		default:
-			out.retryAt = earliest(out.retryAt, graceEnd)
-		}
+	if p.activeDeadline == nil {
+		return "", ""
 	}
+	deadline := started.Add(*p.activeDeadline)
+	if !now.Before(deadline) {
+		return ReasonDeadlineExceeded, fmt.Sprintf("job ran longer than activeDeadlineSeconds (%s)", p.activeDeadline)
+	}
+	out.retryAt = earliest(out.retryAt, deadline)
+	return "", ""
+}
 
+// aggregatorOutlived tells why the job completes without its aggregator once every trainer has finished: it
+// ended without success, or ran past AggregatorGracePeriod; "" while the grace runs (the pass runs again at its
+// end).
+func aggregatorOutlived(aggregatorActive bool, trainingEndedAt, now time.Time, out *plan) string {
+	graceEnd := trainingEndedAt.Add(AggregatorGracePeriod)
 	switch {
-	case wasFinished:
-	case aggregatorDone || endedWithoutAggregator != "":
-		message := "the aggregator finished successfully"
-		if !aggregatorDone {
-			message = endedWithoutAggregator
-		}
-		conditions.Set(&s.Conditions, metav1.Condition{Type: v1alpha1.FLConditionComplete, Status: metav1.ConditionTrue,
-			Reason: ReasonCompleted, Message: message, ObservedGeneration: job.Generation}, mnow)
-		s.CompletionTime = &mnow
-		out.events = append(out.events, event{corev1.EventTypeNormal, ReasonCompleted, "Job completed"})
-	case failReason != "":
-		conditions.Set(&s.Conditions, metav1.Condition{Type: v1alpha1.FLConditionFailed, Status: metav1.ConditionTrue,
-			Reason: failReason, Message: failMessage, ObservedGeneration: job.Generation}, mnow)
-		out.events = append(out.events, event{corev1.EventTypeWarning, failReason, failMessage})
+	case !aggregatorActive:
+		return "every trainer finished; the aggregator's pod ended without success after the training was over"
+	case !now.Before(graceEnd):
+		return fmt.Sprintf("every trainer finished; the aggregator did not end within %s and was stopped", AggregatorGracePeriod)
 	}
-	if finished(*s) {
-		out.create, out.retryAt = nil, time.Time{}
-		out.remove = append(out.remove, podsToStop(workers, *s, p)...)
-	}
+	out.retryAt = earliest(out.retryAt, graceEnd)
+	return ""
+}
 
-	s.Active, s.Succeeded, s.Failed = active, succeeded, charged
-	s.Phase = jobPhase(*s, running)
-	training := metav1.Condition{Type: v1alpha1.FLConditionTraining, ObservedGeneration: job.Generation}
+// trainingCondition is the Training condition a status calls for.
+func trainingCondition(s v1alpha1.FederatedLearningJobStatus, running bool, generation int64) metav1.Condition {
+	training := metav1.Condition{Type: v1alpha1.FLConditionTraining, ObservedGeneration: generation}
 	switch {
-	case finished(*s):
+	case finished(s):
 		training.Status, training.Reason, training.Message = metav1.ConditionFalse, ReasonCompleted, "the job has finished"
 		if c := findCondition(s.Conditions, v1alpha1.FLConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
 			training.Reason, training.Message = c.Reason, c.Message
@@ -205,8 +238,7 @@ func decide(job *v1alpha1.FederatedLearningJob, workers []worker, p runPolicy, n
 	default:
 		training.Status, training.Reason, training.Message = metav1.ConditionFalse, ReasonWaitingForWorkers, "no worker is running yet"
 	}
-	conditions.Set(&s.Conditions, training, mnow)
-	return out
+	return training
 }
 
 // AggregatorGracePeriod is how long the aggregator may run on once every trainer has finished — writing the
@@ -248,10 +280,10 @@ func observeWorker(w worker, now metav1.Time) v1alpha1.WorkerStatus {
 	rec := w.record
 	rec.Name, rec.Role = w.id.name, w.id.role
 	if w.pod != nil {
-		workerstatus.FromPod(&rec, w.pod)
-		liveness.Apply(&rec, w.view)
 		rec.Message = ""
-	} else if rec.Phase != string(corev1.PodSucceeded) {
+		return workerstatus.Record(rec, w.pod, w.view, w.record, now)
+	}
+	if rec.Phase != string(corev1.PodSucceeded) {
 		rec.Liveness, rec.Ready, rec.Restarts, rec.Source = v1alpha1.LivenessUnknown, false, 0, v1alpha1.StatusSourceNone
 	}
 	workerstatus.Transitioned(&rec, w.record, now)

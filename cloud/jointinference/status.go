@@ -213,13 +213,10 @@ func roleOf(workerType string) v1alpha1.WorkerRole {
 // node's agent says when the view makes the agent the truth.
 func podWorkerStatus(p *corev1.Pod, role v1alpha1.WorkerRole, previous map[string]v1alpha1.WorkerStatus, view liveness.View, now metav1.Time) v1alpha1.WorkerStatus {
 	ws := v1alpha1.WorkerStatus{Name: p.Name, Role: role}
-	workerstatus.FromPod(&ws, p)
 	for _, c := range p.Status.ContainerStatuses {
 		if c.State.Terminated != nil {
 			ws.Message = fmt.Sprintf("container %s exited %d (%s)", c.Name, c.State.Terminated.ExitCode, c.State.Terminated.Reason)
 		}
 	}
-	liveness.Apply(&ws, view)
-	workerstatus.Transitioned(&ws, previous[p.Name], now)
-	return ws
+	return workerstatus.Record(ws, p, view, previous[p.Name], now)
 }

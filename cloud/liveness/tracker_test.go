@@ -100,21 +100,6 @@ func TestWhoseTruth(t *testing.T) {
 	}
 }
 
-func TestApplyAgentView(t *testing.T) {
-	seen := time.Unix(2000, 0)
-	ws := v1alpha1.WorkerStatus{Phase: "Running", Liveness: v1alpha1.LivenessAlive, Ready: true, Restarts: 1,
-		Source: v1alpha1.StatusSourceAPIServer}
-	Apply(&ws, View{Truth: TruthAgent, SeenAt: seen, State: &lifelinev1.WorkerState{Phase: lifelinev1.Phase_PHASE_FAILED, Restarts: 3}})
-	if ws.Phase != "Failed" || ws.Liveness != v1alpha1.LivenessDead || ws.Ready || ws.Restarts != 3 ||
-		ws.Source != v1alpha1.StatusSourceAgent || !ws.LastSeen.Time.Equal(seen) {
-		t.Errorf("after the agent's view: %+v", ws)
-	}
-	Apply(&ws, View{Truth: TruthUnknown})
-	if ws.Liveness != v1alpha1.LivenessUnknown || ws.Source != v1alpha1.StatusSourceNone {
-		t.Errorf("after an unknown view: %+v", ws)
-	}
-}
-
 // [P-CMD-2] A restart is fenced by the pod UID and the episode of the state it answers, and sent once.
 func TestHealDeadIsFencedAndSentOnce(t *testing.T) {
 	b := newBench(t)

@@ -1,14 +1,11 @@
 package liveness
 
 import (
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -51,7 +48,7 @@ func agrees(pod *corev1.Pod, s *lifelinev1.WorkerState) bool {
 	for _, c := range pod.Status.ContainerStatuses {
 		restarts += c.RestartCount
 	}
-	return string(pod.Status.Phase) == phaseName(s.Phase) && restarts >= s.Restarts
+	return string(pod.Status.Phase) == s.Phase.PodPhase() && restarts >= s.Restarts
 }
 
 // View is what Lifeline believes of one worker pod.
@@ -91,35 +88,4 @@ func (t *Tracker) SpeaksFor(node string, now time.Time) bool {
 	defer t.mu.Unlock()
 	n := t.nodes[node]
 	return t.isOnline(n, now) && !n.apiReachable
-}
-
-// Apply sets what the view decides on a worker's status record, after workerstatus.FromPod filled it from the
-// pod: under the agent's truth, liveness, phase, readiness, restarts and last seen come from the agent.
-func Apply(ws *v1alpha1.WorkerStatus, v View) {
-	switch v.Truth {
-	case TruthUnknown:
-		ws.Liveness, ws.Source, ws.Ready = v1alpha1.LivenessUnknown, v1alpha1.StatusSourceNone, false
-	case TruthAgent:
-		s := v.State
-		ws.Source = v1alpha1.StatusSourceAgent
-		ws.Phase = phaseName(s.Phase)
-		ws.Ready = s.Phase == lifelinev1.Phase_PHASE_RUNNING
-		ws.Restarts = max(ws.Restarts, s.Restarts)
-		seen := metav1.NewTime(v.SeenAt)
-		ws.LastSeen = &seen
-		switch s.Phase {
-		case lifelinev1.Phase_PHASE_RUNNING:
-			ws.Liveness = v1alpha1.LivenessAlive
-		case lifelinev1.Phase_PHASE_FAILED, lifelinev1.Phase_PHASE_GONE, lifelinev1.Phase_PHASE_SUCCEEDED:
-			ws.Liveness = v1alpha1.LivenessDead
-		default:
-			ws.Liveness = v1alpha1.LivenessUnknown
-		}
-	}
-}
-
-// phaseName is the agent's phase as a status shows it: "Running", "Failed", ...
-func phaseName(p lifelinev1.Phase) string {
-	name := strings.TrimPrefix(p.String(), "PHASE_")
-	return name[:1] + strings.ToLower(name[1:])
 }

@@ -286,34 +286,7 @@ func addEdge(mgr ctrl.Manager, opts Options, st *startState) (*liveness.Edge, er
 		address = redactURL(opts.MQTTBrokerURL)
 	}
 	s := &sessionRunnable{external: opts.MQTTBrokerURL != "", address: address, log: mgr.GetLogger().WithName("broker"),
-		open: func(ctx context.Context) (session, error) {
-			if opts.MQTTBrokerURL != "" {
-				return broker.Connect(broker.ExternalConfig{URL: opts.MQTTBrokerURL, Username: opts.MQTTUsername,
-					Password: opts.MQTTPassword, TLS: opts.MQTTTLS, Cluster: opts.Cluster, Tracker: tracker})
-			}
-			// Nodes are read from the manager's cache: a CONNECT costs no request to the API server. The broker
-			// starts once that cache holds the Nodes, with the watch that ends a gone Node's session in place.
-			nodes, err := mgr.GetCache().GetInformer(ctx, &corev1.Node{})
-			if err != nil {
-				return nil, fmt.Errorf("watching nodes for the broker: %w", err)
-			}
-			b, err := broker.Start(broker.Config{Address: opts.MQTTAddress, Cluster: opts.Cluster,
-				CredentialsDir: opts.MQTTCredentialsDir, TLS: opts.MQTTTLS, Limits: opts.MQTTLimits, Tracker: tracker,
-				ClientCerts: broker.ClientCerts{CAs: opts.MQTTClientCAs, RevokedFile: opts.MQTTRevokedCertificatesFile},
-				Nodes:       broker.CacheNodes{Reader: mgr.GetClient()}, Clock: opts.Clock})
-			if err != nil {
-				return nil, err
-			}
-			closer, err := endSessionsOfGoneNodes(nodes, func(node string) {
-				b.CloseNode(node) // first: the agent, let in again should its Node come back, announces itself anew
-				tracker.ForgetNode(node)
-			})
-			if err != nil {
-				_ = b.Close()
-				return nil, err
-			}
-			return &embedded{Broker: b, closeWatch: closer}, nil
-		}}
+		open: func(ctx context.Context) (session, error) { return openSession(ctx, mgr, opts, tracker) }}
 	st.session.Store(s)
 	if err := promreg.Register(metrics.Registry, broker.SessionMetrics(s.embeddedBroker)); err != nil {
 		return nil, fmt.Errorf("broker: %w", err)
@@ -341,6 +314,36 @@ func addEdge(mgr ctrl.Manager, opts Options, st *startState) (*liveness.Edge, er
 		period = 0
 	}
 	return &liveness.Edge{Tracker: tracker, Commands: s, Nodes: mgr.GetClient(), ReportPeriod: period}, nil
+}
+
+// openSession connects to the external broker, or starts the embedded one.
+func openSession(ctx context.Context, mgr ctrl.Manager, opts Options, tracker *liveness.Tracker) (session, error) {
+	if opts.MQTTBrokerURL != "" {
+		return broker.Connect(broker.ExternalConfig{URL: opts.MQTTBrokerURL, Username: opts.MQTTUsername,
+			Password: opts.MQTTPassword, TLS: opts.MQTTTLS, Cluster: opts.Cluster, Tracker: tracker})
+	}
+	// Nodes are read from the manager's cache: a CONNECT costs no request to the API server. The broker
+	// starts once that cache holds the Nodes, with the watch that ends a gone Node's session in place.
+	nodes, err := mgr.GetCache().GetInformer(ctx, &corev1.Node{})
+	if err != nil {
+		return nil, fmt.Errorf("watching nodes for the broker: %w", err)
+	}
+	b, err := broker.Start(broker.Config{Address: opts.MQTTAddress, Cluster: opts.Cluster,
+		CredentialsDir: opts.MQTTCredentialsDir, TLS: opts.MQTTTLS, Limits: opts.MQTTLimits, Tracker: tracker,
+		ClientCerts: broker.ClientCerts{CAs: opts.MQTTClientCAs, RevokedFile: opts.MQTTRevokedCertificatesFile},
+		Nodes:       broker.CacheNodes{Reader: mgr.GetClient()}, Clock: opts.Clock})
+	if err != nil {
+		return nil, err
+	}
+	closer, err := endSessionsOfGoneNodes(nodes, func(node string) {
+		b.CloseNode(node) // first: the agent, let in again should its Node come back, announces itself anew
+		tracker.ForgetNode(node)
+	})
+	if err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	return &embedded{Broker: b, closeWatch: closer}, nil
 }
 
 // session is where the controller hears the agents and sends them commands.

@@ -15,7 +15,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -31,7 +30,6 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/agent/core"
 	"github.com/lifeline-edge/lifeline/edge/cri"
 	"github.com/lifeline-edge/lifeline/edge/journal"
-	"github.com/lifeline-edge/lifeline/edge/publisher"
 	"github.com/lifeline-edge/lifeline/edge/reportapi"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
@@ -176,14 +174,6 @@ func runStandby(ctx context.Context, o *options, log logr.Logger) error {
 // the API server: the standby reads no API server (a static pod has no credentials), only the desired workers
 // the agent pod left on the node's disk; nil: the agent pod, reading its pod source.
 func runAgent(ctx context.Context, o *options, log logr.Logger, standbyProbe *agent.CloudProbe) error {
-	password, err := publisher.Password(o.passFile)
-	if err != nil {
-		return err
-	}
-	tlsConfig, err := publisher.TLSConfig(o.caFile, o.certFile, o.keyFile, log)
-	if err != nil {
-		return err
-	}
 	j, err := journal.OpenLimited(filepath.Join(o.stateDir, "journal.db"),
 		journal.Limits{Entries: o.maxReports, Bytes: o.maxReportBytes})
 	if err != nil {
@@ -197,111 +187,11 @@ func runAgent(ctx context.Context, o *options, log logr.Logger, standbyProbe *ag
 		return fmt.Errorf("connecting to the container runtime: %w", err)
 	}
 	defer runtime.Close()
-
-	// The watcher and the publisher log their retries at -v=2: the taps keep their latest error for the
-	// first-failure lines and the readiness probe.
-	var podsErrors, brokerErrors agent.ErrorTap
-	protected := agent.ProtectedPaths(o.stateDir, o.socket, o.edgecoreConfig)
-	var src agent.NodeSources
-	if standbyProbe != nil {
-		src, err = agent.StandbySources(o.node, o.stateDir, o.staticDir, o.gateImage, protected, standbyProbe,
-			podsErrors.Logger(log.WithName("desired")))
-	} else {
-		src, err = agent.PodSources(o.node, o.stateDir, protected, agent.PodSourceFlags{InCluster: o.inCluster, Kubeconfig: o.kubeconfig,
-			APIServer: o.apiServer, APIServerExplicit: o.explicit["api-server"], EdgecoreConfig: o.edgecoreConfig,
-			MetaServer: o.metaServer, MetaServerExplicit: o.explicit["metaserver"], CloudProbe: o.cloudProbe,
-			StaticDir: o.staticDir, AllowInsecurePods: o.insecurePods, GateImage: o.gateImage}, log, podsErrors.Logger(log.WithName("desired")))
-	}
-	if err != nil {
+	w := &wiring{o: o, log: log, journal: j, runtime: runtime, runtimeEvents: make(chan struct{}, 1)}
+	if err := w.assemble(standbyProbe); err != nil {
 		return err
 	}
-	workers, apiReachable, apiKnown := src.Workers, src.APIReachable, src.APIKnown
-	var loops sync.WaitGroup
-	var probeChanges <-chan struct{}
-	if src.Probe != nil {
-		probeChanges = src.Probe.Changes()
-	}
-	if src.RunProbe {
-		src.Probe.Period, src.Probe.Timeout = o.probePeriod, o.probeTimeout
-		loops.Go(func() { src.Probe.Run(ctx) })
-	}
-	var edgeAgent *agent.Agent
-	pub := publisher.New(publisher.Config{Broker: o.broker, Username: o.username, Password: password, TLS: tlsConfig,
-		Cluster: o.cluster, Node: o.node, AgentVersion: version, MaxRetryInterval: o.retryMax, HeartbeatInterval: o.heartbeat,
-		APIReachable: func() (bool, bool) { return apiReachable(), apiKnown() }, BootID: publisher.BootID(), StateDir: o.stateDir,
-		Log: brokerErrors.Logger(log.WithName("publisher")), OnCommand: func(payload []byte) { edgeAgent.HandleCommand(payload) }}, j)
-	health := &agent.Health{RuntimeAddress: o.socket, RuntimeFresh: agent.RuntimeFreshness(o.poll),
-		Broker: agent.Session{Address: redacted(o.broker), Up: pub.Connected, Err: brokerErrors.Err},
-		// The pod source answers (its watch, or a refusal), whether or not the cloud probe reaches the cloud: a
-		// MetaServer answering a cut-off node is the edge working as it should.
-		Pods: agent.Session{Address: src.PodSourceURL, Up: workers.Reachable, Err: podsErrors.Err}}
-	health.Loop(agent.LoopAgent, o.poll)
-	health.Loop(agent.LoopHeartbeats, o.heartbeat)
-	timing := core.DefaultHealTiming
-	timing.APIGrace, timing.DeadFor, timing.ControllerWait = o.healGrace, o.healDeadFor, o.healWait
-	reg := prometheus.NewRegistry()
-	agent.RegisterMetrics(reg, agent.StateSources{BrokerUp: pub.Connected, APIReachable: apiReachable, Journal: j,
-		RuntimeUp: health.RuntimeAnswers, OfflineRebuilds: func() uint64 { return edgeAgent.OfflineRebuilds() }})
-	reports := reportapi.New(o.cluster, o.node, pub, workers, pub.BirthSeq, o.queue, reg, log.WithName("reports"))
-	reports.Counter = j
-	reports.MaxConnections, reports.ReportRate, reports.ReportBurst = o.reportConns, o.reportRate, o.reportBurst
-	if o.forwardTo != "" {
-		reports.ForwardUnowned(o.forwardTo, o.queue)
-	}
-	events := make(chan struct{}, 1)
-	edgeAgent, err = agent.New(agent.Config{Cluster: o.cluster, Node: o.node, Source: runtime, Workers: workers, Publisher: pub, Store: j,
-		Actuator: agent.Actuators(src.ActuatorURL, runtime), Rebuilder: src.Rebuilder, APIReachable: apiReachable, BrokerUp: pub.Connected,
-		Timing: timing, Interval: o.poll, Changed: events, Log: log.WithName("agent"), Probe: health.AgentLoop()})
-	if err != nil {
-		return fmt.Errorf("starting the agent: %w", err)
-	}
-	var probes net.Listener
-	if o.healthAddr != "" {
-		// Bound before anything runs: a probe port another process holds would answer the kubelet in the agent's
-		// place.
-		if probes, err = net.Listen("tcp", o.healthAddr); err != nil {
-			return fmt.Errorf("serving the probes (--health-address): %w", err)
-		}
-	}
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	published := make(chan struct{})
-	go func() { pub.Run(ctx); close(published) }()
-	loops.Go(func() { reports.Run(ctx) })
-	datasets := &reportapi.DatasetCounter{Cluster: o.cluster, Node: o.node, Sink: pub, Workers: workers.Workers, BirthSeq: pub.BirthSeq,
-		Counter: j, HostRoot: o.hostRoot, StateDir: o.stateDir, MaxIndexBytes: o.dsMaxBytes, CountTimeout: o.dsCountLimit,
-		Log: log.WithName("datasets")}
-	loops.Go(func() { datasets.Run(ctx, o.dsInterval) })
-	loops.Go(func() { workers.Run(ctx, time.Second) })
-	loops.Go(func() { edgeAgent.Run(ctx) })
-	loops.Go(func() { agent.FollowContainerEvents(ctx, runtime, events, log.WithName("events")) })
-	loops.Go(func() {
-		agent.Heartbeats(ctx, o.cluster, o.node, o.heartbeat, health.Heartbeats(pub),
-			agent.HeartbeatFacts{APIReachable: apiReachable, Journaled: j.LogEntries, Changed: probeChanges})
-	})
-	loops.Go(func() { health.Run(ctx, log.WithName("health")) })
-	if probes != nil {
-		loops.Go(func() { serve(ctx, probes, health.Handler(), log.WithName("health")) })
-	}
-	if o.metrics != "" {
-		loops.Go(func() { serveMetrics(ctx, o.metrics, reg, log) })
-	}
-	log.Info("started", "version", version, "revision", revision, "broker", redacted(o.broker), "reportAddress", o.reportAddr,
-		"criSocket", o.socket, "podSource", src.PodSourceURL, "healthAddress", o.healthAddr)
-	err = reports.ListenAndServe(ctx, o.reportAddr)
-	if err != nil {
-		err = fmt.Errorf("report API: %w", err)
-		cancel()
-	}
-	<-ctx.Done()
-	// The publisher ends with its own death message [P-DEATH-1].
-	select {
-	case <-published:
-	case <-time.After(5 * time.Second):
-	}
-	loops.Wait()
-	return err
+	return w.run(ctx)
 }
 
 // serveMetrics serves reg's metrics at addr until ctx ends.
@@ -351,6 +241,20 @@ type options struct {
 // bindFlags defines the agent's flags on fs; their values land in the options it returns once fs is parsed.
 func bindFlags(fs *flag.FlagSet) *options {
 	o := &options{}
+	bindBrokerFlags(fs, o)
+	bindPodSourceFlags(fs, o)
+	bindHealFlags(fs, o)
+	bindReportFlags(fs, o)
+	bindStandbyFlags(fs, o)
+	o.memoryFraction = memlimit.FractionFlag(fs)
+	logflags.Bind(fs, &o.log)
+	fs.Func("v", "deprecated: --log-level with a verbosity", func(v string) error { o.log.Level = v; return nil })
+	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	return o
+}
+
+// bindBrokerFlags binds who the node is and how it reaches the broker.
+func bindBrokerFlags(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&o.node, "node-name", os.Getenv("NODE_NAME"), "this node's name")
 	fs.StringVar(&o.cluster, "cluster", "default", "cluster name in the topic tree")
 	fs.StringVar(&o.broker, "broker", "tcp://127.0.0.1:1883", "MQTT broker URL (tcp:// or ssl://)")
@@ -360,6 +264,10 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.certFile, "cert-file", constants.DefaultCertFile,
 		"client certificate for ssl:// (PEM): the node's, which KubeEdge issued and rotates; read again at each connection; empty: none")
 	fs.StringVar(&o.keyFile, "key-file", constants.DefaultKeyFile, "the client certificate's key (PEM)")
+}
+
+// bindPodSourceFlags binds where the node's workers are read and rebuilt, and how a cut is told.
+func bindPodSourceFlags(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/lifeline-agent", "directory of the journal and the birth sequence")
 	fs.StringVar(&o.socket, "cri-socket", cri.DefaultSocket, "container runtime CRI socket")
 	fs.StringVar(&o.apiServer, "api-server", "http://"+constants.DefaultMetaServerAddr,
@@ -385,6 +293,10 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.BoolVar(&o.insecurePods, "allow-insecure-pod-source", false,
 		"rebuild workers offline from pods read over plain HTTP; without it a pod source that is not HTTPS with a checked "+
 			"certificate is read, but never trusted to say what the agent writes into the static-pod directory")
+}
+
+// bindHealFlags binds the agent's timing: healing, polling, heartbeats and the broker's back-off.
+func bindHealFlags(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&o.healGrace, "heal-api-grace", core.DefaultHealTiming.APIGrace,
 		"the API server must be out of reach this long before the agent restarts dead workers itself")
 	fs.DurationVar(&o.healDeadFor, "heal-dead-for", core.DefaultHealTiming.DeadFor, "a worker must stay dead this long before a local restart")
@@ -395,6 +307,10 @@ func bindFlags(fs *flag.FlagSet) *options {
 		"heartbeat period, said in every birth; the controller takes the node as silent after three of them")
 	fs.DurationVar(&o.retryMax, "broker-retry-max", 15*time.Second,
 		"longest wait between two attempts to reach the broker; the wait starts at 1 s and doubles with each failure")
+}
+
+// bindReportFlags binds the endpoints the agent serves on the node, and the bounds of the reports it takes.
+func bindReportFlags(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&o.reportAddr, "report-address", "127.0.0.1:9100", "address of the Sedna worker report API (LC_SERVER)")
 	fs.StringVar(&o.metrics, "metrics-address", "127.0.0.1:9101", "address of /metrics; empty disables it")
 	fs.StringVar(&o.healthAddr, "health-address", "127.0.0.1:9102",
@@ -416,6 +332,10 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.Int64Var(&o.dsMaxBytes, "dataset-index-max-bytes", reportapi.DefaultMaxIndexBytes, "a Dataset index file larger than this is not counted")
 	fs.DurationVar(&o.dsCountLimit, "dataset-count-timeout", reportapi.DefaultCountTimeout,
 		"a Dataset index file not read within this is not counted, nor read again until that read ends")
+}
+
+// bindStandbyFlags binds the standby's and the stand-ins' flags.
+func bindStandbyFlags(fs *flag.FlagSet, o *options) {
 	fs.BoolVar(&o.standby, "standby", false,
 		"run as the node's standby (a static pod of a kubelet node): act only while the API server is out of reach and no agent pod "+
 			"runs on the node, from the desired workers on the node's disk; give way as soon as an agent pod starts")
@@ -425,11 +345,6 @@ func bindFlags(fs *flag.FlagSet) *options {
 		"the agent's own image: arm each worker's stand-in ahead, held by a gate of this image, while the node reaches the API server, "+
 			"so that a rebuild needs nothing from the cloud; empty: a rebuild writes the stand-in then")
 	fs.StringVar(&o.daemonSet, "daemonset", "", "NAMESPACE/NAME of the agent's DaemonSet: once it is gone, the agent pod removes the standby as it stops")
-	o.memoryFraction = memlimit.FractionFlag(fs)
-	logflags.Bind(fs, &o.log)
-	fs.Func("v", "deprecated: --log-level with a verbosity", func(v string) error { o.log.Level = v; return nil })
-	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
-	return o
 }
 
 // flagRules are the agent's flags that must be positive beside its durations (all of which must be), and those

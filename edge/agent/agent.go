@@ -300,33 +300,12 @@ func (a *Agent) do(ctx context.Context, act core.Action) error {
 	log := a.cfg.Log.WithValues("worker", act.Namespace+"/"+act.Name)
 	switch act.Kind {
 	case core.PublishState:
-		if a.cfg.Store != nil {
-			if err := a.cfg.Store.AdvanceCounter(stateCounter, act.State.Seq); err != nil {
-				return fmt.Errorf("keeping the worker-state sequence: %w", err)
-			}
-		}
-		payload, err := proto.Marshal(act.State)
-		if err != nil {
-			return fmt.Errorf("encoding the state of %s/%s: %w", act.Namespace, act.Name, err)
-		}
-		log.V(4).Info("publishing a worker's state", "phase", act.State.Phase.String(), "seq", act.State.Seq, "episode", act.State.Episode)
-		return a.cfg.Publisher.Enqueue(journal.Entry{Topic: a.workerTopic(act), Payload: payload, QoS: 1, Retained: true,
-			Key: act.Namespace + "/" + act.Name})
+		return a.publishState(act, log)
 	case core.ClearState:
 		log.V(2).Info("the worker left the node: clearing its retained state")
 		return a.cfg.Publisher.Enqueue(journal.Entry{Topic: a.workerTopic(act), QoS: 1, Retained: true, Key: act.Namespace + "/" + act.Name})
 	case core.SaveEpisode:
-		if a.cfg.Store == nil {
-			return nil
-		}
-		var data []byte
-		if act.Episode != nil {
-			data, _ = json.Marshal(act.Episode)
-		}
-		// A failure costs only the episode's continuity across a restart of the agent.
-		if err := a.cfg.Store.SetValue(episodeKey(act.Namespace+"/"+act.Name), data); err != nil {
-			log.Error(err, "keeping a worker's episode")
-		}
+		a.saveEpisode(act, log)
 		return nil
 	case core.ClaimCommand:
 		if a.cfg.Store == nil {
@@ -349,19 +328,7 @@ func (a *Agent) do(ctx context.Context, act core.Action) error {
 		defer cancel()
 		return a.cfg.Actuator.Restart(ctx, act.Namespace, act.Name, act.UID)
 	case core.Rebuild:
-		ctx, cancel := context.WithTimeout(ctx, actionTimeout)
-		defer cancel()
-		err := a.cfg.Rebuilder.Rebuild(ctx, act.Namespace, act.Name, act.UID)
-		switch {
-		case err != nil && act.Local:
-			log.Error(err, "healing a worker by its offline policy", "action", "rebuilt as a static pod")
-		case err == nil && act.Local:
-			a.offlineRebuilds.Add(1)
-			log.Info("healed a worker by its offline policy", "uid", act.UID, "action", "rebuilt as a static pod")
-		case err == nil:
-			log.V(2).Info("rebuilt a worker as a static pod on a command", "uid", act.UID)
-		}
-		return err
+		return a.rebuild(ctx, act, log)
 	case core.Release:
 		if err := a.cfg.Rebuilder.Release(act.Namespace, act.Name); err != nil {
 			log.Error(err, "removing a stand-in")
@@ -383,6 +350,54 @@ func (a *Agent) do(ctx context.Context, act core.Action) error {
 		return nil
 	}
 	return fmt.Errorf("unknown action %v", act.Kind)
+}
+
+// publishState journals a worker's state, retained, after the sequence it carries is kept: a restarted agent
+// never publishes a sequence the controller has seen.
+func (a *Agent) publishState(act core.Action, log logr.Logger) error {
+	if a.cfg.Store != nil {
+		if err := a.cfg.Store.AdvanceCounter(stateCounter, act.State.Seq); err != nil {
+			return fmt.Errorf("keeping the worker-state sequence: %w", err)
+		}
+	}
+	payload, err := proto.Marshal(act.State)
+	if err != nil {
+		return fmt.Errorf("encoding the state of %s/%s: %w", act.Namespace, act.Name, err)
+	}
+	log.V(4).Info("publishing a worker's state", "phase", act.State.Phase.String(), "seq", act.State.Seq, "episode", act.State.Episode)
+	return a.cfg.Publisher.Enqueue(journal.Entry{Topic: a.workerTopic(act), Payload: payload, QoS: 1, Retained: true,
+		Key: act.Namespace + "/" + act.Name})
+}
+
+// saveEpisode keeps a worker's episode across restarts of the agent. A failure costs only that continuity.
+func (a *Agent) saveEpisode(act core.Action, log logr.Logger) {
+	if a.cfg.Store == nil {
+		return
+	}
+	var data []byte
+	if act.Episode != nil {
+		data, _ = json.Marshal(act.Episode)
+	}
+	if err := a.cfg.Store.SetValue(episodeKey(act.Namespace+"/"+act.Name), data); err != nil {
+		log.Error(err, "keeping a worker's episode")
+	}
+}
+
+// rebuild runs a worker again as a static pod, by its offline policy (act.Local) or on a command.
+func (a *Agent) rebuild(ctx context.Context, act core.Action, log logr.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, actionTimeout)
+	defer cancel()
+	err := a.cfg.Rebuilder.Rebuild(ctx, act.Namespace, act.Name, act.UID)
+	switch {
+	case err != nil && act.Local:
+		log.Error(err, "healing a worker by its offline policy", "action", "rebuilt as a static pod")
+	case err == nil && act.Local:
+		a.offlineRebuilds.Add(1)
+		log.Info("healed a worker by its offline policy", "uid", act.UID, "action", "rebuilt as a static pod")
+	case err == nil:
+		log.V(2).Info("rebuilt a worker as a static pod on a command", "uid", act.UID)
+	}
+	return err
 }
 
 func (a *Agent) workerTopic(act core.Action) string {

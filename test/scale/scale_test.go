@@ -17,6 +17,7 @@ var (
 	controllerArgsFlag = flag.String("scale.controller-args", "", "space-separated extra flags for lifeline-controller")
 	memoryLimitFlag    = flag.Int64("scale.memory-limit-mib", ChartMemoryLimit>>20, "container memory limit the controller runs as if under (its soft limit is 90 %); 0: none")
 	profileDirFlag     = flag.String("scale.profile-dir", "", "directory that receives the controller's heap profile of each run")
+	cutOffsOnlyFlag    = flag.Bool("scale.cut-offs-only", false, "measure only the mass cut-off and the outage, once the workloads have settled")
 )
 
 func TestMain(m *testing.M) {
@@ -81,7 +82,7 @@ func BenchmarkScale(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			r := Run(b, Config{Nodes: n, Progress: os.Stderr, ControllerArgs: strings.Fields(*controllerArgsFlag),
-				ProfileDir: *profileDirFlag, MemoryLimit: memoryLimit(*memoryLimitFlag)})
+				ProfileDir: *profileDirFlag, MemoryLimit: memoryLimit(*memoryLimitFlag), CutOffsOnly: *cutOffsOnlyFlag})
 			r.report(b)
 			for _, line := range r.Lines() {
 				fmt.Println(line)

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lifeline-edge/lifeline/edge/agent"
+	"github.com/lifeline-edge/lifeline/edge/agent/core"
+	"github.com/lifeline-edge/lifeline/edge/cri"
+	"github.com/lifeline-edge/lifeline/edge/journal"
+	"github.com/lifeline-edge/lifeline/edge/publisher"
+	"github.com/lifeline-edge/lifeline/edge/reportapi"
+)
+
+// wiring is one run of the agent: its parts, assembled from the flags, then run together.
+type wiring struct {
+	o       *options
+	log     logr.Logger
+	journal *journal.Journal
+	runtime *cri.Client
+	// runtimeEvents wakes the agent when the runtime tells of a container's change.
+	runtimeEvents chan struct{}
+
+	// The watcher and the publisher log their retries at -v=2: the taps keep their latest error for the
+	// first-failure lines and the readiness probe.
+	podsErrors, brokerErrors agent.ErrorTap
+
+	src     agent.NodeSources
+	pub     *publisher.Publisher
+	health  *agent.Health
+	agent   *agent.Agent
+	reports *reportapi.Server
+	reg     *prometheus.Registry
+	probes  net.Listener
+}
+
+// assemble builds the agent's parts; standbyProbe as runAgent's.
+func (w *wiring) assemble(standbyProbe *agent.CloudProbe) error {
+	o, log := w.o, w.log
+	if err := w.podSources(standbyProbe); err != nil {
+		return err
+	}
+	if err := w.publisher(); err != nil {
+		return err
+	}
+	src, pub, j := w.src, w.pub, w.journal
+	w.health = &agent.Health{RuntimeAddress: o.socket, RuntimeFresh: agent.RuntimeFreshness(o.poll),
+		Broker: agent.Session{Address: redacted(o.broker), Up: pub.Connected, Err: w.brokerErrors.Err},
+		// The pod source answers (its watch, or a refusal), whether or not the cloud probe reaches the cloud: a
+		// MetaServer answering a cut-off node is the edge working as it should.
+		Pods: agent.Session{Address: src.PodSourceURL, Up: src.Workers.Reachable, Err: w.podsErrors.Err}}
+	w.health.Loop(agent.LoopAgent, o.poll)
+	w.health.Loop(agent.LoopHeartbeats, o.heartbeat)
+	timing := core.DefaultHealTiming
+	timing.APIGrace, timing.DeadFor, timing.ControllerWait = o.healGrace, o.healDeadFor, o.healWait
+	w.reg = prometheus.NewRegistry()
+	agent.RegisterMetrics(w.reg, agent.StateSources{BrokerUp: pub.Connected, APIReachable: src.APIReachable, Journal: j,
+		RuntimeUp: w.health.RuntimeAnswers, OfflineRebuilds: func() uint64 { return w.agent.OfflineRebuilds() }})
+	w.reports = reportapi.New(o.cluster, o.node, pub, src.Workers, pub.BirthSeq, o.queue, w.reg, log.WithName("reports"))
+	w.reports.Counter = j
+	w.reports.MaxConnections, w.reports.ReportRate, w.reports.ReportBurst = o.reportConns, o.reportRate, o.reportBurst
+	if o.forwardTo != "" {
+		w.reports.ForwardUnowned(o.forwardTo, o.queue)
+	}
+	var err error
+	w.agent, err = agent.New(agent.Config{Cluster: o.cluster, Node: o.node, Source: w.runtime, Workers: src.Workers, Publisher: pub, Store: j,
+		Actuator: agent.Actuators(src.ActuatorURL, w.runtime), Rebuilder: src.Rebuilder, APIReachable: src.APIReachable, BrokerUp: pub.Connected,
+		Timing: timing, Interval: o.poll, Changed: w.runtimeEvents, Log: log.WithName("agent"), Probe: w.health.AgentLoop()})
+	if err != nil {
+		return fmt.Errorf("starting the agent: %w", err)
+	}
+	if o.healthAddr != "" {
+		// Bound before anything runs: a probe port another process holds would answer the kubelet in the agent's
+		// place.
+		if w.probes, err = net.Listen("tcp", o.healthAddr); err != nil {
+			return fmt.Errorf("serving the probes (--health-address): %w", err)
+		}
+	}
+	return nil
+}
+
+// podSources picks where the node's pods are read, and how the node learns it is cut off.
+func (w *wiring) podSources(standbyProbe *agent.CloudProbe) error {
+	o, log := w.o, w.log
+	protected := agent.ProtectedPaths(o.stateDir, o.socket, o.edgecoreConfig)
+	var err error
+	if standbyProbe != nil {
+		w.src, err = agent.StandbySources(o.node, o.stateDir, o.staticDir, o.gateImage, protected, standbyProbe,
+			w.podsErrors.Logger(log.WithName("desired")))
+	} else {
+		w.src, err = agent.PodSources(o.node, o.stateDir, protected, agent.PodSourceFlags{InCluster: o.inCluster, Kubeconfig: o.kubeconfig,
+			APIServer: o.apiServer, APIServerExplicit: o.explicit["api-server"], EdgecoreConfig: o.edgecoreConfig,
+			MetaServer: o.metaServer, MetaServerExplicit: o.explicit["metaserver"], CloudProbe: o.cloudProbe,
+			StaticDir: o.staticDir, AllowInsecurePods: o.insecurePods, GateImage: o.gateImage}, log, w.podsErrors.Logger(log.WithName("desired")))
+	}
+	if err == nil && w.src.RunProbe {
+		w.src.Probe.Period, w.src.Probe.Timeout = o.probePeriod, o.probeTimeout
+	}
+	return err
+}
+
+// publisher builds the MQTT publisher, whose commands go to the agent.
+func (w *wiring) publisher() error {
+	o := w.o
+	password, err := publisher.Password(o.passFile)
+	if err != nil {
+		return err
+	}
+	tlsConfig, err := publisher.TLSConfig(o.caFile, o.certFile, o.keyFile, w.log)
+	if err != nil {
+		return err
+	}
+	w.pub = publisher.New(publisher.Config{Broker: o.broker, Username: o.username, Password: password, TLS: tlsConfig,
+		Cluster: o.cluster, Node: o.node, AgentVersion: version, MaxRetryInterval: o.retryMax, HeartbeatInterval: o.heartbeat,
+		APIReachable: func() (bool, bool) { return w.src.APIReachable(), w.src.APIKnown() }, BootID: publisher.BootID(), StateDir: o.stateDir,
+		Log: w.brokerErrors.Logger(w.log.WithName("publisher")), OnCommand: func(payload []byte) { w.agent.HandleCommand(payload) }}, w.journal)
+	return nil
+}
+
+// run runs every loop and the report API until ctx ends, then waits for the loops and the publisher's death
+// message.
+func (w *wiring) run(ctx context.Context) error {
+	o, log, src, pub := w.o, w.log, w.src, w.pub
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var loops sync.WaitGroup
+	var probeChanges <-chan struct{}
+	if src.Probe != nil {
+		probeChanges = src.Probe.Changes()
+	}
+	if src.RunProbe {
+		loops.Go(func() { src.Probe.Run(ctx) })
+	}
+	published := make(chan struct{})
+	go func() { pub.Run(ctx); close(published) }()
+	loops.Go(func() { w.reports.Run(ctx) })
+	datasets := &reportapi.DatasetCounter{Cluster: o.cluster, Node: o.node, Sink: pub, Workers: src.Workers.Workers, BirthSeq: pub.BirthSeq,
+		Counter: w.journal, HostRoot: o.hostRoot, StateDir: o.stateDir, MaxIndexBytes: o.dsMaxBytes, CountTimeout: o.dsCountLimit,
+		Log: log.WithName("datasets")}
+	loops.Go(func() { datasets.Run(ctx, o.dsInterval) })
+	loops.Go(func() { src.Workers.Run(ctx, time.Second) })
+	loops.Go(func() { w.agent.Run(ctx) })
+	loops.Go(func() { agent.FollowContainerEvents(ctx, w.runtime, w.runtimeEvents, log.WithName("events")) })
+	loops.Go(func() {
+		agent.Heartbeats(ctx, o.cluster, o.node, o.heartbeat, w.health.Heartbeats(pub),
+			agent.HeartbeatFacts{APIReachable: src.APIReachable, Journaled: w.journal.LogEntries, Changed: probeChanges})
+	})
+	loops.Go(func() { w.health.Run(ctx, log.WithName("health")) })
+	if w.probes != nil {
+		loops.Go(func() { serve(ctx, w.probes, w.health.Handler(), log.WithName("health")) })
+	}
+	if o.metrics != "" {
+		loops.Go(func() { serveMetrics(ctx, o.metrics, w.reg, log) })
+	}
+	log.Info("started", "version", version, "revision", revision, "broker", redacted(o.broker), "reportAddress", o.reportAddr,
+		"criSocket", o.socket, "podSource", src.PodSourceURL, "healthAddress", o.healthAddr)
+	err := w.reports.ListenAndServe(ctx, o.reportAddr)
+	if err != nil {
+		err = fmt.Errorf("report API: %w", err)
+		cancel()
+	}
+	<-ctx.Done()
+	// The publisher ends with its own death message [P-DEATH-1].
+	select {
+	case <-published:
+	case <-time.After(5 * time.Second):
+	}
+	loops.Wait()
+	return err
+}
