@@ -88,7 +88,8 @@ type Options struct {
 	// DefaultConcurrentReconciles.
 	ConcurrentReconciles int
 	// ReportStatusPeriod is how long a workload's status write waits after one of its workers reported, folding
-	// the reports that arrive meanwhile; zero means liveness.DefaultReportPeriod, negative at once.
+	// the reports that arrive meanwhile; zero: at once, as a duration's zero means wherever Lifeline takes one
+	// (the controller's flag defaults to liveness.DefaultReportPeriod).
 	ReportStatusPeriod time.Duration
 	// Restartable lets one process build the manager more than once (controller names are otherwise unique
 	// per process), for tests that stop and start the controller.
@@ -306,14 +307,7 @@ func addEdge(mgr ctrl.Manager, opts Options, st *startState) (*liveness.Edge, er
 		Now: now, Log: mgr.GetLogger().WithName("nodecondition")}); err != nil {
 		return nil, err
 	}
-	period := opts.ReportStatusPeriod
-	switch {
-	case period == 0:
-		period = liveness.DefaultReportPeriod
-	case period < 0:
-		period = 0
-	}
-	return &liveness.Edge{Tracker: tracker, Commands: s, Nodes: mgr.GetClient(), ReportPeriod: period}, nil
+	return &liveness.Edge{Tracker: tracker, Commands: s, Nodes: mgr.GetClient(), ReportPeriod: max(opts.ReportStatusPeriod, 0)}, nil
 }
 
 // openSession connects to the external broker, or starts the embedded one.

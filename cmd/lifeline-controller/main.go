@@ -57,9 +57,6 @@ func main() {
 		os.Exit(2)
 	}
 	opts := c.opts
-	if opts.ReportStatusPeriod == 0 {
-		opts.ReportStatusPeriod = -1 // the flag's 0 is "at once"; the option's is "the default"
-	}
 	log, err := c.log.Logger(os.Stderr)
 	if err != nil { // checked by validate
 		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)

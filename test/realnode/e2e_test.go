@@ -561,8 +561,8 @@ func TestHelmUpgradeWhileANodeIsCutOffRestartsNoWorker(t *testing.T) {
 	if !u.standbyFollowed {
 		t.Error("edge-1's standby is not of the new release")
 	}
-	t.Logf("upgrade: every agent of the new release ready after %v; %d reports delivered after a retry, %d lost",
-		u.took.Round(time.Second), u.reportsRetried, u.reportsLost)
+	t.Logf("upgrade: every agent of the new release ready after %v, %d of them handed the node by the old one; %d reports delivered after a retry, %d lost",
+		u.took.Round(time.Second), u.handOvers, u.reportsRetried, u.reportsLost)
 }
 
 // upgrade is what a helm upgrade did to the running workers.
@@ -570,6 +570,7 @@ type upgrade struct {
 	restarted       []string // workers whose pod or restart count changed
 	reportsLost     int      // reports the workers gave up on (Sedna's library: five attempts, 3 s apart)
 	reportsRetried  int      // reports delivered after a retry: sent while an agent was being replaced
+	handOvers       int      // new agents that found the old one running and took the node from it
 	took            time.Duration
 	standbyFollowed bool // edge-1's standby manifest names the new tag
 }
@@ -627,6 +628,15 @@ func upgradeWhileCutOff(t testing.TB, tag string) upgrade {
 		return ready == 2, nil
 	})
 	u := upgrade{took: time.Since(upgraded.Time)}
+	for name := range podsOf(t, "app.kubernetes.io/name=lifeline-agent") {
+		logs, err := rc.Client().CoreV1().Pods(realnode.Namespace).GetLogs(name, &corev1.PodLogOptions{}).Do(ctx).Raw()
+		if err != nil {
+			t.Fatalf("logs of %s: %v", name, err)
+		}
+		if strings.Contains(string(logs), "or the agent pod it replaces, to give way") {
+			u.handOvers++
+		}
+	}
 	standby, err := os.ReadFile(filepath.Join(rc.Node("edge-1").Disk, realnode.StaticPodDir, "lifeline-agent-standby.yaml"))
 	u.standbyFollowed = err == nil && strings.Contains(string(standby), ":"+tag)
 	after := workerPods(t)
