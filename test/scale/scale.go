@@ -719,19 +719,57 @@ func (h *harness) measureMassCutoff(ctx context.Context, r *Result) {
 }
 
 // measureOutage cuts every edge node off at once, a region's outage, and times until every status is in the
-// agents' word; once the node lifecycle controller has marked the nodes not Ready, it mends them all at once and
-// times until every status is back in the API server's word.
+// agents' word; once the outage has lasted the node lifecycle controller's grace, so that it turns nodes not
+// Ready, it mends them all at once and times until every status is back in the API server's word.
 func (h *harness) measureOutage(ctx context.Context, r *Result) {
 	all := h.fleet.nodes()
+	profiled := h.profileCPU(ctx, "outage", 20*time.Second)
 	costs := h.openCostWindow()
+	began := time.Now()
 	r.OutageAll, _ = h.cutOff(ctx, all)
+	profiled()
 	h.progress("outage: every worker of %d nodes in its agent's word in %v", len(all), r.OutageAll.Round(time.Millisecond))
 	costs.report("outage")
-	h.waitNotReady(ctx, all)
+	// The outage lasts the grace and a little more, not until every node is marked: at 1,000 nodes down the node
+	// lifecycle controller marks them over minutes.
+	h.waitFor(2*time.Minute+h.cfg.NodeGrace, "a node marked not Ready", func() (bool, error) {
+		if since := time.Since(began); since < h.cfg.NodeGrace+5*time.Second {
+			return false, fmt.Errorf("the outage lasted %v", since.Round(time.Second))
+		}
+		return h.notReady(ctx, nodeSet(all)) > 0, errors.New("no node marked not Ready")
+	})
+	h.progress("outage: %d of %d nodes marked not Ready after %v", h.notReady(ctx, nodeSet(all)), len(all), time.Since(began).Round(time.Second))
 	costs = h.openCostWindow()
 	r.OutageHeal = h.mend(ctx, all)
 	h.progress("outage healed: every worker of %d nodes in the API server's word in %v", len(all), r.OutageHeal.Round(time.Millisecond))
 	costs.report("outage healed")
+}
+
+// profileCPU saves, with a profile directory, the controller's and the API server's CPU profiles of the next
+// period as cpu-<name>-{controller,apiserver}-<nodes>.pprof; the returned function waits for both.
+func (h *harness) profileCPU(ctx context.Context, name string, period time.Duration) (wait func()) {
+	if h.cfg.ProfileDir == "" {
+		return func() {}
+	}
+	path := func(who string) string {
+		return filepath.Join(h.cfg.ProfileDir, fmt.Sprintf("cpu-%s-%s-%d.pprof", name, who, h.cfg.Nodes))
+	}
+	seconds := strconv.Itoa(int(period.Seconds()))
+	var wg sync.WaitGroup
+	var controllerErr, apiserverErr error
+	wg.Go(func() { controllerErr = h.saveProfile("profile?seconds="+seconds, path("controller")) })
+	wg.Go(func() {
+		var data []byte
+		data, apiserverErr = h.kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", seconds).
+			Timeout(period + time.Minute).DoRaw(ctx)
+		if apiserverErr == nil {
+			apiserverErr = os.WriteFile(path("apiserver"), data, 0o644)
+		}
+	})
+	return func() {
+		wg.Wait()
+		h.check(errors.Join(controllerErr, apiserverErr))
+	}
 }
 
 // cutOff does to nodes what an outage does: their agents say they lost the API server, and kwok stops renewing
@@ -780,18 +818,24 @@ func (h *harness) labelNodes(ctx context.Context, nodes []string, value string) 
 func (h *harness) waitNotReady(ctx context.Context, nodes []string) {
 	set := nodeSet(nodes)
 	h.waitFor(2*time.Minute+h.cfg.NodeGrace, "the node lifecycle controller to mark the cut-off nodes not Ready", func() (bool, error) {
-		list, err := h.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		down := 0
-		for _, n := range list.Items {
-			if set[n.Name] && nodeReady(&n) != corev1.ConditionTrue {
-				down++
-			}
-		}
+		down := h.notReady(ctx, set)
 		return down == len(nodes), fmt.Errorf("%d of %d cut-off nodes not Ready", down, len(nodes))
 	})
+}
+
+// notReady counts the nodes of set whose Ready condition is not True (-1: the nodes could not be listed).
+func (h *harness) notReady(ctx context.Context, set map[string]bool) int {
+	list, err := h.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return -1
+	}
+	down := 0
+	for _, n := range list.Items {
+		if set[n.Name] && nodeReady(&n) != corev1.ConditionTrue {
+			down++
+		}
+	}
+	return down
 }
 
 func nodeSet(nodes []string) map[string]bool {
