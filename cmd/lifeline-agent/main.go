@@ -90,7 +90,7 @@ func main() {
 // node, handing it over to the pod of an update; with --standby-manifest it also installs the node's standby, and
 // removes it when its DaemonSet is gone.
 func runAgentPod(ctx context.Context, o *options, log logr.Logger) error {
-	return agent.NodeLock{Dir: o.stateDir}.Serve(ctx, o.poll, log, func(ctx context.Context) error {
+	return agent.NodeLock{Dir: o.stateDir}.Serve(ctx, o.poll, log, func(runCtx context.Context) error {
 		if o.standbyManifest != "" {
 			files := agent.StandbyDir(o.stateDir)
 			if err := files.Leave(o.caFile); err != nil {
@@ -100,9 +100,14 @@ func runAgentPod(ctx context.Context, o *options, log logr.Logger) error {
 				return err
 			}
 			log.Info("the node's standby is installed", "staticPodDir", o.staticDir)
-			defer removeStandbyIfUninstalled(o, files, log)
+			// Only as the pod stops: a hand-over to the next agent pod must not wait for the API server.
+			defer func() {
+				if ctx.Err() != nil {
+					removeStandbyIfUninstalled(o, files, log)
+				}
+			}()
 		}
-		return runAgent(ctx, o, log, nil)
+		return runAgent(runCtx, o, log, nil)
 	})
 }
 

@@ -54,7 +54,8 @@ func (w *wiring) assemble(standbyProbe *agent.CloudProbe) error {
 		Broker: agent.Session{Address: redacted(o.broker), Up: pub.Connected, Err: w.brokerErrors.Err},
 		// The pod source answers (its watch, or a refusal), whether or not the cloud probe reaches the cloud: a
 		// MetaServer answering a cut-off node is the edge working as it should.
-		Pods: agent.Session{Address: src.PodSourceURL, Up: src.Workers.Reachable, Err: w.podsErrors.Err}}
+		Pods:        agent.Session{Address: src.PodSourceURL, Up: src.Workers.Reachable, Err: w.podsErrors.Err},
+		HandingOver: agent.NodeLock{Dir: o.stateDir}.PodWaiting}
 	w.health.Loop(agent.LoopAgent, o.poll)
 	w.health.Loop(agent.LoopHeartbeats, o.heartbeat)
 	timing := core.DefaultHealTiming
@@ -139,7 +140,13 @@ func (w *wiring) run(ctx context.Context) error {
 	}
 	published := make(chan struct{})
 	go func() { pub.Run(ctx); close(published) }()
-	loops.Go(func() { w.reports.Run(ctx) })
+	// The report API stops last: while the rest stops (the publisher's death message, the loops) the workers'
+	// reports are still taken and journaled, so that an agent handing the node over is away from them only
+	// between its release of the node and the next agent's start.
+	serving, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	queued := make(chan struct{})
+	go func() { w.reports.Run(serving); close(queued) }()
 	datasets := &reportapi.DatasetCounter{Cluster: o.cluster, Node: o.node, Sink: pub, Workers: src.Workers.Workers, BirthSeq: pub.BirthSeq,
 		Counter: w.journal, HostRoot: o.hostRoot, StateDir: o.stateDir, MaxIndexBytes: o.dsMaxBytes, CountTimeout: o.dsCountLimit,
 		Log: log.WithName("datasets")}
@@ -160,17 +167,27 @@ func (w *wiring) run(ctx context.Context) error {
 	}
 	log.Info("started", "version", version, "revision", revision, "broker", redacted(o.broker), "reportAddress", o.reportAddr,
 		"criSocket", o.socket, "podSource", src.PodSourceURL, "healthAddress", o.healthAddr)
-	err := w.reports.ListenAndServe(ctx, o.reportAddr)
-	if err != nil {
-		err = fmt.Errorf("report API: %w", err)
+	served := make(chan error, 1)
+	go func() { served <- w.reports.ListenAndServe(serving, o.reportAddr) }()
+	var err error
+	select {
+	case err = <-served: // it could not listen
 		cancel()
+	case <-ctx.Done():
 	}
-	<-ctx.Done()
 	// The publisher ends with its own death message [P-DEATH-1].
 	select {
 	case <-published:
 	case <-time.After(5 * time.Second):
 	}
 	loops.Wait()
-	return err
+	stopServing()
+	if err == nil {
+		err = <-served
+	}
+	<-queued
+	if err != nil {
+		return fmt.Errorf("report API: %w", err)
+	}
+	return nil
 }

@@ -196,6 +196,9 @@ type Health struct {
 	Broker, Pods Session
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// HandingOver tells whether another agent pod asks for the node (nil: never). The pods share the node's
+	// network, so the new pod's readiness probe reaches this agent until it gives way: it must not answer for it.
+	HandingOver func() bool
 
 	mu          sync.Mutex // guards the fields below
 	loops       map[string]*LoopState
@@ -322,6 +325,10 @@ func (h *Health) Handler() http.Handler {
 		write(w, ok, lines, "healthz")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if h.HandingOver != nil && h.HandingOver() {
+			write(w, false, []string{"[-]node failed: another agent pod asks for it, and this one gives way"}, "readyz")
+			return
+		}
 		ok, lines := Ready(h.readiness())
 		write(w, ok, lines, "readyz")
 	})

@@ -276,7 +276,10 @@ func TestHealthHandler(t *testing.T) {
 		{name: "still ready when it is lost", do: func() { h.Pods.Up = func() bool { return false } }, path: "/readyz", wantStatus: 200,
 			wantBody: "[+]runtime ok: answered 0s ago (/run/cri.sock)\n[+]broker ok: reached (tcp://b:1883)\n" +
 				"[+]api-server ok: reached since the agent started, out of reach now (http://127.0.0.1:10550): the edge's normal life, not a reason to be unready\nreadyz check passed\n"},
-		{name: "the loop turns an action later", do: func() { now = now.Add(90 * time.Second); h.AgentLoop().Turned() }, path: "/healthz",
+		{name: "not ready for another agent pod that asks for the node: its probe reaches this agent", do: func() { h.HandingOver = func() bool { return true } },
+			path: "/readyz", wantStatus: 503, wantBody: "[-]node failed: another agent pod asks for it, and this one gives way\nreadyz check failed\n"},
+		{name: "still alive meanwhile", path: "/healthz", wantStatus: 200, wantBody: "[+]agent ok: turned 0s ago\nhealthz check passed\n"},
+		{name: "the loop turns an action later", do: func() { h.HandingOver = nil; now = now.Add(90 * time.Second); h.AgentLoop().Turned() }, path: "/healthz",
 			wantStatus: 200, wantBody: "[+]agent ok: turned 0s ago\nhealthz check passed\n"},
 		{name: "wedged: no turn for longer than its stall limit", do: func() { now = now.Add(2*time.Minute + time.Second) }, path: "/healthz",
 			wantStatus: 503, wantBody: "[-]agent failed: no turn for 2m1s (wedged after 2m0s)\nhealthz check failed\n"},

@@ -84,7 +84,10 @@ func BenchmarkRealNodes(b *testing.B) {
 	line("reboot-reconnect-no-worker-running", reboot.gap)
 	line("reboot-reconnect-two-workers-running", reboot.overlap)
 	fmt.Printf("helm-upgrade-workers-restarted %d\n", len(upgraded.restarted))
-	fmt.Printf("helm-upgrade-reports-lost %d (delivered after a retry: %d)\n", upgraded.reportsLost, upgraded.reportsRetried)
+	fmt.Printf("helm-upgrade-reports-lost %d (delivered after a retry: %d)\n", len(upgraded.lost), upgraded.reportsRetried)
+	for _, l := range upgraded.lost {
+		fmt.Println("  " + l)
+	}
 	line("helm-upgrade-every-agent-ready", upgraded.took)
 	fmt.Printf("helm-upgrade-hand-overs %d of 2 (the new agent started beside the old one and took the node from it)\n", upgraded.handOvers)
 	fmt.Println("helm-upgrade-anchor none (Sedna's controllers have no agent to upgrade)")

@@ -215,6 +215,9 @@ func Run(t testing.TB, cfg Config) *Result {
 		h.waitQueuesDrained()
 		h.measureMassCutoff(ctx, r)
 		h.measureOutage(ctx, r)
+		end, err := sampleProc(h.controller.Pid())
+		h.check(err)
+		r.ControllerRSS, r.ControllerPeakRSS = end.rss, end.hwm
 		return r
 	}
 	h.measureRaw(ctx, r)
