@@ -9,13 +9,16 @@ BIN      := $(CURDIR)/bin
 PROGRESS := $(CURDIR)/test/tools/progress.sh
 # Tests find the control-plane binaries here, whatever package they run in.
 export LIFELINE_BIN_DIR := $(BIN)
+# Every compile but the race detector's (vet, build, images, the scale test's controller) uses the images' flags,
+# static and path-free, so a cold machine compiles the dependencies once for all of them.
+GO_STATIC := CGO_ENABLED=0 GOFLAGS=-trimpath $(GO)
 
 # Pinned versions are read from the tools modules, so go.mod stays the one place that names them.
 modver = $(shell awk '{ m = ($$1 == "require") ? $$2 : $$1; v = ($$1 == "require") ? $$3 : $$2 } m == "$(2)" { print v; exit }' $(1)/go.mod)
 
 KUBE_VERSION := $(call modver,test/tools/kube,k8s.io/kubernetes)
-# go build does not stamp a version; the API server and kubectl report this one, as a release build would.
-KUBE_LDFLAGS := $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
+# Stamped with the version the API server and kubectl report (go build stamps none), and stripped, as releases are.
+KUBE_LDFLAGS := -s -w $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
 	-X $(pkg).gitVersion=$(KUBE_VERSION) -X $(pkg).gitMajor=$(word 1,$(subst ., ,$(KUBE_VERSION:v%=%))) \
 	-X $(pkg).gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION:v%=%))) -X $(pkg).gitTreeState=clean)
 KUBE_TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl \
@@ -34,7 +37,7 @@ DEMO_PID := $(CURDIR)/.demo.pid
 .PHONY: demo
 demo: tools build ## Run Lifeline on a simulated edge and narrate it; leaves it running (Ctrl-C or make demo-down).
 	@echo "==> starting the demo"
-	$(GO) build -o $(BIN)/lifeline-demo ./test/demo
+	$(GO_STATIC) build -o $(BIN)/lifeline-demo ./test/demo
 	$(BIN)/lifeline-demo --pid-file $(DEMO_PID)
 
 .PHONY: demo-real
@@ -42,7 +45,7 @@ demo-real: tools build ## The same story on real nodes (kubelet and containerd; 
 	@echo "==> images for this machine's real nodes"
 	$(MAKE) --no-print-directory images images-samples PLATFORMS=$(HOST_PLATFORM)
 	@echo "==> starting the demo on real nodes"
-	$(GO) build -o $(BIN)/lifeline-demo ./test/demo
+	$(GO_STATIC) build -o $(BIN)/lifeline-demo ./test/demo
 	$(BIN)/lifeline-demo --real --pid-file $(DEMO_PID)
 
 .PHONY: demo-down
@@ -114,17 +117,17 @@ bench-scale: tools ## Lifeline at fleet scale under kwok: children, reconciles, 
 
 .PHONY: build
 build: ## Compile every package, and into bin/ the binaries and the simulation's (edge nodes, sample workers).
-	$(GO) build ./...
-	$(GO) build -o $(BIN)/ ./cmd/... ./test/cmd/...
-	$(GO) build -o $(BIN)/lifeline-sampleworker ./test/workers
+	$(GO_STATIC) build ./...
+	$(GO_STATIC) build -o $(BIN)/ ./cmd/... ./test/cmd/...
+	$(GO_STATIC) build -o $(BIN)/lifeline-sampleworker ./test/workers
 
 .PHONY: lint
 lint: $(BIN)/staticcheck ## gofmt, go vet and staticcheck.
 	@echo "==> gofmt"
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
 	@echo "==> go vet"
-	$(GO) vet ./...
-	cd test/tools/images && $(GO) vet .
+	$(GO_STATIC) vet ./...
+	cd test/tools/images && $(GO_STATIC) vet .
 	@echo "==> staticcheck"
 	$(BIN)/staticcheck ./...
 	cd test/tools/images && $(BIN)/staticcheck .
@@ -184,7 +187,7 @@ space := $(empty) $(empty)
 .PHONY: images
 images: $(BIN)/lifeline-images ## Build the controller's and the agent's images (PLATFORMS: linux/amd64, linux/arm64) into dist/images/, no engine needed.
 	@for p in $(PLATFORMS); do echo "==> go build ./cmd/lifeline-controller ./cmd/lifeline-agent for $$p"; \
-		CGO_ENABLED=0 GOOS=$${p%%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags '$(IMAGE_LDFLAGS)' \
+		GOOS=$${p%%/*} GOARCH=$${p#*/} $(GO_STATIC) build -ldflags '$(IMAGE_LDFLAGS)' \
 			-o $(DIST)/bin/$${p%%/*}_$${p#*/}/ ./cmd/lifeline-controller ./cmd/lifeline-agent || exit 1; done
 	@echo "==> writing the images"
 	$(BIN)/lifeline-images --bin-dir $(DIST)/bin --out $(DIST)/images --repository $(IMAGE_REPOSITORY) \
@@ -197,9 +200,9 @@ HOST_PLATFORM := linux/$(shell $(GO) env GOARCH)
 .PHONY: images-samples
 images-samples: $(BIN)/lifeline-images ## Build the pod sandbox's image and the sample worker under Sedna's example image names into dist/images/samples/, for real nodes without a registry.
 	@echo "==> go build the sample worker and the pod sandbox for $(HOST_PLATFORM)"
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(notdir $(HOST_PLATFORM)) $(GO) build -trimpath -ldflags '-s -w' \
+	GOOS=linux GOARCH=$(notdir $(HOST_PLATFORM)) $(GO_STATIC) build -ldflags '-s -w' \
 		-o $(DIST)/bin/linux_$(notdir $(HOST_PLATFORM))/lifeline-sampleworker ./test/workers
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(notdir $(HOST_PLATFORM)) $(GO) build -trimpath -ldflags '-s -w' \
+	GOOS=linux GOARCH=$(notdir $(HOST_PLATFORM)) $(GO_STATIC) build -ldflags '-s -w' \
 		-o $(DIST)/bin/linux_$(notdir $(HOST_PLATFORM))/lifeline-pause ./test/cmd/lifeline-pause
 	$(BIN)/lifeline-images --samples --bin-dir $(DIST)/bin --out $(DIST)/images/samples --platforms $(HOST_PLATFORM) \
 		--source-date-epoch $(SOURCE_DATE_EPOCH)

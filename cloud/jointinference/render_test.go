@@ -93,8 +93,8 @@ func TestRenderEdgeDeployment(t *testing.T) {
 		}
 	}
 	spec := d.Spec.Template.Spec
-	if spec.HostNetwork || spec.DNSPolicy != "" {
-		t.Errorf("hostNetwork=%v dnsPolicy=%q, want the template's: the pod network, no DNS policy", spec.HostNetwork, spec.DNSPolicy)
+	if !spec.HostNetwork || spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+		t.Errorf("hostNetwork=%v dnsPolicy=%q, want the example's host network with cluster DNS", spec.HostNetwork, spec.DNSPolicy)
 	}
 	if spec.NodeName != "edge-node" {
 		t.Errorf("nodeName = %q, want the template's", spec.NodeName)

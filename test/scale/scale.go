@@ -1085,7 +1085,7 @@ var (
 )
 
 // controllerBinary builds cmd/lifeline-controller of this tree once per process, so what is measured is the code
-// at hand, never a stale binary in bin/.
+// at hand, never a stale binary in bin/. It builds with make build's flags, whose compiles it then reuses.
 func controllerBinary(root string) (string, error) {
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "lifeline-scale-bin-")
@@ -1094,8 +1094,8 @@ func controllerBinary(root string) (string, error) {
 			return
 		}
 		builtDir, builtPath = dir, filepath.Join(dir, "lifeline-controller")
-		cmd := exec.Command("go", "build", "-o", builtPath, "./cmd/lifeline-controller")
-		cmd.Dir = root
+		cmd := exec.Command("go", "build", "-trimpath", "-o", builtPath, "./cmd/lifeline-controller")
+		cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			builtError = fmt.Errorf("building lifeline-controller: %w\n%s", err, out)
 		}

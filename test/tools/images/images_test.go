@@ -62,7 +62,8 @@ func runTests(m *testing.M) int {
 	return m.Run()
 }
 
-// setUp cross-compiles the commands as make images does, builds the images twice and unpacks the first build.
+// setUp compiles the commands for the host as make images does, builds the images twice and unpacks the first
+// build.
 func setUp(tmp string) error {
 	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
@@ -70,14 +71,8 @@ func setUp(tmp string) error {
 	}
 	binDir = filepath.Join(tmp, "bin")
 	for _, p := range testPlatforms {
-		cmd := exec.Command("go", "build", "-trimpath",
-			"-ldflags", "-s -w -X main.version="+testVersion+" -X main.revision="+testRevision,
-			"-o", filepath.Join(binDir, p.OS+"_"+p.Architecture)+string(filepath.Separator),
-			"./cmd/lifeline-controller", "./cmd/lifeline-agent")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("building the commands for %s: %v\n%s", p, err, out)
+		if err := buildCommands(root, p); err != nil {
+			return err
 		}
 	}
 	for i := range builds {
@@ -92,6 +87,31 @@ func setUp(tmp string) error {
 			return fmt.Errorf("unpacking %s: %w", spec.Name, err)
 		}
 		layouts[spec.Name] = dir
+	}
+	return nil
+}
+
+// buildCommands writes the controller and the agent for platform p into binDir with make images' flags. For a
+// platform other than the host's, both are the small static pause program instead: the builder's handling of a
+// foreign architecture is the same whatever the binary, and a cold cross-compilation of the commands would cost CI
+// minutes to check only that Go cross-compiles.
+func buildCommands(root string, p v1.Platform) error {
+	out := filepath.Join(binDir, p.OS+"_"+p.Architecture)
+	env := append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture)
+	ldflags := "-s -w -X main.version=" + testVersion + " -X main.revision=" + testRevision
+	steps := [][]string{{"-o", out + string(filepath.Separator), "./cmd/lifeline-controller", "./cmd/lifeline-agent"}}
+	if p.OS != runtime.GOOS || p.Architecture != runtime.GOARCH {
+		steps = [][]string{
+			{"-o", filepath.Join(out, "lifeline-controller"), "./test/cmd/lifeline-pause"},
+			{"-o", filepath.Join(out, "lifeline-agent"), "./test/cmd/lifeline-pause"},
+		}
+	}
+	for _, args := range steps {
+		cmd := exec.Command("go", append([]string{"build", "-trimpath", "-ldflags", ldflags}, args...)...)
+		cmd.Dir, cmd.Env = root, env
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("building %s for %s: %v\n%s", args[len(args)-1], p, err, b)
+		}
 	}
 	return nil
 }
