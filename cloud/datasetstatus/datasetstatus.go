@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 )
 
@@ -22,7 +23,7 @@ import (
 type Reconciler struct {
 	client.Client
 	// Edge is the agents' view; without it nothing is ever counted.
-	Edge *liveness.Edge
+	Edge *edgeaware.Edge
 }
 
 // Reconcile writes the latest count of one Dataset, when it differs from the status. The tracker accepted it

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/datasetstatus"
+	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/edge/desired"
 	"github.com/lifeline-edge/lifeline/edge/journal"
@@ -55,7 +56,7 @@ func agentCounter(t *testing.T, ea *controllertest.EdgeAware, node, ns, dataset,
 // dropped [P-DS-2].
 func TestDatasetSamplesCountedOnItsNodeReachTheStatus(t *testing.T) {
 	cluster.SkipIfShort(t)
-	ea := env.RunEdgeAware(t, func(mgr ctrl.Manager, e *liveness.Edge) error {
+	ea := env.RunEdgeAware(t, func(mgr ctrl.Manager, e *edgeaware.Edge) error {
 		e.Tracker.Datasets = liveness.CacheDatasets{Reader: mgr.GetClient()}
 		return (&datasetstatus.Reconciler{Client: mgr.GetClient(), Edge: e}).SetupWithManager(mgr)
 	})

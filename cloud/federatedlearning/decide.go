@@ -9,8 +9,8 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/conditions"
+	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
-	"github.com/lifeline-edge/lifeline/cloud/workerstatus"
 )
 
 // Condition reasons and event reasons, stable for alerting.
@@ -281,12 +281,12 @@ func observeWorker(w worker, now metav1.Time) v1alpha1.WorkerStatus {
 	rec.Name, rec.Role = w.id.name, w.id.role
 	if w.pod != nil {
 		rec.Message = ""
-		return workerstatus.Record(rec, w.pod, w.view, w.record, now)
+		return edgeaware.Record(rec, w.pod, w.view, w.record, now)
 	}
 	if rec.Phase != string(corev1.PodSucceeded) {
 		rec.Liveness, rec.Ready, rec.Restarts, rec.Source = v1alpha1.LivenessUnknown, false, 0, v1alpha1.StatusSourceNone
 	}
-	workerstatus.Transitioned(&rec, w.record, now)
+	edgeaware.Transitioned(&rec, w.record, now)
 	return rec
 }
 

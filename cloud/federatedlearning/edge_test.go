@@ -11,8 +11,8 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
-	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/test/cluster"
 	"github.com/lifeline-edge/lifeline/test/controllertest"
 )
@@ -20,7 +20,7 @@ import (
 // runEdgeAware runs this package's reconciler edge-aware, in place of the shared controller, for one test.
 func runEdgeAware(t *testing.T) *controllertest.EdgeAware {
 	t.Helper()
-	return env.RunEdgeAware(t, func(mgr ctrl.Manager, e *liveness.Edge) error {
+	return env.RunEdgeAware(t, func(mgr ctrl.Manager, e *edgeaware.Edge) error {
 		r := &fl.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("lifeline-controller"),
 			LCServer: contract.DefaultLCServer, Edge: e}
 		return r.SetupWithManager(mgr)

@@ -23,6 +23,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/conditions"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/outcome"
 )
@@ -37,14 +38,15 @@ type Reconciler struct {
 	// the pods Sedna's GM made are found through it. Nil means the client.
 	APIReader client.Reader
 	// Edge is the agents' view of the edge nodes; nil means the API server's word only.
-	Edge *liveness.Edge
+	Edge *edgeaware.Edge
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// MaxConcurrentReconciles is how many jobs are reconciled at once (never one job twice); zero means one.
 	MaxConcurrentReconciles int
 }
 
-// Reconcile runs one pass: observe the job's pods, decide (decide.go), act, write status once.
+// Reconcile runs one level-triggered pass: observe the job's workers, decide (decide.go), act (make the children
+// what was decided, ask the agents of cut-off nodes to heal, write the output Model's status), and write status once.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	job := &v1alpha1.FederatedLearningJob{}
 	err := r.Get(ctx, req.NamespacedName, job)
@@ -66,20 +68,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	now := r.now()
 	p := decide(job, workers, effectivePolicy(job), now)
-
-	// Neither a child that cannot be synced nor a status that cannot be written stops the agents from healing the
-	// workers; the pass then fails, to be retried, with every error it met.
-	childErr := r.syncChildren(ctx, job, &p)
-	actErr := r.actThroughAgents(job, workers, now)
-	if childErr != nil {
-		return ctrl.Result{}, errors.Join(childErr, actErr)
+	done, actErr := r.act(ctx, job, &p, workers, now)
+	if done.err != nil {
+		// What was synced is partial: the status would describe a pass that did not happen.
+		return ctrl.Result{}, errors.Join(done.err, actErr)
 	}
-	actErr = errors.Join(actErr, r.syncModelStatus(ctx, job)) // modelstatus.go
-	if progress := liveness.TrainingProgress(r.Edge.Reports(Kind, job.Namespace, job.Name)); progress != nil {
-		progress.Metrics = v1alpha1.BoundMetrics(progress.Metrics)
-		p.status.Progress = progress
-	}
-	if err := r.writeStatus(ctx, job, p.status); err != nil || actErr != nil {
+	if err := r.writeStatus(ctx, job, r.statusAfter(job, p, done, now)); err != nil || actErr != nil {
 		return ctrl.Result{}, errors.Join(actErr, err)
 	}
 	for _, e := range p.events {
@@ -88,9 +82,43 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return r.afterFinish(ctx, job, p, now)
 }
 
+// acted is what the act step did not manage, for the status to tell.
+type acted struct {
+	// stalledReason and stalledMessage say why the missing workers were not created: their inputs are missing,
+	// or someone else's Service holds the aggregator's name.
+	stalledReason, stalledMessage string
+	err                           error // what could not be done to the children
+}
+
+// act makes the children what the plan decided, asks the agents of cut-off nodes to heal the dead trainers they
+// report, and writes the output Model's status from the trainers' reports; it returns what the agents' side and
+// the Model failed at. Children that cannot be synced (done.err) do not stop the agents from healing.
+func (r *Reconciler) act(ctx context.Context, job *v1alpha1.FederatedLearningJob, p *plan, workers []worker, now time.Time) (acted, error) {
+	done := r.syncChildren(ctx, job, p)
+	err := r.actThroughAgents(job, workers, now)
+	if done.err == nil {
+		err = errors.Join(err, r.syncModelStatus(ctx, job)) // modelstatus.go
+	}
+	return done, err
+}
+
+// statusAfter is the status the plan decided, with what the act step could not do and the trainers' progress.
+func (r *Reconciler) statusAfter(job *v1alpha1.FederatedLearningJob, p plan, done acted, now time.Time) v1alpha1.FederatedLearningJobStatus {
+	status := p.status
+	if done.stalledReason != "" {
+		conditions.Set(&status.Conditions, metav1.Condition{Type: v1alpha1.FLConditionTraining, Status: metav1.ConditionFalse,
+			Reason: done.stalledReason, Message: done.stalledMessage, ObservedGeneration: job.Generation}, metav1.NewTime(now))
+	}
+	if progress := edgeaware.TrainingProgress(r.Edge.Reports(Kind, job.Namespace, job.Name)); progress != nil {
+		progress.Metrics = v1alpha1.BoundMetrics(progress.Metrics)
+		status.Progress = progress
+	}
+	return status
+}
+
 // syncChildren makes the children what the plan decided: the aggregator's Service, the missing workers, and the
 // pods to delete or let go.
-func (r *Reconciler) syncChildren(ctx context.Context, job *v1alpha1.FederatedLearningJob, p *plan) error {
+func (r *Reconciler) syncChildren(ctx context.Context, job *v1alpha1.FederatedLearningJob, p *plan) acted {
 	// The Service and the workers are created at once: under load a Service's creation is the slowest request
 	// of a job's start (its cluster IP is allocated), and the pass need not wait for it before the pods'.
 	service := make(chan serviceOutcome, 1)
@@ -99,22 +127,26 @@ func (r *Reconciler) syncChildren(ctx context.Context, job *v1alpha1.FederatedLe
 	} else {
 		go func() { service <- r.ensureService(ctx, job) }()
 	}
-	workersErr := r.createWorkers(ctx, job, p)
+	var done acted
+	done.stalledMessage, done.err = r.createWorkers(ctx, job, p)
+	if done.stalledMessage != "" {
+		done.stalledReason = ReasonInputsNotFound
+	}
 	so := <-service
 	if !so.retryAt.IsZero() {
 		p.retryAt = earliest(p.retryAt, so.retryAt)
 	}
 	if so.conflict != "" {
-		conditions.Set(&p.status.Conditions, metav1.Condition{Type: v1alpha1.FLConditionTraining, Status: metav1.ConditionFalse,
-			Reason: ReasonNameConflict, Message: so.conflict, ObservedGeneration: job.Generation}, metav1.NewTime(r.now()))
+		done.stalledReason, done.stalledMessage = ReasonNameConflict, so.conflict
 	}
-	if err := errors.Join(so.err, workersErr); err != nil {
-		return err
+	if done.err = errors.Join(so.err, done.err); done.err != nil {
+		return done
 	}
-	if err := r.removePods(ctx, job, p.remove); err != nil {
-		return err
+	if done.err = r.removePods(ctx, job, p.remove); done.err != nil {
+		return done
 	}
-	return r.releasePods(ctx, p.release)
+	done.err = r.releasePods(ctx, p.release)
+	return done
 }
 
 // observe pairs each identity with its pod in the cache: the pod of its stable name, or else a pod Sedna's GM
@@ -208,23 +240,22 @@ func podsOf(workers []worker) []*corev1.Pod {
 // createWorkers creates the missing workers decide chose, all at once as the Job controller creates a batch:
 // a new job's workers cost one round trip to the API server, not one per worker. A name still taken in the API
 // (the previous pod is not fully gone, or the cache is behind) is retried on the next pass: there is never more
-// than one pod per identity.
-func (r *Reconciler) createWorkers(ctx context.Context, job *v1alpha1.FederatedLearningJob, p *plan) error {
+// than one pod per identity. It returns what is missing of the workers' inputs, if anything is: they then wait
+// for it.
+func (r *Reconciler) createWorkers(ctx context.Context, job *v1alpha1.FederatedLearningJob, p *plan) (string, error) {
 	if len(p.create) == 0 {
-		return nil
+		return "", nil
 	}
-	in, problem := r.readInputs(ctx, job)
-	if problem != "" {
-		conditions.Set(&p.status.Conditions, metav1.Condition{Type: v1alpha1.FLConditionTraining, Status: metav1.ConditionFalse,
-			Reason: ReasonInputsNotFound, Message: problem, ObservedGeneration: job.Generation}, metav1.NewTime(r.now()))
+	in, missing := r.readInputs(ctx, job)
+	if missing != "" {
 		p.retryAt = time.Time{}
-		return nil
+		return missing, nil
 	}
 	pods := make([]*corev1.Pod, 0, len(p.create))
 	for _, id := range p.create {
 		pod, err := renderWorker(in, id)
 		if err != nil {
-			return fmt.Errorf("rendering %s: %w", id.name, err)
+			return "", fmt.Errorf("rendering %s: %w", id.name, err)
 		}
 		pods = append(pods, pod)
 	}
@@ -252,7 +283,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, job *v1alpha1.FederatedL
 	}
 	wg.Wait()
 	r.createdEvent(job, created)
-	return errors.Join(errs...)
+	return "", errors.Join(errs...)
 }
 
 // createdEvent tells of the pods one batch created in one Event, as the batch was one decision: a job's first

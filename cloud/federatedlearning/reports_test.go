@@ -12,6 +12,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
@@ -23,7 +24,7 @@ import (
 // the manager wires it.
 func runReading(t *testing.T) *controllertest.EdgeAware {
 	t.Helper()
-	return env.RunEdgeAware(t, func(mgr ctrl.Manager, e *liveness.Edge) error {
+	return env.RunEdgeAware(t, func(mgr ctrl.Manager, e *edgeaware.Edge) error {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, liveness.WorkerNameIndex, liveness.IndexWorkerName); err != nil {
 			return err
 		}

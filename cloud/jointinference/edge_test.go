@@ -13,8 +13,8 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
-	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/test/cluster"
 	"github.com/lifeline-edge/lifeline/test/controllertest"
 	"github.com/lifeline-edge/lifeline/test/simnode"
@@ -23,7 +23,7 @@ import (
 // runEdgeAware runs this package's reconciler edge-aware, in place of the shared controller, for one test.
 func runEdgeAware(t testing.TB) *controllertest.EdgeAware {
 	t.Helper()
-	return env.RunEdgeAware(t, func(mgr ctrl.Manager, edge *liveness.Edge) error {
+	return env.RunEdgeAware(t, func(mgr ctrl.Manager, edge *edgeaware.Edge) error {
 		r := &jointinference.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("lifeline-controller"),
 			LCServer: contract.DefaultLCServer, Edge: edge}
 		return r.SetupWithManager(mgr)
@@ -154,7 +154,7 @@ func TestHealingGoesOnWhenTheStatusCannotBeWritten(t *testing.T) {
 			return false, err
 		}
 		for _, e := range evs.Items {
-			if e.Reason == liveness.ReasonRestartCommandSent && e.Regarding.Name == ji.Name {
+			if e.Reason == edgeaware.ReasonRestartCommandSent && e.Regarding.Name == ji.Name {
 				return true, nil
 			}
 		}

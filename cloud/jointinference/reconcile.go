@@ -22,6 +22,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/outcome"
 )
@@ -36,7 +37,7 @@ type Reconciler struct {
 	// the pods of a Deployment Sedna's GM made are found through it. Nil means the client.
 	APIReader client.Reader
 	// Edge is the agents' view of the edge nodes; nil means the API server's word only.
-	Edge *liveness.Edge
+	Edge *edgeaware.Edge
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// MaxConcurrentReconciles is how many services are reconciled at once (never one service twice); zero
@@ -60,8 +61,8 @@ const (
 // same name, so the child's deletion has reached the cache.
 const staleRequeue = 200 * time.Millisecond
 
-// Reconcile runs one level-triggered pass: read the service and its inputs, render the children, make the
-// cluster match, act on the agents of cut-off nodes, then write status once.
+// Reconcile runs one level-triggered pass: observe the service's inputs and workers, decide its children, act
+// (make the cluster match, then ask the agents of cut-off nodes to heal), and write status once.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ji := &v1alpha1.JointInferenceService{}
 	if err := r.Get(ctx, req.NamespacedName, ji); err != nil {
@@ -72,48 +73,84 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 
-	in, blocked := r.readInputs(ctx, ji)
-	want := desiredChildren{service: renderCloudService(ji)}
-	if blocked == nil {
-		var err error
-		if want, err = render(in); err != nil {
-			blocked = &problem{reason: ReasonInvalidSpec, message: err.Error()}
-			want = desiredChildren{service: renderCloudService(ji)}
-		}
-	}
-
-	// Neither a child that cannot be synced nor a status that cannot be written stops the agents from healing the
-	// workers; the pass then fails, to be retried, with every error it met.
-	outcome, syncErr := r.syncChildren(ctx, ji, want)
-	r.createdEvent(ji, outcome.created)
-	workers, err := r.observeWorkers(ctx, ji)
+	obs, err := r.observe(ctx, ji)
 	if err != nil {
-		return ctrl.Result{}, errors.Join(syncErr, err)
+		return ctrl.Result{}, err
 	}
-	now := r.now()
-	pods := workers.pods()
-	views := r.Edge.Views(ctx, pods, now)
-	actErr := r.actThroughAgents(ji, pods, views, now)
-	if syncErr != nil {
+	want, blocked := decide(obs)
+	done, actErr := r.act(ctx, ji, want, obs)
+	if done.err != nil {
 		// What was synced is partial: the status would describe a pass that did not happen.
-		return ctrl.Result{}, errors.Join(syncErr, actErr)
+		return ctrl.Result{}, errors.Join(done.err, actErr)
 	}
-	if err := r.writeStatus(ctx, ji, workers, views, blocked, outcome, now); err != nil || actErr != nil {
+	if err := r.writeStatus(ctx, ji, obs, blocked, done.conflicts); err != nil || actErr != nil {
 		return ctrl.Result{}, errors.Join(actErr, err)
 	}
-	if outcome.removedStale {
+	if done.removedStale {
 		return ctrl.Result{RequeueAfter: staleRequeue}, nil
 	}
 	return ctrl.Result{}, nil
 }
 
-// actThroughAgents sends the restart commands the views call for and tells, as Events, what the agents did.
-func (r *Reconciler) actThroughAgents(ji *v1alpha1.JointInferenceService, pods []*corev1.Pod, views map[string]liveness.View, now time.Time) error {
-	events, err := r.Edge.Act(pods, views, now)
+// observation is what a pass reads: the service's inputs (or why they are missing), its worker Deployments with
+// their pods, and the view of each worker.
+type observation struct {
+	in      inputs
+	missing *problem
+	workers []workerObservation
+	views   map[string]liveness.View
+	now     time.Time
+}
+
+func (r *Reconciler) observe(ctx context.Context, ji *v1alpha1.JointInferenceService) (observation, error) {
+	obs := observation{now: r.now()}
+	obs.in, obs.missing = r.readInputs(ctx, ji)
+	for _, wt := range []string{workerCloud, workerEdge} {
+		w, err := r.observeWorker(ctx, ji, wt)
+		if err != nil {
+			return obs, err
+		}
+		obs.workers = append(obs.workers, w)
+	}
+	obs.views = r.Edge.Views(ctx, obs.pods(), obs.now)
+	return obs, nil
+}
+
+func (o observation) pods() []*corev1.Pod {
+	var pods []*corev1.Pod
+	for _, w := range o.workers {
+		for i := range w.pods {
+			pods = append(pods, &w.pods[i])
+		}
+	}
+	return pods
+}
+
+// decide renders the children the service should own, or, when its inputs are missing or its spec cannot be
+// rendered, only its Service, with the problem its status tells.
+func decide(obs observation) (desiredChildren, *problem) {
+	only := desiredChildren{service: renderCloudService(obs.in.ji)}
+	if obs.missing != nil {
+		return only, obs.missing
+	}
+	want, err := render(obs.in)
+	if err != nil {
+		return only, &problem{reason: ReasonInvalidSpec, message: err.Error()}
+	}
+	return want, nil
+}
+
+// act makes the children what decide wants, tells of those it created, and asks the agents of cut-off nodes to
+// heal the workers they report dead; it returns what the agents' side failed at. A child that cannot be synced
+// (done.err) does not stop the agents from healing.
+func (r *Reconciler) act(ctx context.Context, ji *v1alpha1.JointInferenceService, want desiredChildren, obs observation) (syncOutcome, error) {
+	done := r.syncChildren(ctx, ji, want)
+	r.createdEvent(ji, done.created)
+	events, err := r.Edge.Act(obs.pods(), obs.views, obs.now)
 	for _, e := range events {
 		r.event(ji, e.RelatedNode(), e.Type, e.Reason, "Heal", "%s", e.Message)
 	}
-	return err
+	return done, err
 }
 
 // problem is why the workers cannot be rendered now; it is reported in the Ready condition and retried when
@@ -179,6 +216,7 @@ type syncOutcome struct {
 	created      []createdChild // children this pass created
 	conflicts    []string       // children under our names owned by someone else
 	removedStale bool           // a child of an earlier service of the same name was deleted
+	err          error          // what could not be synced
 }
 
 // createdChild is a child a pass created, with its kind: the object the API server returned has none.
@@ -189,7 +227,7 @@ type createdChild struct {
 
 // syncChildren syncs the Deployments and the Service at once (under load a Service's creation is the slowest
 // request of a service's start: its cluster IP is allocated), then the HPAs, which name the Deployments.
-func (r *Reconciler) syncChildren(ctx context.Context, ji *v1alpha1.JointInferenceService, want desiredChildren) (syncOutcome, error) {
+func (r *Reconciler) syncChildren(ctx context.Context, ji *v1alpha1.JointInferenceService, want desiredChildren) syncOutcome {
 	syncs := make([]func(*syncOutcome) error, 0, len(want.deployments)+1)
 	for _, d := range want.deployments {
 		keepReplicas := d.Spec.Replicas == nil // the HPA owns the count
@@ -211,29 +249,29 @@ func (r *Reconciler) syncChildren(ctx context.Context, ji *v1alpha1.JointInferen
 			o.Spec.Ports = want.service.Spec.Ports
 		})
 	})
-	out, err := syncAtOnce(syncs)
-	if err != nil {
-		return out, err
+	out := syncAtOnce(syncs)
+	if out.err != nil {
+		return out
 	}
 	for name, h := range want.hpas {
 		if h == nil {
-			if err := r.deleteOwned(ctx, ji, &autoscalingv2.HorizontalPodAutoscaler{}, name); err != nil {
-				return out, err
+			if out.err = r.deleteOwned(ctx, ji, &autoscalingv2.HorizontalPodAutoscaler{}, name); out.err != nil {
+				return out
 			}
 			continue
 		}
-		err := r.syncChild(ctx, ji, h, &autoscalingv2.HorizontalPodAutoscaler{}, &out, func(observed client.Object) {
+		out.err = r.syncChild(ctx, ji, h, &autoscalingv2.HorizontalPodAutoscaler{}, &out, func(observed client.Object) {
 			observed.(*autoscalingv2.HorizontalPodAutoscaler).Spec = *h.Spec.DeepCopy()
 		})
-		if err != nil {
-			return out, err
+		if out.err != nil {
+			return out
 		}
 	}
-	return out, nil
+	return out
 }
 
 // syncAtOnce runs syncs concurrently, each with an outcome of its own, and merges what they found.
-func syncAtOnce(syncs []func(*syncOutcome) error) (syncOutcome, error) {
+func syncAtOnce(syncs []func(*syncOutcome) error) syncOutcome {
 	outs := make([]syncOutcome, len(syncs))
 	errs := make([]error, len(syncs))
 	var wg sync.WaitGroup
@@ -247,7 +285,8 @@ func syncAtOnce(syncs []func(*syncOutcome) error) (syncOutcome, error) {
 		out.conflicts = append(out.conflicts, o.conflicts...)
 		out.removedStale = out.removedStale || o.removedStale
 	}
-	return out, errors.Join(errs...)
+	out.err = errors.Join(errs...)
+	return out
 }
 
 // syncChild makes one child match desired: create it when absent; update it (through apply, which copies the

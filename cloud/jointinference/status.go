@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,8 +16,8 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/conditions"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
-	"github.com/lifeline-edge/lifeline/cloud/workerstatus"
 )
 
 // ConditionReady is true when both workers are available at the service's current generation.
@@ -37,36 +36,10 @@ type workerObservation struct {
 	pods       []corev1.Pod
 }
 
-// observation is both worker Deployments as the cache shows them, with their pods.
-type observation []workerObservation
-
-func (o observation) pods() []*corev1.Pod {
-	var pods []*corev1.Pod
-	for _, w := range o {
-		for i := range w.pods {
-			pods = append(pods, &w.pods[i])
-		}
-	}
-	return pods
-}
-
-func (r *Reconciler) observeWorkers(ctx context.Context, ji *v1alpha1.JointInferenceService) (observation, error) {
-	workers := make(observation, 0, 2)
-	for _, wt := range []string{workerCloud, workerEdge} {
-		obs, err := r.observeWorker(ctx, ji, wt)
-		if err != nil {
-			return nil, err
-		}
-		workers = append(workers, obs)
-	}
-	return workers, nil
-}
-
-// writeStatus computes the status from what the cache shows and patches it when it changed.
-func (r *Reconciler) writeStatus(ctx context.Context, ji *v1alpha1.JointInferenceService, workers observation,
-	views map[string]liveness.View, blocked *problem, outcome syncOutcome, now time.Time) error {
-	status := computeStatus(ji, workers, views, blocked, outcome.conflicts, metav1.NewTime(now))
-	if metrics := liveness.ServiceMetrics(r.Edge.Reports(Kind, ji.Namespace, ji.Name)); metrics != nil {
+// writeStatus computes the status from what the pass observed and patches it when it changed.
+func (r *Reconciler) writeStatus(ctx context.Context, ji *v1alpha1.JointInferenceService, obs observation, blocked *problem, conflicts []string) error {
+	status := computeStatus(ji, obs.workers, obs.views, blocked, conflicts, metav1.NewTime(obs.now))
+	if metrics := edgeaware.ServiceMetrics(r.Edge.Reports(Kind, ji.Namespace, ji.Name)); metrics != nil {
 		status.Metrics = v1alpha1.BoundMetrics(metrics)
 	}
 	if equality.Semantic.DeepEqual(status, ji.Status) {
@@ -218,5 +191,5 @@ func podWorkerStatus(p *corev1.Pod, role v1alpha1.WorkerRole, previous map[strin
 			ws.Message = fmt.Sprintf("container %s exited %d (%s)", c.Name, c.State.Terminated.ExitCode, c.State.Terminated.Reason)
 		}
 	}
-	return workerstatus.Record(ws, p, view, previous[p.Name], now)
+	return edgeaware.Record(ws, p, view, previous[p.Name], now)
 }

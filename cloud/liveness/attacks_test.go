@@ -135,12 +135,12 @@ func TestReportCountsForItsWorkersPod(t *testing.T) {
 	if b.dropped(DropForged) != 1 || b.dropped(DropUnknownPod) != 1 {
 		t.Errorf("%v forged and %v of unknown pods, want 1 and 1", b.dropped(DropForged), b.dropped(DropUnknownPod))
 	}
-	if m := ServiceMetrics(b.tr.Reports("JointInferenceService", "default", "svc")); m != nil {
-		t.Errorf("metrics from another node's or an unknown worker's report: %v", m)
+	if reps := b.tr.Reports("JointInferenceService", "default", "svc"); reps != nil {
+		t.Errorf("kept another node's or an unknown worker's report: %+v", reps)
 	}
 	b.report("edge1", 2, "default", "svc-edge", body("svc-edge", "sedna", "jointinferenceservice", 3), now)
-	if m := ServiceMetrics(b.tr.Reports("JointInferenceService", "default", "svc")); len(m) != 1 || m[0].Value != "3" {
-		t.Errorf("metrics %v, want the report Sedna's library sends (ownerName sedna) counted for svc", m)
+	if n := inferences(b.tr.Reports("JointInferenceService", "default", "svc")); n != 3 {
+		t.Errorf("%v inferences, want the report Sedna's library sends (ownerName sedna) kept for svc", n)
 	}
 	if got := b.tr.Reports("JointInferenceService", "default", "sedna"); got != nil {
 		t.Errorf("reports kept under the body's ownerName: %v", got)
@@ -153,9 +153,18 @@ func TestReportCountsForItsWorkersPod(t *testing.T) {
 		t.Errorf("%v forged, want the ambiguous report dropped too", b.dropped(DropForged))
 	}
 	b.report("edge1", 4, "default", "svc-edge", body("svc-edge", "other", "jointinferenceservice", 5), now)
-	if m := ServiceMetrics(b.tr.Reports("JointInferenceService", "default", "other")); len(m) != 1 || m[0].Value != "5" {
-		t.Errorf("metrics of other %v, want the report that names it", m)
+	if n := inferences(b.tr.Reports("JointInferenceService", "default", "other")); n != 5 {
+		t.Errorf("%v inferences kept for other, want the report that names it", n)
 	}
+}
+
+// inferences is the inferenceNumber of a workload's only report, -1 unless it has exactly one.
+func inferences(reps []Report) float64 {
+	if len(reps) != 1 {
+		return -1
+	}
+	n, _ := reps[0].OwnerInfo["inferenceNumber"].(float64)
+	return n
 }
 
 // The table forgets by the controller's clock: a result stamped with a far-future time by its node is
@@ -277,13 +286,13 @@ func TestReportMetricsAreBounded(t *testing.T) {
 	}
 	info = append(info, `"`+strings.Repeat("k", 1000)+`":1`, `"zlong":"`+strings.Repeat("é", 1000)+`"`, `"znested":{"a":[1,2,3]}`)
 	b.report("edge1", 1, "default", "svc-edge", `{"name":"svc-edge","namespace":"default","ownerName":"svc","ownerKind":"jointinferenceservice","ownerInfo":{`+strings.Join(info, ",")+`}}`, now)
-	m := ServiceMetrics(b.tr.Reports("JointInferenceService", "default", "svc"))
-	if len(m) != maxMetrics {
-		t.Errorf("%d metrics from one report, want %d", len(m), maxMetrics)
+	kept := b.tr.Reports("JointInferenceService", "default", "svc")
+	if len(kept) != 1 || len(kept[0].OwnerInfo) != MaxMetrics {
+		t.Fatalf("%d reports kept, want 1 with %d metrics", len(kept), MaxMetrics)
 	}
-	for _, x := range m {
-		if len(x.Key) > maxMetricKeyLen || len(x.Value) > maxMetricValueLen {
-			t.Errorf("metric %q of %d bytes", x.Key[:10], len(x.Value))
+	for k, v := range kept[0].OwnerInfo {
+		if s, _ := v.(string); len(k) > maxMetricKeyLen || len(s) > maxMetricValueLen {
+			t.Errorf("metric %q of %d bytes", k[:10], len(s))
 		}
 	}
 	var results []string
@@ -294,11 +303,10 @@ func TestReportMetricsAreBounded(t *testing.T) {
 	b.report("edge1", 2, "default", "t0", `{"name":"t0","namespace":"default","ownerName":"job","ownerKind":"default","ownerInfo":{"currentRound":99},"results":[`+
 		strings.Join(results, ",")+`]}`, now)
 	reps := b.tr.Reports("FederatedLearningJob", "default", "job")
-	p := TrainingProgress(reps)
-	if p == nil || p.Round != 99 || len(p.Metrics) != maxMetrics || len(reps[0].Results) != maxResults {
-		t.Errorf("progress %+v from %d results kept, want round 99, %d metrics, %d results", p, len(reps[0].Results), maxMetrics, maxResults)
+	if len(reps) != 1 || reps[0].OwnerInfo["currentRound"] != float64(99) || len(reps[0].Results) != maxResults {
+		t.Fatalf("reports kept %+v, want one of round 99 with %d results", reps, maxResults)
 	}
-	if res := reps[0].Results[0]; len(res.Format) != maxMetricValueLen || len(res.Metrics) != maxMetrics {
+	if res := reps[0].Results[0]; len(res.Format) != maxMetricValueLen || len(res.Metrics) != MaxMetrics {
 		t.Errorf("a result kept with a format of %d bytes and %d metrics", len(res.Format), len(res.Metrics))
 	}
 	before := b.dropped(DropDecode)

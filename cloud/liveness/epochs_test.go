@@ -61,8 +61,8 @@ func TestWipedStateDirIsANewEpoch(t *testing.T) {
 			if v.Truth != TruthAgent || v.State.Phase != lifelinev1.Phase_PHASE_FAILED {
 				t.Errorf("view %+v, want the new epoch's FAILED from the agent", v)
 			}
-			if p := TrainingProgress(b.tr.Reports("FederatedLearningJob", "default", "job")); p == nil || p.Round != 2 {
-				t.Errorf("progress %+v, want the new epoch's round 2", p)
+			if reps := b.tr.Reports("FederatedLearningJob", "default", "job"); len(reps) != 1 || reps[0].OwnerInfo["currentRound"] != float64(2) {
+				t.Errorf("reports %+v, want the new epoch's round 2", reps)
 			}
 			b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u", Seq: 1, Phase: lifelinev1.Phase_PHASE_RUNNING}, now)
 			if got := b.dropped(DropReplayed); got != 1 {

@@ -85,12 +85,15 @@ func checkTable(t *testing.T, tr *Tracker, pods fakePods, now time.Time) {
 	}
 	tr.mu.Unlock()
 	for _, w := range workloads {
-		reps := tr.Reports(w.kind, w.namespace, w.name)
-		if m := ServiceMetrics(reps); len(m) > maxMetrics {
-			t.Errorf("%d metrics", len(m))
-		}
-		if p := TrainingProgress(reps); p != nil && len(p.Metrics) > maxMetrics {
-			t.Errorf("%d progress metrics", len(p.Metrics))
+		for _, r := range tr.Reports(w.kind, w.namespace, w.name) {
+			if len(r.OwnerInfo) > MaxMetrics || len(r.Results) > maxResults {
+				t.Errorf("a report kept with %d metrics and %d results", len(r.OwnerInfo), len(r.Results))
+			}
+			for _, res := range r.Results {
+				if len(res.Metrics) > MaxMetrics {
+					t.Errorf("a result kept with %d metrics", len(res.Metrics))
+				}
+			}
 		}
 	}
 	out := &recordedCommands{}

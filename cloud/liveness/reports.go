@@ -2,15 +2,10 @@ package liveness
 
 import (
 	"encoding/json"
-	"fmt"
-	"math"
 	"sort"
 	"time"
 	"unicode/utf8"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -32,8 +27,8 @@ var ownerKinds = map[string]string{"jointinferenceservice": "JointInferenceServi
 
 // What one report may make the controller keep and write into a workload's status.
 const (
-	// maxMetrics bounds the keys of a report's ownerInfo, of each of its results, and of a status's metrics.
-	maxMetrics = 32
+	// MaxMetrics bounds the keys of a report's ownerInfo and of each of its results; a status shows as many.
+	MaxMetrics = 32
 	// maxMetricKeyLen and maxMetricValueLen bound a metric's key and a text value (longer keys are left out,
 	// longer values cut); a result's format and URL are cut to maxMetricValueLen too.
 	maxMetricKeyLen   = 64
@@ -80,7 +75,7 @@ func (t *Tracker) applyReport(node string, m *lifelinev1.WorkerReport, c checked
 }
 
 // boundMetrics keeps of a report's metrics what a status may show: numbers, texts (cut to maxMetricValueLen)
-// and booleans, under keys of at most maxMetricKeyLen bytes, the first maxMetrics keys in order. Nested values
+// and booleans, under keys of at most maxMetricKeyLen bytes, the first MaxMetrics keys in order. Nested values
 // (lists, objects) are no metrics, unless encode: then they are kept as their JSON text, cut, as Sedna's GM
 // shows a model's list-valued metrics.
 func boundMetrics(in map[string]any, encode bool) map[string]any {
@@ -99,8 +94,8 @@ func boundMetrics(in map[string]any, encode bool) map[string]any {
 		}
 	}
 	sort.Strings(keys)
-	out := make(map[string]any, min(len(keys), maxMetrics))
-	for _, k := range keys[:min(len(keys), maxMetrics)] {
+	out := make(map[string]any, min(len(keys), MaxMetrics))
+	for _, k := range keys[:min(len(keys), MaxMetrics)] {
 		switch v := in[k].(type) {
 		case string:
 			out[k] = truncate(v, maxMetricValueLen)
@@ -135,95 +130,4 @@ func (t *Tracker) Reports(kind, namespace, name string) []Report {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Worker < out[j].Worker })
 	return out
-}
-
-// ServiceMetrics turns the JI edge workers' latest reports into the service's status.metrics (Sedna's
-// inferenceNumber, hardExampleNumber, uploadCloudRatio, ... as reported), summed over workers for numbers; nil
-// when no worker reported.
-func ServiceMetrics(reports []Report) []v1alpha1.Metric {
-	if len(reports) == 0 {
-		return nil
-	}
-	sums, texts := map[string]float64{}, map[string]string{}
-	for _, r := range reports {
-		for k, v := range r.OwnerInfo {
-			if f, ok := v.(float64); ok {
-				sums[k] += f
-			} else {
-				texts[k] = fmt.Sprint(v)
-			}
-		}
-	}
-	var out []v1alpha1.Metric
-	for k, v := range sums {
-		out = append(out, v1alpha1.Metric{Key: k, Value: formatNumber(v)})
-	}
-	for k, v := range texts {
-		if _, isNumber := sums[k]; !isNumber {
-			out = append(out, v1alpha1.Metric{Key: k, Value: v})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out[:min(len(out), maxMetrics)]
-}
-
-// TrainingProgress turns the trainers' latest reports into the job's progress: the highest round a trainer
-// reported (Sedna's ownerInfo.currentRound), that round's numeric metrics — the models' metrics and the
-// sampleCount — averaged over the trainers that reported it, and when the latest report came; nil when no
-// trainer reported a round.
-func TrainingProgress(reports []Report) *v1alpha1.TrainingProgress {
-	var p *v1alpha1.TrainingProgress
-	var latest time.Time
-	rounds := map[int32][]Report{}
-	for _, r := range reports {
-		if r.At.After(latest) {
-			latest = r.At
-		}
-		round, ok := r.OwnerInfo["currentRound"].(float64)
-		if !ok || round < 1 || round > math.MaxInt32 {
-			continue
-		}
-		rounds[int32(round)] = append(rounds[int32(round)], r)
-		if p == nil {
-			p = &v1alpha1.TrainingProgress{}
-		}
-		p.Round = max(p.Round, int32(round))
-	}
-	if p == nil {
-		return nil
-	}
-	at := metav1.NewTime(latest.Truncate(time.Second))
-	p.LastReportTime = &at
-	sums, counts := map[string]float64{}, map[string]int{}
-	add := func(k string, v any) {
-		if f, ok := v.(float64); ok {
-			sums[k] += f
-			counts[k]++
-		}
-	}
-	for _, r := range rounds[p.Round] {
-		add("sampleCount", r.OwnerInfo["sampleCount"])
-		seen := map[string]bool{} // a metric of several model files counts once per trainer: its first
-		for _, res := range r.Results {
-			for k, v := range res.Metrics {
-				if !seen[k] {
-					seen[k] = true
-					add(k, v)
-				}
-			}
-		}
-	}
-	for k, v := range sums {
-		p.Metrics = append(p.Metrics, v1alpha1.Metric{Key: k, Value: formatNumber(v / float64(counts[k]))})
-	}
-	sort.Slice(p.Metrics, func(i, j int) bool { return p.Metrics[i].Key < p.Metrics[j].Key })
-	p.Metrics = p.Metrics[:min(len(p.Metrics), maxMetrics)]
-	return p
-}
-
-func formatNumber(v float64) string {
-	if v == float64(int64(v)) {
-		return fmt.Sprintf("%d", int64(v))
-	}
-	return fmt.Sprintf("%.4g", v)
 }

@@ -1,7 +1,9 @@
 // Package liveness is the controller's view of the edge as its agents report it over MQTT: a table of nodes
-// (online, birth sequence, last heartbeat, whether the node reaches the API server) and of workers (state, seq,
-// last seen), the merge rule that says whose word is the truth for a worker, and the fenced restart commands
-// the controller sends to an agent whose node is cut off from the API server.
+// (online, birth sequence, last heartbeat, whether the node reaches the API server), of workers (state, seq,
+// last seen, latest Sedna report) and of Dataset counts, each message checked against the API server's pods; the
+// merge rule that says whose word is the truth for a worker; and the fenced restart commands the controller sends
+// to an agent whose node is cut off from the API server. The workload controllers read it through
+// cloud/edgeaware.
 package liveness
 
 import (

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -159,8 +158,8 @@ func TestSubscribersGetEveryChangedPod(t *testing.T) {
 	}
 }
 
-// [P-REP-1] Reports reach the table in seq order, and become the workloads' metrics and progress.
-func TestReportsBecomeMetricsAndProgress(t *testing.T) {
+// [P-REP-1] Reports reach the table in seq order, each worker's latest kept for its workload.
+func TestReportsAreKeptInSeqOrder(t *testing.T) {
 	b := newBench(t)
 	tr := b.tr
 	for _, w := range []string{"t0", "t1", "t2"} {
@@ -185,9 +184,14 @@ func TestReportsBecomeMetricsAndProgress(t *testing.T) {
 	report(2, "t1", fmt.Sprintf(fl, "t1", 9, 0.0))         // replayed: an old seq
 	report(4, "t1", fmt.Sprintf(fl, "t2", 9, 0.0))         // body names another worker
 	report(5, "t3", `{"name":"t3","namespace":"default"}`) // no pod of this worker
-	p := TrainingProgress(tr.Reports("FederatedLearningJob", "default", "job"))
-	if want := []v1alpha1.Metric{{Key: "loss", Value: "0.2"}, {Key: "sampleCount", Value: "30"}}; p == nil || p.Round != 2 || !reflect.DeepEqual(p.Metrics, want) {
-		t.Errorf("progress %+v, want round 2 with loss 0.2 (the mean of the round's reports) and sampleCount 30", p)
+	loss := map[string]any{}
+	for _, r := range tr.Reports("FederatedLearningJob", "default", "job") {
+		if len(r.Results) == 1 && r.OwnerInfo["currentRound"] == float64(2) {
+			loss[r.Worker] = r.Results[0].Metrics["loss"]
+		}
+	}
+	if want := map[string]any{"t0": 0.3, "t1": 0.1}; !reflect.DeepEqual(loss, want) {
+		t.Errorf("kept the losses %v of round 2, want %v: each worker's latest report, no replayed or forged one", loss, want)
 	}
 	if got := testutil.ToFloat64(tr.dropped.WithLabelValues(DropReplayed)) + testutil.ToFloat64(tr.dropped.WithLabelValues(DropForged)) +
 		testutil.ToFloat64(tr.dropped.WithLabelValues(DropUnknownPod)); got != 3 {
@@ -195,10 +199,9 @@ func TestReportsBecomeMetricsAndProgress(t *testing.T) {
 	}
 	report(6, "svc-edge", `{"name":"svc-edge","namespace":"default","ownerName":"sedna","ownerKind":"jointinferenceservice","kind":"inference","results":[],`+
 		`"ownerInfo":{"inferenceNumber":40,"hardExampleNumber":12,"uploadCloudRatio":0.3}}`)
-	m := ServiceMetrics(tr.Reports("JointInferenceService", "default", "svc"))
-	want := []v1alpha1.Metric{{Key: "hardExampleNumber", Value: "12"}, {Key: "inferenceNumber", Value: "40"}, {Key: "uploadCloudRatio", Value: "0.3"}}
-	if fmt.Sprint(m) != fmt.Sprint(want) {
-		t.Errorf("metrics %v, want %v", m, want)
+	reps := tr.Reports("JointInferenceService", "default", "svc")
+	if len(reps) != 1 || reps[0].Worker != "svc-edge" || reps[0].OwnerInfo["uploadCloudRatio"] != 0.3 {
+		t.Errorf("reports of svc %+v, want the edge worker's (its body's ownerName is Sedna's default)", reps)
 	}
 }
 
@@ -324,44 +327,6 @@ func TestBirthSaysTheNewSessionsReach_P_HB_1(t *testing.T) {
 	b.birth("edge-1", 3, "s", now.Add(3*time.Second))
 	if !reach() {
 		t.Error("a birth that says nothing changed the node's last word")
-	}
-}
-
-// [P-HEAL-2] Cut off from everything, the agent healed a failed trainer alone; when the broker is back its
-// replay brings the dead state and the local result of the same death. No command follows for that death, and
-// the agent's answer to one sent before the result arrived (a duplicate) is no Warning.
-func TestADeathHealedOfflineGetsNoCommandNorWarning_P_HEAL_2(t *testing.T) {
-	b := newBench(t)
-	now := time.Unix(1000, 0)
-	pod := b.addPod("edge1", "default", "w", "u1")
-	b.cutOff("edge1", now)
-	b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u1", Seq: 7, Episode: 7, Phase: lifelinev1.Phase_PHASE_FAILED}, now)
-	b.result("edge1", &lifelinev1.CommandResult{CommandId: "local/u1/1", Outcome: lifelinev1.Outcome_OUTCOME_DONE, Namespace: "default",
-		Pod: "w", PodUid: "u1", Local: true, Epoch: 7, BirthSeq: 1}, now)
-	if id, err := b.tr.HealDead(b.out, pod, b.tr.ViewOf(pod, false, now), now); id != "" || err != nil {
-		t.Errorf("command %q (%v) sent for a death the agent healed", id, err)
-	}
-
-	// A death of the next episode, commanded before the agent's answer that it had acted already.
-	b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u1", Seq: 9, Episode: 9, Phase: lifelinev1.Phase_PHASE_FAILED}, now)
-	id, err := b.tr.HealDead(b.out, pod, b.tr.ViewOf(pod, false, now), now.Add(time.Minute))
-	if id == "" || err != nil {
-		t.Fatalf("no command for a new death: %v", err)
-	}
-	b.result("edge1", &lifelinev1.CommandResult{CommandId: id, Outcome: lifelinev1.Outcome_OUTCOME_DUPLICATE, Namespace: "default",
-		Pod: "w", PodUid: "u1", Message: "the agent already acted on episode 9 of the worker", BirthSeq: 1}, now.Add(time.Minute))
-	events, err := (&Edge{Tracker: b.tr}).Act([]*corev1.Pod{pod}, map[string]View{}, now.Add(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ev := range events {
-		if ev.Type == corev1.EventTypeWarning {
-			t.Errorf("Warning %s: %s", ev.Reason, ev.Message)
-		}
-	}
-	if len(events) != 1 || events[0].Reason != ReasonRestartedOffline || events[0].Node != "edge1" ||
-		events[0].RelatedNode().GetName() != "edge1" {
-		t.Errorf("events %+v, want the offline heal only, related to its node", events)
 	}
 }
 

@@ -35,6 +35,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/broker"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/datasetstatus"
+	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
@@ -89,7 +90,7 @@ type Options struct {
 	ConcurrentReconciles int
 	// ReportStatusPeriod is how long a workload's status write waits after one of its workers reported, folding
 	// the reports that arrive meanwhile; zero: at once, as a duration's zero means wherever Lifeline takes one
-	// (the controller's flag defaults to liveness.DefaultReportPeriod).
+	// (the controller's flag defaults to edgeaware.DefaultReportPeriod).
 	ReportStatusPeriod time.Duration
 	// Restartable lets one process build the manager more than once (controller names are otherwise unique
 	// per process), for tests that stop and start the controller.
@@ -262,7 +263,7 @@ func must(r *labels.Requirement, err error) labels.Requirement {
 
 // addEdge adds the liveness tracker and the broker session (embedded broker, or an external broker's client) to
 // the manager; nil when neither is configured.
-func addEdge(mgr ctrl.Manager, opts Options, st *startState) (*liveness.Edge, error) {
+func addEdge(mgr ctrl.Manager, opts Options, st *startState) (*edgeaware.Edge, error) {
 	if opts.MQTTAddress == "" && opts.MQTTBrokerURL == "" {
 		return nil, nil
 	}
@@ -307,7 +308,7 @@ func addEdge(mgr ctrl.Manager, opts Options, st *startState) (*liveness.Edge, er
 		Now: now, Log: mgr.GetLogger().WithName("nodecondition")}); err != nil {
 		return nil, err
 	}
-	return &liveness.Edge{Tracker: tracker, Commands: s, Nodes: mgr.GetClient(), ReportPeriod: max(opts.ReportStatusPeriod, 0)}, nil
+	return &edgeaware.Edge{Tracker: tracker, Commands: s, Nodes: mgr.GetClient(), ReportPeriod: max(opts.ReportStatusPeriod, 0)}, nil
 }
 
 // openSession connects to the external broker, or starts the embedded one.

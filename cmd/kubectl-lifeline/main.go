@@ -27,9 +27,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
-	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/nodecondition"
 )
 
@@ -191,7 +191,7 @@ func read(ctx context.Context, kube client.Client, namespace string, withNodes b
 // hour by default). Nil when the user may not list Events: the view shows the rest.
 func readHeals(ctx context.Context, kube client.Client, namespace string) map[string]int {
 	heals := map[string]int{}
-	for _, reason := range []string{liveness.ReasonRestartedByAgent, liveness.ReasonRestartedOffline} {
+	for _, reason := range []string{edgeaware.ReasonRestartedByAgent, edgeaware.ReasonRestartedOffline} {
 		events := &eventsv1.EventList{}
 		opts := []client.ListOption{client.MatchingFields{"reason": reason}}
 		if namespace != "" {

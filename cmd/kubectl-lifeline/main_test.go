@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/nodecondition"
 	"github.com/lifeline-edge/lifeline/test/cluster"
@@ -128,9 +129,9 @@ func TestPluginPrintsTheFleetFromTheAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	heal("offline", liveness.ReasonRestartedOffline, 0)
-	heal("commanded", liveness.ReasonRestartedByAgent, 2)
-	heal("sent", liveness.ReasonRestartCommandSent, 0)
+	heal("offline", edgeaware.ReasonRestartedOffline, 0)
+	heal("commanded", edgeaware.ReasonRestartedByAgent, 2)
+	heal("sent", edgeaware.ReasonRestartCommandSent, 0)
 
 	var out bytes.Buffer
 	if err := run(ctx, []string{"nodes", "--kubeconfig", kubeconfig}, &out, nil); err != nil {

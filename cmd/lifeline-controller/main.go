@@ -23,8 +23,8 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/broker"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/federatedlearning"
-	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
 	"github.com/lifeline-edge/lifeline/cmd/internal/flagcheck"
 	"github.com/lifeline-edge/lifeline/cmd/internal/logflags"
@@ -139,7 +139,7 @@ func bindFlags(fs *flag.FlagSet) *config {
 	fs.StringVar(&c.selector, "selector", "", "label selector of the JointInferenceServices and FederatedLearningJobs Lifeline reconciles; empty: all")
 	fs.IntVar(&opts.ConcurrentReconciles, "concurrent-reconciles", manager.DefaultConcurrentReconciles,
 		"JointInferenceServices, and FederatedLearningJobs, reconciled at once (never one twice)")
-	fs.DurationVar(&opts.ReportStatusPeriod, "report-status-period", liveness.DefaultReportPeriod,
+	fs.DurationVar(&opts.ReportStatusPeriod, "report-status-period", edgeaware.DefaultReportPeriod,
 		"how long a workload's status write waits after its workers reported, so the reports meanwhile cost one write; 0: at once")
 	c.memoryFraction = memlimit.FractionFlag(fs)
 	logflags.Bind(fs, &c.log)

@@ -25,6 +25,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
@@ -78,8 +79,8 @@ func (e *EdgeAware) Ingest(t testing.TB, topic lifelinev1.Topic, msg proto.Messa
 }
 
 // RunEdgeAware stops the package's controller and runs instead, until the test ends, the one controller setup
-// registers, edge-aware: its liveness.Edge has a tracker no broker feeds, and keeps the commands.
-func (e *Env) RunEdgeAware(t testing.TB, setup func(mgr ctrl.Manager, edge *liveness.Edge) error) *EdgeAware {
+// registers, edge-aware: its edgeaware.Edge has a tracker no broker feeds, and keeps the commands.
+func (e *Env) RunEdgeAware(t testing.TB, setup func(mgr ctrl.Manager, edge *edgeaware.Edge) error) *EdgeAware {
 	t.Helper()
 	scheme, err := manager.Scheme()
 	if err != nil {
@@ -106,7 +107,7 @@ func (e *Env) RunEdgeAware(t testing.TB, setup func(mgr ctrl.Manager, edge *live
 		t.Fatal(err)
 	}
 	ea := &EdgeAware{Tracker: tracker}
-	if err := setup(mgr, &liveness.Edge{Tracker: tracker, Commands: ea, Nodes: mgr.GetClient()}); err != nil {
+	if err := setup(mgr, &edgeaware.Edge{Tracker: tracker, Commands: ea, Nodes: mgr.GetClient()}); err != nil {
 		t.Fatal(err)
 	}
 	e.StopController()

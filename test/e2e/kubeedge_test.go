@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 )
@@ -202,10 +203,10 @@ func TestOneDeathOnACutOffNodeGetsOneCommand(t *testing.T) {
 		return s.WorkerRunning("edge1", "default", trainer+"-edge1", "train-worker"), nil
 	})
 	time.Sleep(3 * time.Second) // a late second command would have been sent by now
-	if n := eventCount(t, job, liveness.ReasonRestartCommandSent); n != 1 {
+	if n := eventCount(t, job, edgeaware.ReasonRestartCommandSent); n != 1 {
 		t.Errorf("%d commands for one death, want 1", n)
 	}
-	if n := eventCount(t, job, liveness.ReasonRestartedByAgent) + eventCount(t, job, liveness.ReasonRestartedOffline); n != 1 {
+	if n := eventCount(t, job, edgeaware.ReasonRestartedByAgent) + eventCount(t, job, edgeaware.ReasonRestartedOffline); n != 1 {
 		t.Errorf("%d rebuilds by the agent for one death, want 1", n)
 	}
 }
@@ -242,7 +243,7 @@ func TestExitZeroOnACutOffNodeTheNodeRestartsAJIWorkerAndAnFLTrainerCompletes(t 
 	})
 	time.Sleep(5 * time.Second) // past the agent's wait for the controller: an action would have been taken
 	for _, o := range []client.Object{ji, job} {
-		for _, reason := range []string{liveness.ReasonRestartCommandSent, liveness.ReasonRestartedByAgent, liveness.ReasonRestartedOffline} {
+		for _, reason := range []string{edgeaware.ReasonRestartCommandSent, edgeaware.ReasonRestartedByAgent, edgeaware.ReasonRestartedOffline} {
 			if n := eventCount(t, o, reason); n != 0 {
 				t.Errorf("%d %s Events for %s, which its node restarts or which completed", n, reason, o.GetName())
 			}

@@ -21,9 +21,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
-	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/nodecondition"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/sim"
@@ -150,7 +150,7 @@ func TestCutOffFromTheAPIServerTheAgentReportsAndTheNodeRestarts(t *testing.T) {
 	if !s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") {
 		t.Error("the status says Alive but the little model's process does not run")
 	}
-	if hasEvent(context.Background(), ji, liveness.ReasonRestartCommandSent) {
+	if hasEvent(context.Background(), ji, edgeaware.ReasonRestartCommandSent) {
 		t.Error("a command was sent for a worker its node restarts by itself")
 	}
 	if n := edgePods(t); n != 1 {
@@ -203,7 +203,7 @@ func TestCutOffFromEverythingTheAgentHealsByPolicy(t *testing.T) {
 		return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") && !s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
 	})
 	eventually(t, within, "the RestartedOffline event on the node, from the journal's replay", func(ctx context.Context) (bool, error) {
-		return hasEventOn(ctx, ji, liveness.ReasonRestartedOffline, edgeNode), nil
+		return hasEventOn(ctx, ji, edgeaware.ReasonRestartedOffline, edgeNode), nil
 	})
 	if n := edgePods(t); n != 1 {
 		t.Errorf("%d edge worker pods, want exactly 1", n)
@@ -365,7 +365,7 @@ func TestForgedReplayedAndGarbageMessagesChangeNothing(t *testing.T) {
 	if w.Liveness != v1alpha1.LivenessAlive || w.Source != v1alpha1.StatusSourceAgent || w.Restarts != 0 {
 		t.Errorf("the edge worker's status changed: %+v", w)
 	}
-	if hasEvent(context.Background(), ji, liveness.ReasonRestartCommandSent) {
+	if hasEvent(context.Background(), ji, edgeaware.ReasonRestartCommandSent) {
 		t.Error("a restart command was sent on forged input")
 	}
 }
@@ -463,7 +463,7 @@ func TestLostPodIsRebuiltAsAStaticPodAndHandedBack(t *testing.T) {
 		return s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
 	})
 	eventually(t, within, "the rebuild told in Events", func(ctx context.Context) (bool, error) {
-		return hasEvent(ctx, ji, liveness.ReasonRestartCommandSent) && hasEvent(ctx, ji, liveness.ReasonRestartedByAgent), nil
+		return hasEvent(ctx, ji, edgeaware.ReasonRestartCommandSent) && hasEvent(ctx, ji, edgeaware.ReasonRestartedByAgent), nil
 	})
 	s.RestoreAPI(edgeNode)
 	eventually(t, within, "the worker back in its own pod, the static pod gone", func(context.Context) (bool, error) {

@@ -1,6 +1,4 @@
-// Package workerstatus builds the per-worker status records (status.workers[]) that both controllers keep, from
-// what the API server reports of a worker pod and what the node's agent says of it.
-package workerstatus
+package edgeaware
 
 import (
 	corev1 "k8s.io/api/core/v1"

@@ -1,4 +1,4 @@
-package liveness
+package edgeaware
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -15,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -37,7 +37,7 @@ func (p podsByName) List(context.Context, client.ObjectList, ...client.ListOptio
 func TestSourceFoldsReportsAndNeverDelaysLiveness(t *testing.T) {
 	b := newBench(t)
 	pod := b.addPod("edge1", "default", "svc-edge-x", "e")
-	b.pods[podRef{"default", "svc-edge-x"}] = PodInfo{Node: "edge1", UID: "e", Worker: "svc-edge", OwnerKind: "JointInferenceService", OwnerName: "svc"}
+	b.pods[podRef{"default", "svc-edge-x"}] = liveness.PodInfo{Node: "edge1", UID: "e", Worker: "svc-edge", OwnerKind: "JointInferenceService", OwnerName: "svc"}
 	now := time.Unix(1000, 0)
 	b.birth("edge1", 1, "s", now)
 
@@ -66,9 +66,8 @@ func TestSourceFoldsReportsAndNeverDelaysLiveness(t *testing.T) {
 	}
 
 	for seq := uint64(1); seq <= 5; seq++ {
-		payload, _ := proto.Marshal(&lifelinev1.WorkerReport{Namespace: "default", Worker: "svc-edge", Seq: seq,
-			Body: []byte(`{"name":"svc-edge","namespace":"default","ownerName":"svc","ownerKind":"jointinferenceservice","kind":"inference"}`)})
-		b.tr.Ingest("lifeline/v1/c/nodes/edge1/reports", payload, now)
+		b.report("edge1", &lifelinev1.WorkerReport{Namespace: "default", Worker: "svc-edge", Seq: seq,
+			Body: []byte(`{"name":"svc-edge","namespace":"default","ownerName":"svc","ownerKind":"jointinferenceservice","kind":"inference"}`)}, now)
 	}
 	time.Sleep(100 * time.Millisecond) // delivery is asynchronous: give it the time to (wrongly) queue at once
 	waitLen(0)
@@ -91,7 +90,7 @@ func TestCutOffLivenessJumpsTheQueue(t *testing.T) {
 		t.Run(fmt.Sprintf("cut off %v", cutOff), func(t *testing.T) {
 			b := newBench(t)
 			pod := b.addPod("edge1", "default", "svc-edge-x", "e")
-			b.pods[podRef{"default", "svc-edge-x"}] = PodInfo{Node: "edge1", UID: "e", Worker: "svc-edge", OwnerKind: "JointInferenceService", OwnerName: "svc"}
+			b.pods[podRef{"default", "svc-edge-x"}] = liveness.PodInfo{Node: "edge1", UID: "e", Worker: "svc-edge", OwnerKind: "JointInferenceService", OwnerName: "svc"}
 			now := time.Now() // SpeaksFor asks whether the agent is heard now
 			b.birth("edge1", 1, "s", now)
 			b.heartbeat("edge1", 1, 1, !cutOff, now)

@@ -1,4 +1,4 @@
-package workerstatus
+package edgeaware
 
 import (
 	"testing"
@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
@@ -34,11 +35,11 @@ func TestRecord(t *testing.T) {
 		{"the agent's word: its phase, the higher restarts, when it was heard",
 			liveness.View{Truth: liveness.TruthAgent, SeenAt: seen, State: &lifelinev1.WorkerState{Phase: lifelinev1.Phase_PHASE_FAILED, Restarts: 3}}, alive,
 			v1alpha1.WorkerStatus{Name: "w", Node: "edge-1", Phase: "Failed", Liveness: v1alpha1.LivenessDead, Restarts: 3,
-				Source: v1alpha1.StatusSourceAgent, LastSeen: ptr(metav1.NewTime(seen)), LastTransitionTime: &now}},
+				Source: v1alpha1.StatusSourceAgent, LastSeen: ptr.To(metav1.NewTime(seen)), LastTransitionTime: &now}},
 		{"the agent's word that the pod is gone", liveness.View{Truth: liveness.TruthAgent, SeenAt: seen,
 			State: &lifelinev1.WorkerState{Phase: lifelinev1.Phase_PHASE_GONE}}, alive,
 			v1alpha1.WorkerStatus{Name: "w", Node: "edge-1", Phase: "Gone", Liveness: v1alpha1.LivenessDead, Restarts: 2,
-				Source: v1alpha1.StatusSourceAgent, LastSeen: ptr(metav1.NewTime(seen)), LastTransitionTime: &now}},
+				Source: v1alpha1.StatusSourceAgent, LastSeen: ptr.To(metav1.NewTime(seen)), LastTransitionTime: &now}},
 		{"no one's word: unknown, not ready", liveness.View{Truth: liveness.TruthUnknown}, alive,
 			v1alpha1.WorkerStatus{Name: "w", Node: "edge-1", Phase: "Running", Liveness: v1alpha1.LivenessUnknown, Restarts: 2,
 				Source: v1alpha1.StatusSourceNone, LastSeen: &ready, LastTransitionTime: &now}},
@@ -51,5 +52,3 @@ func TestRecord(t *testing.T) {
 		})
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

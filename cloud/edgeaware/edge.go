@@ -1,4 +1,7 @@
-package liveness
+// Package edgeaware is what a workload controller knows of the edge: the view of each of its worker pods (the API
+// server's word or the node's agent's), the commands that heal a worker on a cut-off node, the wake-ups of its
+// workers' reports, the Sedna reports shaped into status, and the worker record both controllers keep.
+package edgeaware
 
 import (
 	"context"
@@ -17,14 +20,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/lifeline-edge/lifeline/cloud/coalesce"
+	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 // Edge is what a workload controller uses of the liveness side: the views of its worker pods, the restart
 // commands, and the source of its wake-ups. A nil *Edge means "API server only".
 type Edge struct {
-	Tracker  *Tracker
-	Commands Commands
+	Tracker  *liveness.Tracker
+	Commands liveness.Commands
 	// Nodes reads Node objects (the manager's cache).
 	Nodes client.Reader
 	// ReportPeriod is how long a workload's pass waits after one of its workers reported (or its Dataset was
@@ -55,11 +59,11 @@ func addFirst(q workqueue.TypedRateLimitingInterface[reconcile.Request], reqs []
 const DefaultReportPeriod = 10 * time.Second
 
 // Views returns the view of each pod by name; nil without a tracker.
-func (e *Edge) Views(ctx context.Context, pods []*corev1.Pod, now time.Time) map[string]View {
+func (e *Edge) Views(ctx context.Context, pods []*corev1.Pod, now time.Time) map[string]liveness.View {
 	if e == nil || e.Tracker == nil {
 		return nil
 	}
-	out := make(map[string]View, len(pods))
+	out := make(map[string]liveness.View, len(pods))
 	ready := map[string]bool{}
 	for _, p := range pods {
 		if p == nil || p.Spec.NodeName == "" {
@@ -110,7 +114,7 @@ const (
 
 // Act sends the commands the views call for, and returns as Events, for the workload of pods, what the agents
 // reported doing to them since the last call and the commands sent now.
-func (e *Edge) Act(pods []*corev1.Pod, views map[string]View, now time.Time) ([]Event, error) {
+func (e *Edge) Act(pods []*corev1.Pod, views map[string]liveness.View, now time.Time) ([]Event, error) {
 	if e == nil || e.Tracker == nil {
 		return nil, nil
 	}
@@ -186,7 +190,7 @@ func (e *Edge) Source(pods client.Reader, podOwner handler.MapFunc, ownerKind st
 }
 
 // Reports returns the latest report of each worker of a workload; nil without a tracker.
-func (e *Edge) Reports(kind, namespace, name string) []Report {
+func (e *Edge) Reports(kind, namespace, name string) []liveness.Report {
 	if e == nil || e.Tracker == nil {
 		return nil
 	}
@@ -195,9 +199,9 @@ func (e *Edge) Reports(kind, namespace, name string) []Report {
 
 // DatasetSamples returns the latest count of a Dataset's samples by the agent of its node; false without a
 // tracker or a count.
-func (e *Edge) DatasetSamples(namespace, name string) (DatasetCount, bool) {
+func (e *Edge) DatasetSamples(namespace, name string) (liveness.DatasetCount, bool) {
 	if e == nil || e.Tracker == nil {
-		return DatasetCount{}, false
+		return liveness.DatasetCount{}, false
 	}
 	return e.Tracker.DatasetSamples(namespace, name)
 }
