@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/pkitest"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 const (
@@ -26,7 +26,7 @@ const (
 // helmBinary is the pinned helm that make tools builds beside the control plane's binaries.
 func helmBinary(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv(cluster.BinDirEnv)
+	dir := os.Getenv(harness.BinDirEnv)
 	if dir == "" {
 		dir = filepath.Join("..", "bin")
 	}
@@ -132,7 +132,7 @@ func mustObject[T any](t *testing.T, objs []*unstructured.Unstructured, kind, na
 // testCA writes a self-signed CA certificate in PEM, standing for KubeEdge's, and returns its path and text.
 func testCA(t *testing.T, cn string) (string, string) {
 	t.Helper()
-	text := string(pkitest.NewCA(t, cn).PEM())
+	text := string(testkit.NewCA(t, cn).PEM())
 	path := filepath.Join(t.TempDir(), "ca.crt")
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)

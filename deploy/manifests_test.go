@@ -30,14 +30,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 
-	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
-var controlPlane *cluster.ControlPlane
+var controlPlane *harness.ControlPlane
 
 func TestMain(m *testing.M) {
-	os.Exit(cluster.RunTests(m, cluster.Options{WithoutControllerManager: true, WithoutScheduler: true, CRDDirs: []string{"crds"}},
-		func(cp *cluster.ControlPlane) error { controlPlane = cp; return nil }))
+	os.Exit(harness.RunTests(m, harness.ControlPlaneOptions{WithoutControllerManager: true, WithoutScheduler: true, CRDDirs: []string{"crds"}},
+		func(cp *harness.ControlPlane) error { controlPlane = cp; return nil }))
 }
 
 // applyObjects server-side applies objs, as kubectl apply --server-side does.
@@ -119,7 +119,7 @@ func verifiesFor(cert *x509.Certificate, caPEM, addr string) error {
 // TestInstall installs the chart with helm on a real API server, upgrades it, and checks what the identities it
 // creates may and may not do; then it does the same with the plain manifests, server-side applied.
 func TestInstall(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	client := kubernetes.NewForConfigOrDie(controlPlane.Config)
 	kubeedgeCA, _ := testCA(t, "kubeedge")
 	install := func(address string) {
@@ -288,7 +288,7 @@ func TestControllerRunsConfined(t *testing.T) {
 		t.Run(name, func(t *testing.T) { checkControllerConfined(t, objs) })
 	}
 
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	_, np := controllerManifests(t, plain)
 	applyObjects(t, manifestsFile, []*unstructured.Unstructured{plain[0], findObject(t, plain, "NetworkPolicy", np.Name)})
 	got, err := kubernetes.NewForConfigOrDie(controlPlane.Config).NetworkingV1().NetworkPolicies(np.Namespace).

@@ -25,8 +25,8 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/fixtures"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 const controllerUser = "system:serviceaccount:" + namespace + ":lifeline-controller"
@@ -114,7 +114,7 @@ func TestStolenControllerTokenCannotReadKubeEdgesSecrets(t *testing.T) {
 		t.Errorf("controller args %v: --namespaces without controller.namespaces", c.Args)
 	}
 
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ctx := context.Background()
 	kube := kubernetes.NewForConfigOrDie(controlPlane.Config)
 	for _, ns := range []string{namespace, "team-a", "team-b", "kubeedge"} {
@@ -187,7 +187,7 @@ func TestStolenControllerTokenCannotReadKubeEdgesSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	ji := &v1alpha1.JointInferenceService{}
-	if err := fixtures.LoadObject("joint-inference.yaml", fixtures.DefaultVars, ji); err != nil {
+	if err := testkit.LoadObject("joint-inference.yaml", testkit.DefaultVars, ji); err != nil {
 		t.Fatal(err)
 	}
 	ji.Namespace = "team-a"

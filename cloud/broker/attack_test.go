@@ -22,7 +22,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/edge/reportapi"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
-	"github.com/lifeline-edge/lifeline/test/poll"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 const dropped = "lifeline_liveness_dropped_total"
@@ -99,7 +99,7 @@ func TestOversizedConnectIsRefusedBeforeItIsRead(t *testing.T) {
 	if grew := after.TotalAlloc - before.TotalAlloc; grew > 8<<20 {
 		t.Errorf("the process allocated %d MiB for an oversized CONNECT", grew>>20)
 	}
-	poll.Until(t, 5*time.Second, "the oversized packet counted", func() bool { return r.count(dropped, RefusedTooLarge) == 1 })
+	testkit.Until(t, 5*time.Second, "the oversized packet counted", func() bool { return r.count(dropped, RefusedTooLarge) == 1 })
 }
 
 // A connection that never completes its CONNECT (silent, or trickling a partial one) would hold its memory
@@ -120,7 +120,7 @@ func TestConnectionWithoutConnectIsClosedAtTheDeadline(t *testing.T) {
 			t.Fatalf("connection %d without a CONNECT is still open", i)
 		}
 	}
-	poll.Until(t, 5*time.Second, "three timeouts counted", func() bool { return r.count(dropped, RefusedConnectTimeout) == 3 })
+	testkit.Until(t, 5*time.Second, "three timeouts counted", func() bool { return r.count(dropped, RefusedConnectTimeout) == 3 })
 
 	agent, err := r.connect("edge1", "pw1", "")
 	if err != nil {
@@ -151,10 +151,10 @@ func TestAnotherNodesClientIDIsRefusedAndTheVictimStaysConnected_P_AUTH_4(t *tes
 			t.Errorf("edge2 was admitted with client id %q", id)
 		}
 	}
-	poll.Until(t, 5*time.Second, "two refusals counted", func() bool { return r.count(dropped, RefusedClientID) == 2 })
+	testkit.Until(t, 5*time.Second, "two refusals counted", func() bool { return r.count(dropped, RefusedClientID) == 2 })
 	hb := lifelinev1.NodeTopic("c", "edge1", lifelinev1.KindHeartbeat).String()
 	publish(t, victim, 1, hb, &lifelinev1.Heartbeat{BirthSeq: 1, Seq: 1})
-	poll.Until(t, 5*time.Second, "the victim's heartbeat delivered", func() bool { return delivered(hb) == 1 })
+	testkit.Until(t, 5*time.Second, "the victim's heartbeat delivered", func() bool { return delivered(hb) == 1 })
 	if lost.Load() || !victim.IsConnectionOpen() {
 		t.Error("the victim lost its session")
 	}
@@ -207,7 +207,7 @@ func TestEmbeddedBrokerRetainsNothing_P_RETAIN_2(t *testing.T) {
 			topic = lifelinev1.WorkerTopic("c", "edge1", "default", "w").String()
 		}
 		edge1.Publish(topic, 1, true, []byte{0x08, 0x01}).WaitTimeout(5 * time.Second)
-		poll.Until(t, 5*time.Second, topic+" delivered", func() bool { return delivered(topic) == 1 })
+		testkit.Until(t, 5*time.Second, topic+" delivered", func() bool { return delivered(topic) == 1 })
 		published = append(published, topic)
 	}
 	if n := r.count(dropped, RefusedRetain); n != 3 {
@@ -221,7 +221,7 @@ func TestEmbeddedBrokerRetainsNothing_P_RETAIN_2(t *testing.T) {
 	if !r.broker.CloseNode("edge2") {
 		t.Fatal("edge2 had no session to end")
 	}
-	poll.Until(t, 5*time.Second, "edge2's will delivered", func() bool { return delivered(death) == 1 })
+	testkit.Until(t, 5*time.Second, "edge2's will delivered", func() bool { return delivered(death) == 1 })
 	for _, topic := range append(published, death) {
 		if r.retained(topic) {
 			t.Errorf("%s retained", topic)
@@ -243,7 +243,7 @@ func TestOversizedPublishIsRefused_P_RETAIN_1(t *testing.T) {
 	hb := lifelinev1.NodeTopic("c", "edge1", lifelinev1.KindHeartbeat).String()
 	edge1.Publish(worker, 1, true, make([]byte, maxPayload[lifelinev1.KindWorkerState]+1)).WaitTimeout(5 * time.Second)
 	edge1.Publish(hb, 1, false, make([]byte, 300)).WaitTimeout(5 * time.Second)
-	poll.Until(t, 5*time.Second, "two oversized payloads counted", func() bool { return r.count(dropped, RefusedTooLarge) == 2 })
+	testkit.Until(t, 5*time.Second, "two oversized payloads counted", func() bool { return r.count(dropped, RefusedTooLarge) == 2 })
 
 	body, err := json.Marshal(map[string]string{"name": "w", "namespace": "default", "ownerKind": "jointinferenceservice", "ownerName": "ji"})
 	if err != nil {
@@ -257,7 +257,7 @@ func TestOversizedPublishIsRefused_P_RETAIN_1(t *testing.T) {
 		ReceivedUnixNano: time.Now().UnixNano(), BirthSeq: 1 << 60})
 	reports := lifelinev1.NodeTopic("c", "edge1", lifelinev1.KindReport).String()
 	edge1.Publish(reports, 1, false, report).WaitTimeout(5 * time.Second)
-	poll.Until(t, 5*time.Second, "the largest legal report delivered", func() bool { return delivered(reports) == 1 })
+	testkit.Until(t, 5*time.Second, "the largest legal report delivered", func() bool { return delivered(reports) == 1 })
 	if delivered(worker) != 0 || r.retained(worker) || delivered(hb) != 0 || !edge1.IsConnectionOpen() {
 		t.Error("an oversized payload was delivered or retained, or ended the session")
 	}

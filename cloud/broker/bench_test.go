@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
-	"github.com/lifeline-edge/lifeline/test/poll"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // benchAgents is how many well-behaved agents stay connected through every attack.
@@ -121,7 +121,7 @@ func BenchmarkBrokerUnderAttack(b *testing.B) {
 				}
 				conns = append(conns, c)
 			}
-			poll.Until(b, 5*time.Second, "the connections accepted or evicted", func() bool {
+			testkit.Until(b, 5*time.Second, "the connections accepted or evicted", func() bool {
 				return r.broker.listener.open()+int(r.refused(RefusedPreAuthEvicted)) == benchAgents+1000
 			})
 			attackHeap := heapMiB()
@@ -175,7 +175,7 @@ func BenchmarkBrokerUnderAttack(b *testing.B) {
 			_, attackP99 := r.publishLatency(b, 300)
 			wg.Wait()
 			attackHeap := heapMiB()
-			poll.Until(b, 5*time.Second, "every garbage connection counted", func() bool {
+			testkit.Until(b, 5*time.Second, "every garbage connection counted", func() bool {
 				return r.refused(RefusedMalformed, RefusedTooLarge) >= float64(made.Load())
 			})
 			report(b, "2,000 connections sending 1 KiB of garbage", idleHeap, attackHeap, idleP99, attackP99, map[string]float64{
@@ -211,7 +211,7 @@ func BenchmarkBrokerUnderAttack(b *testing.B) {
 			wg.Wait()
 			runtime.ReadMemStats(&after)
 			attackHeap := heapMiB()
-			poll.Until(b, 5*time.Second, "every oversized CONNECT counted", func() bool { return r.refused(RefusedTooLarge) == 200 })
+			testkit.Until(b, 5*time.Second, "every oversized CONNECT counted", func() bool { return r.refused(RefusedTooLarge) == 200 })
 			report(b, "200 CONNECTs announcing 48 MiB", idleHeap, attackHeap, idleP99, attackP99, map[string]float64{
 				"allocated-KiB-per-attack": float64(after.TotalAlloc-before.TotalAlloc) / 200 / (1 << 10),
 				"refused-too-large":        r.refused(RefusedTooLarge),

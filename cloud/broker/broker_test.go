@@ -17,7 +17,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
-	"github.com/lifeline-edge/lifeline/test/poll"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 type rig struct {
@@ -127,7 +127,7 @@ func TestBrokerAdmitsNodesAndEnforcesTheACL_P_AUTH_1(t *testing.T) {
 	if _, err := r.connect("edge1", "pw1", "lifeline/v1/c/nodes/edge2/death"); err == nil {
 		t.Error("a last will on another node's death was admitted")
 	}
-	poll.Until(t, 5*time.Second, "three refused connections counted", func() bool { return r.count("lifeline_liveness_dropped_total", liveness.DropAuth) == 3 })
+	testkit.Until(t, 5*time.Second, "three refused connections counted", func() bool { return r.count("lifeline_liveness_dropped_total", liveness.DropAuth) == 3 })
 
 	edge1, err := r.connect("edge1", "pw1", "lifeline/v1/c/nodes/edge1/death")
 	if err != nil {
@@ -144,8 +144,8 @@ func TestBrokerAdmitsNodesAndEnforcesTheACL_P_AUTH_1(t *testing.T) {
 	publish(t, intruder, 0, "lifeline/v1/c/nodes/edge2/workers/default/w2", &lifelinev1.WorkerState{Namespace: "default", Name: "w2", Uid: "u2", Seq: 1, Phase: lifelinev1.Phase_PHASE_FAILED})
 	publish(t, intruder, 0, "lifeline/v1/c/nodes/edge1/commands", &lifelinev1.Command{Id: "x"})
 	intruder.Subscribe("lifeline/v1/c/nodes/edge2/commands", 1, nil).WaitTimeout(5 * time.Second)
-	poll.Until(t, 5*time.Second, "four ACL refusals counted", func() bool { return r.count("lifeline_liveness_dropped_total", liveness.DropDenied) == 4 })
-	poll.Until(t, 5*time.Second, "edge1's own messages accepted", func() bool {
+	testkit.Until(t, 5*time.Second, "four ACL refusals counted", func() bool { return r.count("lifeline_liveness_dropped_total", liveness.DropDenied) == 4 })
+	testkit.Until(t, 5*time.Second, "edge1's own messages accepted", func() bool {
 		return r.count("lifeline_liveness_messages_total", "birth") == 1 && r.count("lifeline_liveness_messages_total", "workers") == 1
 	})
 	if r.count("lifeline_liveness_messages_total", "birth") != 1 {

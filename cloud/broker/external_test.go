@@ -17,8 +17,7 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/desired"
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
-	"github.com/lifeline-edge/lifeline/test/mqtttest"
-	"github.com/lifeline-edge/lifeline/test/poll"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // mosquittoLimits are the limits docs/operations.md gives for mosquitto (its listener aside).
@@ -35,7 +34,7 @@ max_connections 1000
 // table, retained ones included for a controller that connects later, and the controller's commands reach the
 // agent.
 func TestControllerReadsAndCommandsThroughMosquitto(t *testing.T) {
-	addr := mqtttest.StartMosquitto(t, "cloud", mosquittoLimits)
+	addr := testkit.StartMosquitto(t, "cloud", mosquittoLimits)
 	state := t.TempDir()
 	j, err := journal.Open(filepath.Join(state, "journal.db"), 10)
 	if err != nil {
@@ -48,7 +47,7 @@ func TestControllerReadsAndCommandsThroughMosquitto(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go pub.Run(ctx)
-	poll.Until(t, 5*time.Second, "the agent connected", pub.Connected)
+	testkit.Until(t, 5*time.Second, "the agent connected", pub.Connected)
 	// A worker state published before the controller connects: retained, so the controller still learns it.
 	obs, err := agent.New(agent.Config{Cluster: "c", Node: "edge1", Publisher: pub, Store: j, Source: staticPods{}, Workers: staticPods{}})
 	if err != nil {
@@ -70,7 +69,7 @@ func TestControllerReadsAndCommandsThroughMosquitto(t *testing.T) {
 	}
 	defer ext.Close()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "w", UID: "u1"}, Spec: corev1.PodSpec{NodeName: "edge1"}}
-	poll.Until(t, 5*time.Second, "the agent's retained worker state in the controller's table", func() bool {
+	testkit.Until(t, 5*time.Second, "the agent's retained worker state in the controller's table", func() bool {
 		return tracker.ViewOf(pod, false, time.Now()).Truth == liveness.TruthAgent
 	})
 	if err := ext.PublishCommand("edge1", []byte("restart")); err != nil {

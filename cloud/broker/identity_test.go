@@ -26,15 +26,14 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/publisher"
 	"github.com/lifeline-edge/lifeline/internal/certfile"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
-	"github.com/lifeline-edge/lifeline/test/pkitest"
-	"github.com/lifeline-edge/lifeline/test/poll"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // certRig is a TLS broker with certificate login against ca, for nodes edge1 and edge2 (passwords pw1, pw2),
 // its clock a fake one.
 type certRig struct {
 	*rig
-	ca      *pkitest.CA
+	ca      *testkit.CA
 	roots   *x509.CertPool // the broker's own CA, for the clients
 	clock   *clocktesting.FakePassiveClock
 	revoked string // the revocation list's path
@@ -49,7 +48,7 @@ func startCertRig(t *testing.T, nodes Nodes) *certRig {
 func startCertRigWith(t *testing.T, nodes Nodes, limits Limits) *certRig {
 	t.Helper()
 	serverCert, roots := selfSignedServer(t)
-	ca := pkitest.NewCA(t, "kubeedge")
+	ca := testkit.NewCA(t, "kubeedge")
 	dir := t.TempDir()
 	for node, pw := range map[string]string{"edge1": "pw1", "edge2": "pw2"} {
 		if err := os.WriteFile(filepath.Join(dir, node), []byte(pw), 0o600); err != nil {
@@ -107,9 +106,9 @@ func (r *certRig) login(clientID, user, password string, cert *tls.Certificate, 
 
 // nodeCert is the certificate cloudcore issues node at keadm join: CN=system:node:<node>, O=system:nodes, client
 // authentication, valid from an hour ago for a day.
-func nodeCert(ca *pkitest.CA, node string) pkitest.CertOptions {
+func nodeCert(ca *testkit.CA, node string) testkit.CertOptions {
 	now := time.Now()
-	return pkitest.CertOptions{CommonName: "system:node:" + node, Organization: []string{"system:nodes"},
+	return testkit.CertOptions{CommonName: "system:node:" + node, Organization: []string{"system:nodes"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
 }
 
@@ -138,7 +137,7 @@ func TestNodeCertificateIsTheNodesIdentity_P_AUTH_5(t *testing.T) {
 		}
 		c.Disconnect(0)
 	}
-	poll.Until(t, 5*time.Second, "edge1's births accepted, edge2's forged ones and the subscription denied", func() bool {
+	testkit.Until(t, 5*time.Second, "edge1's births accepted, edge2's forged ones and the subscription denied", func() bool {
 		return r.count("lifeline_liveness_messages_total", "birth") >= 1 && r.count("lifeline_liveness_dropped_total", liveness.DropDenied) == 4
 	})
 	// A node without a certificate still logs in by its password.
@@ -153,28 +152,28 @@ func TestNodeCertificateIsTheNodesIdentity_P_AUTH_5(t *testing.T) {
 // counted by reason, whatever password comes with it.
 func TestBadNodeCertificatesAreRefused_P_AUTH_5(t *testing.T) {
 	r := startCertRig(t, nil)
-	stranger := pkitest.NewCA(t, "not-kubeedge")
+	stranger := testkit.NewCA(t, "not-kubeedge")
 	good := nodeCert(r.ca, "edge1")
-	with := func(f func(*pkitest.CertOptions)) pkitest.CertOptions { o := good; f(&o); return o }
+	with := func(f func(*testkit.CertOptions)) testkit.CertOptions { o := good; f(&o); return o }
 	cases := []struct {
 		name     string
-		ca       *pkitest.CA
-		opts     pkitest.CertOptions
+		ca       *testkit.CA
+		opts     testkit.CertOptions
 		clientID string
 		user     string
 		reason   string
 	}{
 		{"signed by another CA", stranger, good, "", "", RefusedCertificate},
-		{"CN not a node's", r.ca, with(func(o *pkitest.CertOptions) { o.CommonName = "edge1" }), "", "", RefusedCertificate},
-		{"O not system:nodes", r.ca, with(func(o *pkitest.CertOptions) { o.Organization = []string{"KubeEdge"} }), "", "", RefusedCertificate},
-		{"extra O", r.ca, with(func(o *pkitest.CertOptions) { o.Organization = []string{"system:nodes", "system:masters"} }), "", "", RefusedCertificate},
-		{"server authentication only", r.ca, with(func(o *pkitest.CertOptions) { o.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth} }), "", "", RefusedCertificate},
-		{"expired", r.ca, with(func(o *pkitest.CertOptions) { o.NotAfter = time.Now().Add(-time.Minute) }), "", "", RefusedCertificate},
-		{"not yet valid", r.ca, with(func(o *pkitest.CertOptions) { o.NotBefore = time.Now().Add(time.Hour) }), "", "", RefusedCertificate},
+		{"CN not a node's", r.ca, with(func(o *testkit.CertOptions) { o.CommonName = "edge1" }), "", "", RefusedCertificate},
+		{"O not system:nodes", r.ca, with(func(o *testkit.CertOptions) { o.Organization = []string{"KubeEdge"} }), "", "", RefusedCertificate},
+		{"extra O", r.ca, with(func(o *testkit.CertOptions) { o.Organization = []string{"system:nodes", "system:masters"} }), "", "", RefusedCertificate},
+		{"server authentication only", r.ca, with(func(o *testkit.CertOptions) { o.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth} }), "", "", RefusedCertificate},
+		{"expired", r.ca, with(func(o *testkit.CertOptions) { o.NotAfter = time.Now().Add(-time.Minute) }), "", "", RefusedCertificate},
+		{"not yet valid", r.ca, with(func(o *testkit.CertOptions) { o.NotBefore = time.Now().Add(time.Hour) }), "", "", RefusedCertificate},
 		{"username of another node, with its password", r.ca, good, lifelinev1.AgentClientID("edge2"), "edge2", liveness.DropAuth},
 		{"username of another node, own client id", r.ca, good, "", "edge2", liveness.DropAuth},
 		{"another node's client id", r.ca, good, lifelinev1.AgentClientID("edge2"), "", RefusedClientID},
-		{"revoked", r.ca, with(func(o *pkitest.CertOptions) { o.Serial = big.NewInt(0xdead) }), "", "", RefusedRevoked},
+		{"revoked", r.ca, with(func(o *testkit.CertOptions) { o.Serial = big.NewInt(0xdead) }), "", "", RefusedRevoked},
 	}
 	if err := os.WriteFile(r.revoked, []byte("# leaked\nDE:AD\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -191,7 +190,7 @@ func TestBadNodeCertificatesAreRefused_P_AUTH_5(t *testing.T) {
 				c.Disconnect(0)
 				t.Fatal("admitted")
 			}
-			poll.Until(t, 5*time.Second, "the refusal counted as "+tc.reason, func() bool {
+			testkit.Until(t, 5*time.Second, "the refusal counted as "+tc.reason, func() bool {
 				return r.count("lifeline_liveness_dropped_total", tc.reason) == before+1
 			})
 		})
@@ -300,7 +299,7 @@ func TestCertificateLoginNeedsTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca := pkitest.NewCA(t, "kubeedge")
+	ca := testkit.NewCA(t, "kubeedge")
 	if b, err := Start(Config{Address: "127.0.0.1:0", Cluster: "c", Tracker: tracker, ClientCerts: ClientCerts{CAs: ca.Pool()}}); err == nil {
 		b.Close()
 		t.Fatal("a plain listener with certificate login started")
@@ -376,8 +375,8 @@ func TestAgentPicksUpARotatedCertificate(t *testing.T) {
 		opts := nodeCert(r.ca, "edge1")
 		opts.Serial = big.NewInt(serial)
 		certPEM, keyPEM := r.ca.IssuePEM(t, opts)
-		pkitest.WriteFile(t, pair.CertFile, certPEM) // as edgecore writes them: the certificate first
-		pkitest.WriteFile(t, pair.KeyFile, keyPEM)
+		testkit.WriteFile(t, pair.CertFile, certPEM) // as edgecore writes them: the certificate first
+		testkit.WriteFile(t, pair.KeyFile, keyPEM)
 	}
 	write(0xa1)
 	state := t.TempDir()
@@ -392,15 +391,15 @@ func TestAgentPicksUpARotatedCertificate(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go p.Run(ctx)
-	poll.Until(t, 5*time.Second, "the agent's birth on its first certificate", func() bool {
+	testkit.Until(t, 5*time.Second, "the agent's birth on its first certificate", func() bool {
 		return p.Connected() && r.count("lifeline_liveness_messages_total", "birth") == 1
 	})
 	write(0xb2)
-	pkitest.WriteFile(t, r.revoked, []byte("a1\n"))
+	testkit.WriteFile(t, r.revoked, []byte("a1\n"))
 	if diff := cmp.Diff([]string{"edge1"}, r.broker.Recheck()); diff != "" {
 		t.Fatalf("sessions ended (-want +got):\n%s", diff)
 	}
-	poll.Until(t, 5*time.Second, "the agent's birth on its rotated certificate", func() bool {
+	testkit.Until(t, 5*time.Second, "the agent's birth on its rotated certificate", func() bool {
 		return p.Connected() && r.count("lifeline_liveness_messages_total", "birth") == 2
 	})
 }
@@ -458,7 +457,7 @@ func TestRemovedOrChangedPasswordEndsItsSession(t *testing.T) {
 // A standard CRL revokes what it lists, in PEM (as openssl writes it) or DER; a text list that begins with 0 is
 // still a list; another PEM block is refused.
 func TestRevokedFromACRL(t *testing.T) {
-	ca := pkitest.NewCA(t, "kubeedge")
+	ca := testkit.NewCA(t, "kubeedge")
 	der := ca.CRL(t, big.NewInt(0x1a2b), big.NewInt(0xff))
 	for name, data := range map[string][]byte{
 		"PEM": pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: der}),

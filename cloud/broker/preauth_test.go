@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
-	"github.com/lifeline-edge/lifeline/test/poll"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // dialFrom dials addr from the loopback address source ("" for the default), closing the connection at the
@@ -56,7 +56,7 @@ func TestPreAuthFloodLeavesRoomForAgents(t *testing.T) {
 	perSource := DefaultLimits().MaxUnauthenticatedPerSource
 	held := func(t *testing.T, r *rig) {
 		t.Helper()
-		poll.Until(t, 5*time.Second, "the flood accepted, its oldest evicted", func() bool {
+		testkit.Until(t, 5*time.Second, "the flood accepted, its oldest evicted", func() bool {
 			return r.broker.listener.open() == perSource && r.count(dropped, RefusedPreAuthEvicted) == float64(flood-perSource)
 		})
 	}
@@ -103,7 +103,7 @@ func TestPreAuthFloodFromOneSourceEvictsOnlyItsOwn(t *testing.T) {
 	r := startRigWith(t, nil, Limits{MaxUnauthenticated: 16, MaxUnauthenticatedPerSource: 64})
 	dialFrom(t, r.addr, "127.0.0.2")
 	floodIdle(t, r.addr, "127.0.0.1", 100, nil)
-	poll.Until(t, 5*time.Second, "the flood evicting its own", func() bool { return r.count(dropped, RefusedPreAuthEvicted) == 101-16 })
+	testkit.Until(t, 5*time.Second, "the flood evicting its own", func() bool { return r.count(dropped, RefusedPreAuthEvicted) == 101-16 })
 	if all, ofSource := r.broker.listener.unauthenticated(netip.MustParsePrefix("127.0.0.2/32")); all != 16 || ofSource != 1 {
 		t.Fatalf("%d unauthenticated connections, %d of the other source; want 16 and 1", all, ofSource)
 	}
@@ -131,7 +131,7 @@ func TestStalledTLSHandshakeIsClosedAtItsDeadline(t *testing.T) {
 	if !closedByServer(t, conn, 5*time.Second) {
 		t.Fatal("a stalled TLS handshake is still open")
 	}
-	poll.Until(t, 5*time.Second, "the timeout counted", func() bool { return r.count(dropped, RefusedConnectTimeout) == 1 })
+	testkit.Until(t, 5*time.Second, "the timeout counted", func() bool { return r.count(dropped, RefusedConnectTimeout) == 1 })
 	cert := r.ca.Issue(t, nodeCert(r.ca, "edge1"))
 	agent, err := r.login(lifelinev1.AgentClientID("edge1"), "", "", &cert, nil)
 	if err != nil {
@@ -158,7 +158,7 @@ func TestSessionLimitRefusesTheOneTooMany(t *testing.T) {
 	if _, err := r.connect("edge3", "pw3", ""); err == nil {
 		t.Error("a third session was admitted")
 	}
-	poll.Until(t, 5*time.Second, "the refusal counted", func() bool { return r.count(dropped, RefusedConnections) == 1 })
+	testkit.Until(t, 5*time.Second, "the refusal counted", func() bool { return r.count(dropped, RefusedConnections) == 1 })
 	sessions := SessionMetrics(func() *Broker { return r.broker })
 	if got := scrapeGauges(t, sessions); got["lifeline_broker_sessions"] != 2 || got["lifeline_broker_max_sessions"] != 2 {
 		t.Errorf("scraped %v, want 2 sessions open of 2", got)
@@ -172,7 +172,7 @@ func TestSessionLimitRefusesTheOneTooMany(t *testing.T) {
 	}
 	defer again.Disconnect(0)
 	edge2.Disconnect(0)
-	poll.Until(t, 5*time.Second, "edge2's slot freed", func() bool { return r.broker.listener.open() == 2 })
+	testkit.Until(t, 5*time.Second, "edge2's slot freed", func() bool { return r.broker.listener.open() == 2 })
 	edge3, err := r.connect("edge3", "pw3", "")
 	if err != nil {
 		t.Fatalf("an agent could not use a freed slot: %v", err)

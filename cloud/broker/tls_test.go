@@ -11,15 +11,14 @@ import (
 
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
-	"github.com/lifeline-edge/lifeline/test/pkitest"
-	"github.com/lifeline-edge/lifeline/test/poll"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // selfSignedServer returns a server certificate for 127.0.0.1 and the pool that trusts it.
 func selfSignedServer(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	t.Helper()
-	ca := pkitest.NewCA(t, "lifeline-broker CA")
-	cert := ca.Issue(t, pkitest.CertOptions{CommonName: "lifeline-broker", IPs: []net.IP{net.ParseIP("127.0.0.1")},
+	ca := testkit.NewCA(t, "lifeline-broker CA")
+	cert := ca.Issue(t, testkit.CertOptions{CommonName: "lifeline-broker", IPs: []net.IP{net.ParseIP("127.0.0.1")},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 	return cert, ca.Pool()
 }
@@ -52,7 +51,7 @@ func TestAgentReachesTheBrokerOverTLS(t *testing.T) {
 	}
 	trusting, stop := agent(pool)
 	defer stop()
-	poll.Until(t, 5*time.Second, "the trusting agent's birth over TLS", func() bool {
+	testkit.Until(t, 5*time.Second, "the trusting agent's birth over TLS", func() bool {
 		return trusting.Connected() && r.count("lifeline_liveness_messages_total", "birth") == 1
 	})
 }

@@ -20,14 +20,13 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/desired"
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/reportapi"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/controllertest"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
-var env *controllertest.Env
+var env *harness.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(controllertest.Main(m, func(e *controllertest.Env) { env = e }))
+	os.Exit(harness.Main(m, func(e *harness.Env) { env = e }))
 }
 
 type counterSeq struct{ n uint64 }
@@ -39,8 +38,8 @@ type sinkFunc func(journal.Entry) error
 func (f sinkFunc) Enqueue(e journal.Entry) error { return f(e) }
 
 // agentCounter is a node agent's Dataset counter whose counts go straight into the controller's tracker.
-func agentCounter(t *testing.T, ea *controllertest.EdgeAware, node, ns, dataset, index string) *reportapi.DatasetCounter {
-	return &reportapi.DatasetCounter{Cluster: controllertest.EdgeCluster, Node: node, BirthSeq: func() uint64 { return 1 },
+func agentCounter(t *testing.T, ea *harness.EdgeAware, node, ns, dataset, index string) *reportapi.DatasetCounter {
+	return &reportapi.DatasetCounter{Cluster: harness.EdgeCluster, Node: node, BirthSeq: func() uint64 { return 1 },
 		Counter: &counterSeq{}, Log: logr.Discard(),
 		Sink: sinkFunc(func(e journal.Entry) error { ea.Tracker.Ingest(e.Topic, e.Payload, time.Now()); return nil }),
 		Workers: func() []desired.Worker {
@@ -55,7 +54,7 @@ func agentCounter(t *testing.T, ea *controllertest.EdgeAware, node, ns, dataset,
 // Sedna's LC does, and the count becomes the Dataset's status.numberOfSamples; another node's word on it is
 // dropped [P-DS-2].
 func TestDatasetSamplesCountedOnItsNodeReachTheStatus(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ea := env.RunEdgeAware(t, func(mgr ctrl.Manager, e *edgeaware.Edge) error {
 		e.Tracker.Datasets = liveness.CacheDatasets{Reader: mgr.GetClient()}
 		return (&datasetstatus.Reconciler{Client: mgr.GetClient(), Edge: e}).SetupWithManager(mgr)
@@ -91,7 +90,7 @@ func TestDatasetSamplesCountedOnItsNodeReachTheStatus(t *testing.T) {
 	}
 
 	agentCounter(t, ea, "edge-a", ns, "d0", index).CountOnce()
-	controllertest.Eventually(t, 30*time.Second, "numberOfSamples from the node's count", func(context.Context) (bool, error) {
+	harness.Eventually(t, 30*time.Second, "numberOfSamples from the node's count", func(context.Context) (bool, error) {
 		if s := status(); s.NumberOfSamples != 5 || s.UpdateTime == nil {
 			return false, fmt.Errorf("status %+v", s)
 		}

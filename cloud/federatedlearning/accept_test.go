@@ -9,14 +9,14 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
-	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
 // TestJobAsSednaClientsWriteIt: what Sedna accepts runs — a pretrainedModel of {name: ""} (how Go clients on
 // Sedna's types send none) means none, a Model on hdfs:// is handed to the workers as it is — and the trainers
 // carry Sedna's worker-type label, "train".
 func TestJobAsSednaClientsWriteIt(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ns := env.NewNamespace(t, "flsedna")
 	job := loadJob(t, "federated-learning.yaml", ns)
 	model := &v1alpha1.Model{}

@@ -14,8 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/controllertest"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
 const recreations = 100
@@ -24,21 +23,21 @@ const recreations = 100
 // beside the anchor of kube-controller-manager's StatefulSet controller re-creating its deleted pod-0, in the
 // same run. Both old pods are finished by the same fake kubelet.
 func BenchmarkTrainerRecreation(b *testing.B) {
-	cluster.SkipIfShort(b)
+	harness.SkipIfShort(b)
 	job := startJob(b, "federated-learning.yaml", nil)
 	trainer := fl.TrainerName(job.Name, 0)
-	lifeline := controllertest.MeasureRecreations(b, recreations, namedPod(job.Namespace, trainer))
+	lifeline := harness.MeasureRecreations(b, recreations, namedPod(job.Namespace, trainer))
 
 	createAnchorStatefulSet(b, job.Namespace)
-	anchor := controllertest.MeasureRecreations(b, recreations, namedPod(job.Namespace, "anchor-0"))
-	controllertest.ReportComparison(b, "FL trainer re-creation (delete -> same-name replacement seen by a watch)",
+	anchor := harness.MeasureRecreations(b, recreations, namedPod(job.Namespace, "anchor-0"))
+	harness.ReportComparison(b, "FL trainer re-creation (delete -> same-name replacement seen by a watch)",
 		"FL trainer pod", lifeline, "StatefulSet controller, pod-0", anchor)
 }
 
 // namedPod deletes a pod by name and waits for a pod of the same name with another UID.
-func namedPod(ns, name string) controllertest.Recreatable {
+func namedPod(ns, name string) harness.Recreatable {
 	pods := env.Kube.CoreV1().Pods(ns)
-	return controllertest.Recreatable{
+	return harness.Recreatable{
 		Name: name,
 		Current: func(ctx context.Context) (types.UID, string, error) {
 			p, err := pods.Get(ctx, name, metav1.GetOptions{})

@@ -21,8 +21,8 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/fixtures"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 const within = 30 * time.Second
@@ -37,7 +37,7 @@ const (
 // names.
 func loadJob(t testing.TB, file, ns string) *v1alpha1.FederatedLearningJob {
 	t.Helper()
-	set, err := fixtures.Examples()
+	set, err := testkit.Examples()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,10 +46,10 @@ func loadJob(t testing.TB, file, ns string) *v1alpha1.FederatedLearningJob {
 
 // loadJobFrom reads the job of an example file of set into ns and creates the Models, Datasets and Secret it
 // names: the test's own, so their URLs and keys are known whatever the example says.
-func loadJobFrom(t testing.TB, set fixtures.Set, file, ns string) *v1alpha1.FederatedLearningJob {
+func loadJobFrom(t testing.TB, set testkit.Set, file, ns string) *v1alpha1.FederatedLearningJob {
 	t.Helper()
 	job := &v1alpha1.FederatedLearningJob{}
-	if err := set.LoadObject(file, fixtures.DefaultVars, job); err != nil {
+	if err := set.LoadObject(file, testkit.DefaultVars, job); err != nil {
 		t.Fatal(err)
 	}
 	job.Namespace = ns
@@ -80,7 +80,7 @@ func loadJobFrom(t testing.TB, set fixtures.Set, file, ns string) *v1alpha1.Fede
 // startJob creates the job of one of Lifeline's examples, optionally edited, and waits for its workers to run.
 func startJob(t testing.TB, file string, edit func(*v1alpha1.FederatedLearningJob)) *v1alpha1.FederatedLearningJob {
 	t.Helper()
-	set, err := fixtures.Examples()
+	set, err := testkit.Examples()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func startJob(t testing.TB, file string, edit func(*v1alpha1.FederatedLearningJo
 }
 
 // startJobFrom creates the job of an example file of set, optionally edited, and waits for its workers to run.
-func startJobFrom(t testing.TB, set fixtures.Set, file string, edit func(*v1alpha1.FederatedLearningJob)) *v1alpha1.FederatedLearningJob {
+func startJobFrom(t testing.TB, set testkit.Set, file string, edit func(*v1alpha1.FederatedLearningJob)) *v1alpha1.FederatedLearningJob {
 	t.Helper()
 	job := loadJobFrom(t, set, file, env.NewNamespace(t, "fl"))
 	if edit != nil {
@@ -200,9 +200,9 @@ func workerRecord(job *v1alpha1.FederatedLearningJob, name string) v1alpha1.Work
 // TestExamplesCreateNamedWorkersWithTheContract runs the job of every example, Lifeline's and upstream Sedna's,
 // and checks its workers' names and the contract they get.
 func TestExamplesCreateNamedWorkersWithTheContract(t *testing.T) {
-	cluster.SkipIfShort(t)
-	fixtures.ForEachSet(t, func(t *testing.T, set fixtures.Set) {
-		files, err := set.FilesOf(fl.Kind, fixtures.DefaultVars)
+	harness.SkipIfShort(t)
+	testkit.ForEachSet(t, func(t *testing.T, set testkit.Set) {
+		files, err := set.FilesOf(fl.Kind, testkit.DefaultVars)
 		if err != nil || len(files) == 0 {
 			t.Fatalf("%s files with a %s: %v, %v", set.Name, fl.Kind, files, err)
 		}
@@ -210,7 +210,7 @@ func TestExamplesCreateNamedWorkersWithTheContract(t *testing.T) {
 	})
 }
 
-func testExamplesCreateNamedWorkers(t *testing.T, set fixtures.Set, files []string) {
+func testExamplesCreateNamedWorkers(t *testing.T, set testkit.Set, files []string) {
 	for _, file := range files {
 		t.Run(file, func(t *testing.T) {
 			job := startJobFrom(t, set, file, nil)
@@ -331,7 +331,7 @@ func controllerutilContains(list []string, s string) bool {
 // TestDeletedWorkerComesBackOnceAndOnlyAfterTheOldPodIsGone holds a deleted trainer with a test finalizer: no
 // replacement may appear while it exists, and exactly one after, with the same identity.
 func TestDeletedWorkerComesBackOnceAndOnlyAfterTheOldPodIsGone(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	job := startJob(t, "federated-learning.yaml", nil)
 	name := fl.TrainerName(job.Name, 0)
 	old := workerPods(t, job)[name]
@@ -419,7 +419,7 @@ func stepPast(t testing.TB, job *v1alpha1.FederatedLearningJob, at time.Time) {
 // A failed trainer waits out a backoff that doubles with each failure (60 s, then 120 s, on the controller's
 // clock, which the test steps), and the job fails once the trainer's budget is spent.
 func TestFailedWorkerIsRetriedWithGrowingBackoffUntilTheBudgetIsSpent(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	job := startJob(t, "federated-learning.yaml", func(j *v1alpha1.FederatedLearningJob) {
 		j.Spec.RunPolicy = &v1alpha1.RunPolicy{BackoffSeconds: ptr.To[int32](60), MaxBackoffSeconds: ptr.To[int32](480),
 			BackoffLimitPerWorker: ptr.To[int32](2), BackoffLimit: ptr.To[int32](10)}
@@ -474,7 +474,7 @@ func TestFailedWorkerIsRetriedWithGrowingBackoffUntilTheBudgetIsSpent(t *testing
 }
 
 func TestDisruptedWorkerIsReplacedWithoutCharge(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	job := startJob(t, "federated-learning.yaml", func(j *v1alpha1.FederatedLearningJob) {
 		j.Spec.RunPolicy = &v1alpha1.RunPolicy{BackoffSeconds: ptr.To[int32](120)}
 	})
@@ -494,7 +494,7 @@ func TestDisruptedWorkerIsReplacedWithoutCharge(t *testing.T) {
 }
 
 func TestAggregatorSuccessCompletesTheJobForGood(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	job := startJob(t, "federated-learning-transmitter.yaml", nil)
 	pods := workerPods(t, job)
 	agg := pods[fl.AggregatorName(job.Name)]
@@ -541,7 +541,7 @@ func endTrainers(t testing.TB, job *v1alpha1.FederatedLearningJob) {
 
 // An aggregator lost after every trainer finished is not rebuilt: a new one would wait for trainers that are gone.
 func TestAggregatorLostAfterTheTrainersFinishedEndsTheJob(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	job := startJob(t, "federated-learning.yaml", nil)
 	endTrainers(t, job)
 	agg := workerPods(t, job)[fl.AggregatorName(job.Name)]
@@ -562,7 +562,7 @@ func TestAggregatorLostAfterTheTrainersFinishedEndsTheJob(t *testing.T) {
 // An aggregator that runs on after every trainer finished has AggregatorGracePeriod to end; then the job
 // completes and stops it.
 func TestAggregatorOutlivingTheTrainersIsStoppedAfterTheGracePeriod(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	job := startJob(t, "federated-learning.yaml", nil)
 	endTrainers(t, job)
 	time.Sleep(time.Second)
@@ -583,7 +583,7 @@ func finished(job *v1alpha1.FederatedLearningJob) bool {
 }
 
 func TestActiveDeadlineFailsTheJob(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	job := startJob(t, "federated-learning.yaml", func(j *v1alpha1.FederatedLearningJob) {
 		j.Spec.RunPolicy = &v1alpha1.RunPolicy{ActiveDeadlineSeconds: ptr.To[int64](600)}
 	})
@@ -601,7 +601,7 @@ func TestActiveDeadlineFailsTheJob(t *testing.T) {
 }
 
 func TestTTLDeletesTheFinishedJob(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	job := startJob(t, "federated-learning.yaml", func(j *v1alpha1.FederatedLearningJob) {
 		j.Spec.RunPolicy = &v1alpha1.RunPolicy{TTLSecondsAfterFinished: ptr.To[int32](300)}
 	})
@@ -618,7 +618,7 @@ func TestTTLDeletesTheFinishedJob(t *testing.T) {
 }
 
 func TestJobsSideBySideNeverTouchEachOther(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	a := startJob(t, "federated-learning.yaml", func(j *v1alpha1.FederatedLearningJob) {
 		j.Spec.RunPolicy = &v1alpha1.RunPolicy{ActiveDeadlineSeconds: ptr.To[int64](600)}
 	})
@@ -651,7 +651,7 @@ func TestJobsSideBySideNeverTouchEachOther(t *testing.T) {
 }
 
 func TestControllerRestartMidJobCreatesNothingTwice(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	job := startJob(t, "federated-learning.yaml", nil)
 	before := workerPods(t, job)
 	env.WithControllerStopped(t, func() {})
@@ -671,7 +671,7 @@ func TestControllerRestartMidJobCreatesNothingTwice(t *testing.T) {
 }
 
 func TestRecreatingTheSameNameRightAfterDeletionWorks(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	job := startJob(t, "federated-learning.yaml", nil)
 	old := workerPods(t, job)
 	if err := env.Client.Delete(context.Background(), job); err != nil {
@@ -696,7 +696,7 @@ func TestRecreatingTheSameNameRightAfterDeletionWorks(t *testing.T) {
 // TestMissingCredentialIsReported: a job whose transmitter names a Secret that does not exist creates no worker
 // and says which Secret is missing, though the controller reads Secrets as metadata only.
 func TestMissingCredentialIsReported(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ns := env.NewNamespace(t, "fl")
 	job := loadJob(t, "federated-learning-transmitter.yaml", ns)
 	secret := job.Spec.Transmitter.S3.CredentialName

@@ -13,12 +13,11 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/controllertest"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
 // runEdgeAware runs this package's reconciler edge-aware, in place of the shared controller, for one test.
-func runEdgeAware(t *testing.T) *controllertest.EdgeAware {
+func runEdgeAware(t *testing.T) *harness.EdgeAware {
 	t.Helper()
 	return env.RunEdgeAware(t, func(mgr ctrl.Manager, e *edgeaware.Edge) error {
 		r := &fl.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("lifeline-controller"),
@@ -47,7 +46,7 @@ func startJobOn(t *testing.T, ns, node string) (*v1alpha1.FederatedLearningJob, 
 // again, though no pod changes — the kubelet of a node back from a cut may post no new pod status at all. The
 // job's status must follow the Node, or the trainer stays Unknown for good.
 func TestNodeBackFromACutReMergesTheStatus(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	runEdgeAware(t)
 	ns := env.NewNamespace(t, "fl")
 	node := "cut-" + ns
@@ -85,7 +84,7 @@ func TestNodeBackFromACutReMergesTheStatus(t *testing.T) {
 // status cannot be written (a report grew it too large, an admission policy refuses it). The agent is still told
 // to rebuild the trainer its node lost — a status that cannot be stored must never stop the healing.
 func TestHealingGoesOnWhenTheStatusCannotBeWritten(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	edge := runEdgeAware(t)
 	ns := env.NewNamespace(t, "fl")
 	env.RefuseStatusWrites(t, ns, "federatedlearningjobs")

@@ -4,14 +4,14 @@ import (
 	"os"
 	"testing"
 
-	"github.com/lifeline-edge/lifeline/test/controllertest"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
 var (
-	env        *controllertest.Env
-	eventually = controllertest.Eventually
+	env        *harness.Env
+	eventually = harness.Eventually
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(controllertest.Main(m, func(e *controllertest.Env) { env = e }))
+	os.Exit(harness.Main(m, func(e *harness.Env) { env = e }))
 }

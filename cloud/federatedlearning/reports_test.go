@@ -16,13 +16,12 @@ import (
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/controllertest"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
 // runReading runs this package's reconciler edge-aware with the tracker checking reports against the cache, as
 // the manager wires it.
-func runReading(t *testing.T) *controllertest.EdgeAware {
+func runReading(t *testing.T) *harness.EdgeAware {
 	t.Helper()
 	return env.RunEdgeAware(t, func(mgr ctrl.Manager, e *edgeaware.Edge) error {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, liveness.WorkerNameIndex, liveness.IndexWorkerName); err != nil {
@@ -39,7 +38,7 @@ func runReading(t *testing.T) *controllertest.EdgeAware {
 // (ownerKind "default", the round in ownerInfo, the saved model in results), become the job's progress and, as
 // Sedna's GM does, the metrics of the aggregation worker's Model.
 func TestTrainerReportsFillProgressAndTheOutputModel(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ea := runReading(t)
 	ns := env.NewNamespace(t, "flreports")
 	node := "edge-" + ns
@@ -51,7 +50,7 @@ func TestTrainerReportsFillProgressAndTheOutputModel(t *testing.T) {
 			`"ownerInfo":{"currentRound":%d,"sampleCount":120,"startTime":"2026-12-01 10:00:00","updateTime":"2026-12-01 10:00:09"},`+
 			`"results":[{"format":"pb","url":"/home/data/models/fl/model.pb","metrics":{"loss":%g,"accuracy":[0.5,0.75]}}]}`,
 			trainer.Name, ns, job.Name, round, loss)
-		ea.Ingest(t, lifelinev1.NodeTopic(controllertest.EdgeCluster, node, lifelinev1.KindReport),
+		ea.Ingest(t, lifelinev1.NodeTopic(harness.EdgeCluster, node, lifelinev1.KindReport),
 			&lifelinev1.WorkerReport{Namespace: ns, Worker: trainer.Name, Seq: seq, BirthSeq: 1, Body: []byte(body)})
 	}
 	report(1, 1, 0.5)

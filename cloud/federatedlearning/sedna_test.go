@@ -18,9 +18,8 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/controllertest"
-	"github.com/lifeline-edge/lifeline/test/fixtures"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // eventCount counts the Events of a namespace with a reason.
@@ -45,16 +44,16 @@ func eventCount(t testing.TB, ns, reason string) int {
 // A job Sedna's GM was running when Lifeline took over: its pods (random names, no Lifeline mark) are its workers,
 // carried to completion; none is created twice, and a failed one is rebuilt under Lifeline's stable name.
 func TestSednaPodsOfARunningJobAreAdoptedAndCarriedToCompletion(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ctx := context.Background()
 	job := loadJob(t, "federated-learning.yaml", env.NewNamespace(t, "fl-gm"))
-	var gm *controllertest.SednaFLChildren
+	var gm *harness.SednaFLChildren
 	env.WithControllerStopped(t, func() {
 		if err := env.Client.Create(ctx, job); err != nil {
 			t.Fatal(err)
 		}
 		var err error
-		if gm, err = controllertest.CreateSednaFLChildren(ctx, env.Client, job); err != nil {
+		if gm, err = harness.CreateSednaFLChildren(ctx, env.Client, job); err != nil {
 			t.Fatal(err)
 		}
 		// GM's sync: startTime on the first pass, phase Running and the active count; no condition until the end.
@@ -151,11 +150,11 @@ func TestSednaPodsOfARunningJobAreAdoptedAndCarriedToCompletion(t *testing.T) {
 // A job created before its Model and Datasets waits for them, and starts as soon as they appear: the controller
 // watches Models and Datasets, so the job does not wait for a resync.
 func TestJobCreatedBeforeItsInputsStartsWhenTheyAppear(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ctx := context.Background()
 	ns := env.NewNamespace(t, "fl-inputs")
 	job := &v1alpha1.FederatedLearningJob{}
-	if err := fixtures.LoadObject("federated-learning.yaml", fixtures.DefaultVars, job); err != nil {
+	if err := testkit.LoadObject("federated-learning.yaml", testkit.DefaultVars, job); err != nil {
 		t.Fatal(err)
 	}
 	job.Namespace = ns
@@ -179,7 +178,7 @@ func TestJobCreatedBeforeItsInputsStartsWhenTheyAppear(t *testing.T) {
 // Uninstalling: ReleaseFinalizers removes Lifeline's finalizer from every pod that has it, and changes nothing
 // else.
 func TestReleaseFinalizersRemovesOnlyLifelinesFinalizer(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ctx := context.Background()
 	ns := env.NewNamespace(t, "fl-release")
 	const other = "example.com/keep"
@@ -233,7 +232,7 @@ func TestReleaseFinalizersRemovesOnlyLifelinesFinalizer(t *testing.T) {
 // Uninstalling in the cluster: StopDeployment scales the controller's Deployment to zero and returns only once
 // its pods are gone, so ReleaseFinalizers after it races no controller.
 func TestStopDeploymentWaitsForItsPodsToEnd(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ctx := context.Background()
 	ns := env.NewNamespace(t, "fl-stop")
 	labels := map[string]string{"app": "lifeline-controller"}

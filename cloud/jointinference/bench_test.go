@@ -13,8 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/controllertest"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
 const recreations = 100
@@ -23,12 +22,12 @@ const recreations = 100
 // Deployment, beside the anchor of kube-controller-manager's Deployment controller re-creating a deleted
 // ReplicaSet, in the same run on the same control plane.
 func BenchmarkChildRecreation(b *testing.B) {
-	cluster.SkipIfShort(b)
+	harness.SkipIfShort(b)
 	ji := createService(b, "joint-inference.yaml")
 	waitReady(b, ji)
 	deployments := env.Kube.AppsV1().Deployments(ji.Namespace)
 	edge := jointinference.DeploymentName(ji.Name, "edge")
-	lifeline := controllertest.MeasureRecreations(b, recreations, controllertest.Recreatable{
+	lifeline := harness.MeasureRecreations(b, recreations, harness.Recreatable{
 		Name: edge,
 		Current: func(ctx context.Context) (types.UID, string, error) {
 			d, err := deployments.Get(ctx, edge, metav1.GetOptions{})
@@ -52,7 +51,7 @@ func BenchmarkChildRecreation(b *testing.B) {
 		}
 		return &list.Items[0], list.ResourceVersion, nil
 	}
-	anchor := controllertest.MeasureRecreations(b, recreations, controllertest.Recreatable{
+	anchor := harness.MeasureRecreations(b, recreations, harness.Recreatable{
 		Current: func(ctx context.Context) (types.UID, string, error) {
 			rs, rv, err := anchorRS(ctx)
 			if err != nil {
@@ -71,7 +70,7 @@ func BenchmarkChildRecreation(b *testing.B) {
 			return replicaSets.Delete(ctx, rs.Name, metav1.DeleteOptions{})
 		},
 	})
-	controllertest.ReportComparison(b, "JI child re-creation (delete -> replacement seen by a watch)",
+	harness.ReportComparison(b, "JI child re-creation (delete -> replacement seen by a watch)",
 		"JI edge Deployment", lifeline, "Deployment controller, ReplicaSet", anchor)
 }
 

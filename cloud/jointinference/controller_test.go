@@ -20,9 +20,8 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/controllertest"
-	"github.com/lifeline-edge/lifeline/test/fixtures"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 const (
@@ -44,7 +43,7 @@ func createModel(t testing.TB, ns, name, url string) *v1alpha1.Model {
 // loadJI reads the service of one of Lifeline's examples into namespace ns.
 func loadJI(t testing.TB, file, ns string) *v1alpha1.JointInferenceService {
 	t.Helper()
-	set, err := fixtures.Examples()
+	set, err := testkit.Examples()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,10 +51,10 @@ func loadJI(t testing.TB, file, ns string) *v1alpha1.JointInferenceService {
 }
 
 // loadJIFrom reads the service of an example file of set into namespace ns.
-func loadJIFrom(t testing.TB, set fixtures.Set, file, ns string) *v1alpha1.JointInferenceService {
+func loadJIFrom(t testing.TB, set testkit.Set, file, ns string) *v1alpha1.JointInferenceService {
 	t.Helper()
 	ji := &v1alpha1.JointInferenceService{}
-	if err := set.LoadObject(file, fixtures.DefaultVars, ji); err != nil {
+	if err := set.LoadObject(file, testkit.DefaultVars, ji); err != nil {
 		t.Fatal(err)
 	}
 	ji.Namespace = ns
@@ -65,7 +64,7 @@ func loadJIFrom(t testing.TB, set fixtures.Set, file, ns string) *v1alpha1.Joint
 // createService creates the service of one of Lifeline's examples with its Models, in a new namespace.
 func createService(t testing.TB, file string) *v1alpha1.JointInferenceService {
 	t.Helper()
-	set, err := fixtures.Examples()
+	set, err := testkit.Examples()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +73,7 @@ func createService(t testing.TB, file string) *v1alpha1.JointInferenceService {
 
 // createServiceFrom creates the service of an example file of set with its Models, in a new namespace. The
 // Models are the test's, so their URLs are known whatever the example says.
-func createServiceFrom(t testing.TB, set fixtures.Set, file string) *v1alpha1.JointInferenceService {
+func createServiceFrom(t testing.TB, set testkit.Set, file string) *v1alpha1.JointInferenceService {
 	t.Helper()
 	ns := newNamespace(t)
 	ji := loadJIFrom(t, set, file, ns)
@@ -131,9 +130,9 @@ func containerEnv(c corev1.Container) map[string]string {
 // TestExamplesReachTheirChildren creates the service of every example, Lifeline's and upstream Sedna's, and
 // checks the children and the contract its workers get.
 func TestExamplesReachTheirChildren(t *testing.T) {
-	cluster.SkipIfShort(t)
-	fixtures.ForEachSet(t, func(t *testing.T, set fixtures.Set) {
-		files, err := set.FilesOf(jointinference.Kind, fixtures.DefaultVars)
+	harness.SkipIfShort(t)
+	testkit.ForEachSet(t, func(t *testing.T, set testkit.Set) {
+		files, err := set.FilesOf(jointinference.Kind, testkit.DefaultVars)
 		if err != nil || len(files) == 0 {
 			t.Fatalf("%s files with a %s: %v, %v", set.Name, jointinference.Kind, files, err)
 		}
@@ -141,7 +140,7 @@ func TestExamplesReachTheirChildren(t *testing.T) {
 	})
 }
 
-func testExamplesReachTheirChildren(t *testing.T, set fixtures.Set, files []string) {
+func testExamplesReachTheirChildren(t *testing.T, set testkit.Set, files []string) {
 	for _, file := range files {
 		t.Run(file, func(t *testing.T) {
 			ji := createServiceFrom(t, set, file)
@@ -214,7 +213,7 @@ func assertUnboundedTolerations(t *testing.T, pod *corev1.Pod) {
 
 // TestDeletedChildrenComeBack deletes each kind of child and expects it back, new, from the current spec.
 func TestDeletedChildrenComeBack(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ji := createService(t, "joint-inference-hpa.yaml")
 	waitReady(t, ji)
 	children := []client.Object{
@@ -249,7 +248,7 @@ func TestDeletedChildrenComeBack(t *testing.T) {
 // TestCreationsAreToldInOneEventPerPass expects a new service's first pass to tell of its three children in one
 // SuccessfulCreate Event, and a pass that rebuilds one child to name it as the Event's related object.
 func TestCreationsAreToldInOneEventPerPass(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ji := createService(t, "joint-inference.yaml")
 	waitReady(t, ji)
 	creations := func(ctx context.Context) ([]eventsv1.Event, error) {
@@ -294,7 +293,7 @@ func TestCreationsAreToldInOneEventPerPass(t *testing.T) {
 
 // TestTemplateEditRollsTheWorker edits the edge template and expects a new ReplicaSet whose pod has the edit.
 func TestTemplateEditRollsTheWorker(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ji := createService(t, "joint-inference.yaml")
 	ji = waitReady(t, ji)
 	ji.Spec.EdgeWorker.Template.Spec.Containers[0].Env = append(ji.Spec.EdgeWorker.Template.Spec.Containers[0].Env,
@@ -333,7 +332,7 @@ func assertRolledOut(t *testing.T, ji *v1alpha1.JointInferenceService, workerTyp
 }
 
 func TestEditWhileControllerIsDownIsAppliedOnStart(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ji := createService(t, "joint-inference.yaml")
 	ji = waitReady(t, ji)
 	env.WithControllerStopped(t, func() {
@@ -347,7 +346,7 @@ func TestEditWhileControllerIsDownIsAppliedOnStart(t *testing.T) {
 }
 
 func TestModelEditRollsItsWorkers(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ji := createService(t, "joint-inference.yaml")
 	waitReady(t, ji)
 	m := &v1alpha1.Model{}
@@ -362,7 +361,7 @@ func TestModelEditRollsItsWorkers(t *testing.T) {
 }
 
 func TestMissingModelIsReportedThenResolved(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ns := newNamespace(t)
 	ji := loadJI(t, "joint-inference.yaml", ns)
 	createModel(t, ns, ji.Spec.CloudWorker.Model.Name, "/models/big.pb")
@@ -384,7 +383,7 @@ func TestMissingModelIsReportedThenResolved(t *testing.T) {
 
 // TestDeletionCascades deletes a service both ways and expects every child, down to the pods, gone.
 func TestDeletionCascades(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	for _, policy := range []metav1.DeletionPropagation{metav1.DeletePropagationBackground, metav1.DeletePropagationForeground} {
 		t.Run(string(policy), func(t *testing.T) {
 			ji := createService(t, "joint-inference-hpa.yaml")
@@ -413,7 +412,7 @@ func TestDeletionCascades(t *testing.T) {
 }
 
 func TestRecreatingTheSameNameRightAfterDeletionWorks(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ji := createService(t, "joint-inference.yaml")
 	waitReady(t, ji)
 	oldUID := ji.UID
@@ -439,7 +438,7 @@ func TestRecreatingTheSameNameRightAfterDeletionWorks(t *testing.T) {
 // A Service, or a Deployment, of someone else's under a name the service needs is reported and left alone. The
 // controller does not cache the cluster's other Deployments: it finds the foreign one when its creation is refused.
 func TestNameConflictIsReportedAndTheForeignObjectLeftAlone(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	foreignService := func(ns, ji string) (client.Object, func(client.Object) bool) {
 		return &corev1.Service{
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: jointinference.ServiceName(ji)},
@@ -510,7 +509,7 @@ func TestNameConflictIsReportedAndTheForeignObjectLeftAlone(t *testing.T) {
 // TestSednaChildrenAreAdoptedWithoutRestart makes the children the way Sedna does, with the controller down,
 // then starts it: the running pod must stay.
 func TestSednaChildrenAreAdoptedWithoutRestart(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ns := newNamespace(t)
 	ji := loadJI(t, "joint-inference.yaml", ns)
 	createModel(t, ns, ji.Spec.EdgeWorker.Model.Name, "/models/little.pb")
@@ -520,7 +519,7 @@ func TestSednaChildrenAreAdoptedWithoutRestart(t *testing.T) {
 		if err := env.Client.Create(context.Background(), ji); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := controllertest.CreateSednaJIChildren(context.Background(), env.Client, ji); err != nil {
+		if _, err := harness.CreateSednaJIChildren(context.Background(), env.Client, ji); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, readyWithin, "Sedna's pods running", func(ctx context.Context) (bool, error) {
@@ -588,7 +587,7 @@ func containsUID(uids []types.UID, uid types.UID) bool {
 // worker gets the storage initializer reading the Secret's keys by reference: no key is ever written into a
 // Deployment or a pod, where every edge agent could read it and would store it on its disk.
 func TestMissingCredentialIsReportedThenResolved(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ns := newNamespace(t)
 	ji := loadJI(t, "joint-inference.yaml", ns)
 	createModel(t, ns, ji.Spec.CloudWorker.Model.Name, "/models/big.pb")

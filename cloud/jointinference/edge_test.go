@@ -15,13 +15,12 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/controllertest"
+	"github.com/lifeline-edge/lifeline/test/harness"
 	"github.com/lifeline-edge/lifeline/test/simnode"
 )
 
 // runEdgeAware runs this package's reconciler edge-aware, in place of the shared controller, for one test.
-func runEdgeAware(t testing.TB) *controllertest.EdgeAware {
+func runEdgeAware(t testing.TB) *harness.EdgeAware {
 	t.Helper()
 	return env.RunEdgeAware(t, func(mgr ctrl.Manager, edge *edgeaware.Edge) error {
 		r := &jointinference.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("lifeline-controller"),
@@ -85,7 +84,7 @@ func waitWorkerRecord(t testing.TB, ji *v1alpha1.JointInferenceService, pod stri
 // again, though no pod changes — the kubelet of a node back from a cut may post no new pod status at all. The
 // status must follow the Node, or it stays Unknown for good.
 func TestNodeBackFromACutReMergesTheStatus(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	runEdgeAware(t)
 	ns := newNamespace(t)
 	node := "cut-" + ns
@@ -130,7 +129,7 @@ func TestNodeBackFromACutReMergesTheStatus(t *testing.T) {
 // service's status cannot be written (a report grew it too large, an admission policy refuses it). The agent is
 // still told to rebuild the worker its node lost — a status that cannot be stored must never stop the healing.
 func TestHealingGoesOnWhenTheStatusCannotBeWritten(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	edge := runEdgeAware(t)
 	ns := newNamespace(t)
 	env.RefuseStatusWrites(t, ns, "jointinferenceservices")

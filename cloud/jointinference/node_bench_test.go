@@ -13,8 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/controllertest"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
 const readinessFlips = 20
@@ -23,7 +22,7 @@ const readinessFlips = 20
 // condition (flipped by the test: the source turns none <-> apiserver), beside the anchor of the same record
 // following its pod's Ready condition, through the pod watch, in the same run on the same control plane.
 func BenchmarkStatusFollowsNodeReadiness(b *testing.B) {
-	cluster.SkipIfShort(b)
+	harness.SkipIfShort(b)
 	runEdgeAware(b)
 	ns := env.NewNamespace(b, "ji")
 	node := "flip-" + ns
@@ -56,7 +55,7 @@ func BenchmarkStatusFollowsNodeReadiness(b *testing.B) {
 		podLat = append(podLat, measure(func() { setPodReady(b, pod, ready) },
 			func(w v1alpha1.WorkerStatus) bool { return w.Ready == ready }))
 	}
-	controllertest.ReportComparison(b, "JI status following readiness (change -> record seen by a watch)",
+	harness.ReportComparison(b, "JI status following readiness (change -> record seen by a watch)",
 		"Node Ready flipped", nodeLat, "pod Ready flipped", podLat)
 }
 

@@ -12,14 +12,14 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
-	"github.com/lifeline-edge/lifeline/test/fixtures"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // fixtureJI loads the service of one of Lifeline's examples.
 func fixtureJI(t *testing.T, file string) *v1alpha1.JointInferenceService {
 	t.Helper()
 	ji := &v1alpha1.JointInferenceService{}
-	if err := fixtures.LoadObject(file, fixtures.DefaultVars, ji); err != nil {
+	if err := testkit.LoadObject(file, testkit.DefaultVars, ji); err != nil {
 		t.Fatal(err)
 	}
 	ji.UID = "ji-uid-1"

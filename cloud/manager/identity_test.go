@@ -19,8 +19,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/broker"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
-	"github.com/lifeline-edge/lifeline/test/pkitest"
-	"github.com/lifeline-edge/lifeline/test/poll"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // controller runs Lifeline's manager with its embedded broker on TLS, admitting nodes by certificates of ca.
@@ -29,10 +28,10 @@ type controller struct {
 	roots *x509.CertPool
 }
 
-func startController(t *testing.T, ca *pkitest.CA) *controller {
+func startController(t *testing.T, ca *testkit.CA) *controller {
 	t.Helper()
-	serverCA := pkitest.NewCA(t, "lifeline-broker")
-	serverCert := serverCA.Issue(t, pkitest.CertOptions{CommonName: "lifeline-broker", NotBefore: time.Now().Add(-time.Hour),
+	serverCA := testkit.NewCA(t, "lifeline-broker")
+	serverCert := serverCA.Issue(t, testkit.CertOptions{CommonName: "lifeline-broker", NotBefore: time.Now().Add(-time.Hour),
 		NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -67,8 +66,8 @@ func (c *controller) login(t *testing.T, node string, cert tls.Certificate) (mqt
 	return cl, lost, nil
 }
 
-func nodeCert(t *testing.T, ca *pkitest.CA, node string) tls.Certificate {
-	return ca.Issue(t, pkitest.CertOptions{CommonName: "system:node:" + node, Organization: []string{"system:nodes"},
+func nodeCert(t *testing.T, ca *testkit.CA, node string) tls.Certificate {
+	return ca.Issue(t, testkit.CertOptions{CommonName: "system:node:" + node, Organization: []string{"system:nodes"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 }
 
@@ -123,7 +122,7 @@ func dropped(t *testing.T, reason string) float64 {
 // controller's cache shows it; deleting the Node, or taking its edge label away, ends its live session at once,
 // and the liveness table forgets the node, so Nodes come and gone never fill it.
 func TestNodeIdentityIsCheckedAgainstTheAPIServer_P_AUTH_6(t *testing.T) {
-	ca := pkitest.NewCA(t, "kubeedge")
+	ca := testkit.NewCA(t, "kubeedge")
 	c := startController(t, ca)
 	createNode(t, "edge-a", map[string]string{broker.EdgeNodeLabel: ""})
 	createNode(t, "edge-b", map[string]string{broker.EdgeNodeLabel: ""})
@@ -132,7 +131,7 @@ func TestNodeIdentityIsCheckedAgainstTheAPIServer_P_AUTH_6(t *testing.T) {
 	// The broker starts once the cache has synced; the first edge node's login says it is up.
 	var agentA mqtt.Client
 	var lostA <-chan struct{}
-	poll.Until(t, 10*time.Second, "edge-a admitted by its certificate", func() bool {
+	testkit.Until(t, 10*time.Second, "edge-a admitted by its certificate", func() bool {
 		cl, lost, err := c.login(t, "edge-a", nodeCert(t, ca, "edge-a"))
 		agentA, lostA = cl, lost
 		return err == nil
@@ -145,7 +144,7 @@ func TestNodeIdentityIsCheckedAgainstTheAPIServer_P_AUTH_6(t *testing.T) {
 	if tok := agentA.Publish(lifelinev1.NodeTopic("c", "edge-a", lifelinev1.KindBirth).String(), 1, false, birth); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("publishing edge-a's birth: %v", tok.Error())
 	}
-	poll.Until(t, 10*time.Second, "edge-a in the liveness table", func() bool { return tableNodes(t) == 1 })
+	testkit.Until(t, 10*time.Second, "edge-a in the liveness table", func() bool { return tableNodes(t) == 1 })
 	before := dropped(t, broker.RefusedNotEdgeNode)
 	if _, _, err := c.login(t, "ghost", nodeCert(t, ca, "ghost")); err == nil {
 		t.Error("a certificate of a node the API server does not have was admitted")
@@ -153,11 +152,11 @@ func TestNodeIdentityIsCheckedAgainstTheAPIServer_P_AUTH_6(t *testing.T) {
 	if _, _, err := c.login(t, "cloud-a", nodeCert(t, ca, "cloud-a")); err == nil {
 		t.Error("a certificate of a Node that is not an edge node was admitted")
 	}
-	poll.Until(t, 10*time.Second, "both refusals counted", func() bool { return dropped(t, broker.RefusedNotEdgeNode) == before+2 })
+	testkit.Until(t, 10*time.Second, "both refusals counted", func() bool { return dropped(t, broker.RefusedNotEdgeNode) == before+2 })
 
 	// A Node created later is admitted as soon as the cache has it.
 	createNode(t, "edge-late", map[string]string{broker.EdgeNodeLabel: ""})
-	poll.Until(t, 10*time.Second, "edge-late admitted once its Node exists", func() bool {
+	testkit.Until(t, 10*time.Second, "edge-late admitted once its Node exists", func() bool {
 		_, _, err := c.login(t, "edge-late", nodeCert(t, ca, "edge-late"))
 		return err == nil
 	})
@@ -171,8 +170,8 @@ func TestNodeIdentityIsCheckedAgainstTheAPIServer_P_AUTH_6(t *testing.T) {
 	case <-time.After(5 * time.Second): // well within the broker's 10 s recheck: the watch ended it
 		t.Fatal("edge-a's session outlived its Node")
 	}
-	poll.Until(t, 10*time.Second, "edge-a forgotten by the liveness table", func() bool { return tableNodes(t) == 0 })
-	poll.Until(t, 10*time.Second, "edge-a refused without its Node", func() bool {
+	testkit.Until(t, 10*time.Second, "edge-a forgotten by the liveness table", func() bool { return tableNodes(t) == 0 })
+	testkit.Until(t, 10*time.Second, "edge-a refused without its Node", func() bool {
 		_, _, err := c.login(t, "edge-a", nodeCert(t, ca, "edge-a"))
 		return err != nil
 	})

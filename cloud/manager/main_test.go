@@ -11,12 +11,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lifeline-edge/lifeline/cloud/manager"
-	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // One control plane for the package's tests; they start their own managers on it.
 var (
-	cp   *cluster.ControlPlane
+	cp   *harness.ControlPlane
 	kube client.Client
 )
 
@@ -35,13 +36,13 @@ func runManager(t *testing.T, mgr ctrl.Manager) {
 }
 
 func TestMain(m *testing.M) {
-	root, err := cluster.RepoRoot()
+	root, err := testkit.RepoRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	opts := cluster.Options{WithoutScheduler: true, CRDDirs: []string{filepath.Join(root, "deploy", "crds")}}
-	os.Exit(cluster.RunTests(m, opts, func(c *cluster.ControlPlane) error {
+	opts := harness.ControlPlaneOptions{WithoutScheduler: true, CRDDirs: []string{filepath.Join(root, "deploy", "crds")}}
+	os.Exit(harness.RunTests(m, opts, func(c *harness.ControlPlane) error {
 		cp = c
 		scheme, err := manager.Scheme()
 		if err != nil {

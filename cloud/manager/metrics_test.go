@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/lifeline-edge/lifeline/cloud/manager"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/poll"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // The controller's metrics, served as the chart serves them (--metrics-secure): a scrape without a token is
@@ -29,9 +29,9 @@ import (
 // account bound to a ClusterRole that may get /metrics gets them, the embedded broker's sessions among them; every
 // metric served passes promlint.
 func TestMetricsAreServedToAuthorizedScrapersOnly(t *testing.T) {
-	addr := cluster.FreeAddr(t)
+	addr := harness.FreeAddr(t)
 	mgr, err := manager.New(cp.Config, manager.Options{MetricsAddr: addr, MetricsSecure: true, HealthAddr: "0", Restartable: true,
-		MQTTAddress: cluster.FreeAddr(t), MQTTCredentialsDir: t.TempDir(), Cluster: "c"})
+		MQTTAddress: harness.FreeAddr(t), MQTTCredentialsDir: t.TempDir(), Cluster: "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestMetricsAreServedToAuthorizedScrapersOnly(t *testing.T) {
 	}
 	var code int
 	var body string
-	poll.Until(t, 10*time.Second, "the bound service account's scrape served", func() bool {
+	testkit.Until(t, 10*time.Second, "the bound service account's scrape served", func() bool {
 		code, body, err = scrape(scraper)
 		return err == nil && code == http.StatusOK && strings.Contains(body, "lifeline_edge_nodes") &&
 			strings.Contains(body, "lifeline_broker_max_sessions 1000")

@@ -18,14 +18,13 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/nodecondition"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
-	"github.com/lifeline-edge/lifeline/test/pkitest"
-	"github.com/lifeline-edge/lifeline/test/poll"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // Each edge Node carries its agent's state as the condition LifelineAgent, beside the kubelet's own conditions,
 // which stay as they are; it is written at each transition, not at each heartbeat.
 func TestEdgeNodesCarryTheirAgentsStateAsACondition(t *testing.T) {
-	ca := pkitest.NewCA(t, "kubeedge")
+	ca := testkit.NewCA(t, "kubeedge")
 	c := startController(t, ca)
 	createNode(t, "edge-cond", map[string]string{broker.EdgeNodeLabel: ""})
 	createNode(t, "cloud-cond", map[string]string{"node-role.kubernetes.io/worker": ""})
@@ -58,7 +57,7 @@ func TestEdgeNodesCarryTheirAgentsStateAsACondition(t *testing.T) {
 	waitCondition := func(status corev1.ConditionStatus, reason string) *corev1.Node {
 		t.Helper()
 		var node *corev1.Node
-		poll.Until(t, 10*time.Second, "edge-cond's LifelineAgent "+reason, func() bool {
+		testkit.Until(t, 10*time.Second, "edge-cond's LifelineAgent "+reason, func() bool {
 			var cond *corev1.NodeCondition
 			cond, node = condition("edge-cond")
 			return cond != nil && cond.Status == status && cond.Reason == reason
@@ -68,7 +67,7 @@ func TestEdgeNodesCarryTheirAgentsStateAsACondition(t *testing.T) {
 	waitCondition(corev1.ConditionUnknown, nodecondition.ReasonNeverHeard)
 
 	var agent mqtt.Client
-	poll.Until(t, 10*time.Second, "edge-cond admitted", func() bool {
+	testkit.Until(t, 10*time.Second, "edge-cond admitted", func() bool {
 		cl, _, err := c.login(t, "edge-cond", nodeCert(t, ca, "edge-cond"))
 		agent = cl
 		return err == nil
@@ -163,7 +162,7 @@ func TestANewLeaderDoesNotFlapTheFleetToNeverHeard(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { _ = w.Start(ctx); close(done) }()
-		poll.Until(t, 10*time.Second, "the writer's passes", func() bool { return agents.asked.Load() >= passes })
+		testkit.Until(t, 10*time.Second, "the writer's passes", func() bool { return agents.asked.Load() >= passes })
 		cancel()
 		<-done
 	}

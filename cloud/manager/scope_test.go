@@ -13,8 +13,8 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/fixtures"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 func namespace(t *testing.T, prefix string) string {
@@ -30,7 +30,7 @@ func namespace(t *testing.T, prefix string) string {
 func createJI(t *testing.T, ns, name string, lbls map[string]string) *v1alpha1.JointInferenceService {
 	t.Helper()
 	ji := &v1alpha1.JointInferenceService{}
-	if err := fixtures.LoadObject("joint-inference.yaml", fixtures.DefaultVars, ji); err != nil {
+	if err := testkit.LoadObject("joint-inference.yaml", testkit.DefaultVars, ji); err != nil {
 		t.Fatal(err)
 	}
 	ji.Namespace, ji.Name, ji.Labels = ns, name, lbls
@@ -59,7 +59,7 @@ func deployments(t *testing.T, ns string) int {
 // workloads of its namespaces, and a Sedna installation's — in another namespace, or unlabelled — are not
 // touched: no children, no status.
 func TestScopeLeavesOtherWorkloadsAlone(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	mine, other := namespace(t, "lifeline"), namespace(t, "sedna")
 	sel, err := labels.Parse("lifeline.sedna.io/managed=true")
 	if err != nil {

@@ -20,20 +20,20 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/nodecondition"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/fixtures"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 var kube client.Client
 
 func TestMain(m *testing.M) {
-	root, err := cluster.RepoRoot()
+	root, err := testkit.RepoRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	opts := cluster.Options{WithoutScheduler: true, CRDDirs: []string{filepath.Join(root, "deploy", "crds")}}
-	os.Exit(cluster.RunTests(m, opts, func(c *cluster.ControlPlane) error {
+	opts := harness.ControlPlaneOptions{WithoutScheduler: true, CRDDirs: []string{filepath.Join(root, "deploy", "crds")}}
+	os.Exit(harness.RunTests(m, opts, func(c *harness.ControlPlane) error {
 		kubeconfig = c.Kubeconfig
 		kube, err = newClient(c.Kubeconfig)
 		return err
@@ -93,7 +93,7 @@ func TestPluginPrintsTheFleetFromTheAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := fixtures.Objects("joint-inference.yaml", map[string]string{"EDGE_NODE": "edge-plugin", "CLOUD_NODE": "cloud-1"})
+	objs, err := testkit.Objects("joint-inference.yaml", map[string]string{"EDGE_NODE": "edge-plugin", "CLOUD_NODE": "cloud-1"})
 	if err != nil {
 		t.Fatal(err)
 	}

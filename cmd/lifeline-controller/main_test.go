@@ -22,18 +22,17 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
 	"github.com/lifeline-edge/lifeline/cmd/internal/logflags"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/fixtures"
-	"github.com/lifeline-edge/lifeline/test/poll"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // One control plane for the package, started without Lifeline's CRDs: the test installs them itself, after the
 // controller, as an operator who applies the chart's CRDs late would.
-var cp *cluster.ControlPlane
+var cp *harness.ControlPlane
 
 func TestMain(m *testing.M) {
-	opts := cluster.Options{WithoutScheduler: true, WithoutControllerManager: true}
-	os.Exit(cluster.RunTests(m, opts, func(c *cluster.ControlPlane) error {
+	opts := harness.ControlPlaneOptions{WithoutScheduler: true, WithoutControllerManager: true}
+	os.Exit(harness.RunTests(m, opts, func(c *harness.ControlPlane) error {
 		cp = c
 		return nil
 	}))
@@ -73,8 +72,8 @@ func probe(url string) (int, string, error) {
 // once the CRDs are installed, becomes ready and reconciles a JointInferenceService into its children — all in
 // one run, never having exited.
 func TestControllerStartedBeforeItsCRDsWaitsThenReconciles(t *testing.T) {
-	cluster.SkipIfShort(t)
-	root, err := cluster.RepoRoot()
+	harness.SkipIfShort(t)
+	root, err := testkit.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,8 +96,8 @@ func TestControllerStartedBeforeItsCRDsWaitsThenReconciles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	probes := "http://" + cluster.FreeAddr(t)
-	opts := manager.Options{MetricsAddr: "0", HealthAddr: strings.TrimPrefix(probes, "http://"), MQTTAddress: cluster.FreeAddr(t),
+	probes := "http://" + harness.FreeAddr(t)
+	opts := manager.Options{MetricsAddr: "0", HealthAddr: strings.TrimPrefix(probes, "http://"), MQTTAddress: harness.FreeAddr(t),
 		MQTTCredentialsDir: t.TempDir(), Cluster: "default"}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -123,7 +122,7 @@ func TestControllerStartedBeforeItsCRDsWaitsThenReconciles(t *testing.T) {
 		name: "the controller starts before the CRDs",
 		do:   func(*testing.T) { go func() { exited <- run(ctx, cp.Config, opts) }() },
 		holds: func(t *testing.T) {
-			poll.UntilErr(t, 30*time.Second, "healthy and unready, waiting for the CRDs", poll.Why(func() (bool, string) {
+			testkit.UntilErr(t, 30*time.Second, "healthy and unready, waiting for the CRDs", testkit.Why(func() (bool, string) {
 				code, _, err := probe(probes + "/healthz")
 				if err != nil || code != http.StatusOK {
 					return false, fmt.Sprintf("/healthz: %d %v", code, err)
@@ -156,12 +155,12 @@ func TestControllerStartedBeforeItsCRDsWaitsThenReconciles(t *testing.T) {
 	}, {
 		name: "the CRDs are installed",
 		do: func(t *testing.T) {
-			if err := cluster.InstallCRDs(ctx, cp.Config, filepath.Join(root, "deploy", "crds")); err != nil {
+			if err := harness.InstallCRDs(ctx, cp.Config, filepath.Join(root, "deploy", "crds")); err != nil {
 				t.Fatal(err)
 			}
 		},
 		holds: func(t *testing.T) {
-			poll.UntilErr(t, 60*time.Second, "ready", poll.Why(func() (bool, string) {
+			testkit.UntilErr(t, 60*time.Second, "ready", testkit.Why(func() (bool, string) {
 				code, body, err := probe(probes + "/readyz?verbose")
 				return err == nil && code == http.StatusOK, fmt.Sprintf("/readyz: %d %q %v", code, body, err)
 			}))
@@ -174,7 +173,7 @@ func TestControllerStartedBeforeItsCRDsWaitsThenReconciles(t *testing.T) {
 			createJI(t, kube, ns, "helmet")
 		},
 		holds: func(t *testing.T) {
-			poll.UntilErr(t, 60*time.Second, "its worker Deployments and Service", poll.Why(func() (bool, string) {
+			testkit.UntilErr(t, 60*time.Second, "its worker Deployments and Service", testkit.Why(func() (bool, string) {
 				deployments, services := &appsv1.DeploymentList{}, &corev1.ServiceList{}
 				if err := kube.List(ctx, deployments, client.InNamespace(ns)); err != nil {
 					return false, err.Error()
@@ -233,7 +232,7 @@ func createNamespace(t *testing.T, kube client.Client) string {
 func createJI(t *testing.T, kube client.Client, ns, name string) {
 	t.Helper()
 	ji := &v1alpha1.JointInferenceService{}
-	if err := fixtures.LoadObject("joint-inference.yaml", fixtures.DefaultVars, ji); err != nil {
+	if err := testkit.LoadObject("joint-inference.yaml", testkit.DefaultVars, ji); err != nil {
 		t.Fatal(err)
 	}
 	ji.Namespace, ji.Name = ns, name

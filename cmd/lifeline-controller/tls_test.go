@@ -9,18 +9,18 @@ import (
 	"time"
 
 	"github.com/lifeline-edge/lifeline/cloud/manager"
-	"github.com/lifeline-edge/lifeline/test/pkitest"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // The broker's certificate is served as the mounted Secret's files are at each handshake: a certificate that
 // cert-manager or an operator renews is served without restarting the controller.
 func TestTheBrokersRenewedCertificateIsServedWithoutARestart(t *testing.T) {
-	ca := pkitest.NewCA(t, "lifeline-broker")
+	ca := testkit.NewCA(t, "lifeline-broker")
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	issue := func(serial int64) {
 		t.Helper()
-		certPEM, keyPEM := ca.IssuePEM(t, pkitest.CertOptions{CommonName: "lifeline-broker", Serial: big.NewInt(serial),
+		certPEM, keyPEM := ca.IssuePEM(t, testkit.CertOptions{CommonName: "lifeline-broker", Serial: big.NewInt(serial),
 			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 		if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
 			t.Fatal(err)

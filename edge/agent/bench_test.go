@@ -16,16 +16,16 @@ import (
 
 	"github.com/lifeline-edge/lifeline/edge/desired"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/fakecri"
-	"github.com/lifeline-edge/lifeline/test/mqtttest"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/simnode"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // BenchmarkAgentIdle runs the built lifeline-agent against a runtime with 10 running workers and an embedded
 // broker, and measures its resident memory and CPU once idle, beside the anchor of an idle mosquitto broker in
 // the same run; and the bytes on the wire of a heartbeat and of a worker state.
 func BenchmarkAgentIdle(b *testing.B) {
-	root, err := cluster.RepoRoot()
+	root, err := testkit.RepoRoot()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func BenchmarkAgentIdle(b *testing.B) {
 		b.Fatalf("%s: run make build", agentBin)
 	}
 	dir := b.TempDir()
-	rt, err := fakecri.Start(dir)
+	rt, err := simnode.StartCRI(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func BenchmarkAgentIdle(b *testing.B) {
 	// The agent learns its 10 workers from the file it keeps them in; no API server answers in this benchmark.
 	var known []desired.Worker
 	for i := 0; i < 10; i++ {
-		rt.Set(fakecri.Container{ID: fmt.Sprintf("c%d", i), PodNamespace: "default", PodName: fmt.Sprintf("worker-%d", i),
+		rt.Set(simnode.CRIContainer{ID: fmt.Sprintf("c%d", i), PodNamespace: "default", PodName: fmt.Sprintf("worker-%d", i),
 			PodUID: fmt.Sprintf("uid-%d", i), Name: "main", State: runtimeapi.ContainerState_CONTAINER_RUNNING})
 		known = append(known, desired.Worker{Namespace: "default", Name: fmt.Sprintf("worker-%d", i), UID: fmt.Sprintf("uid-%d", i), Role: "trainer"})
 	}
@@ -54,10 +54,10 @@ func BenchmarkAgentIdle(b *testing.B) {
 	if err := os.WriteFile(filepath.Join(stateDir, "desired-workers.json"), data, 0o600); err != nil {
 		b.Fatal(err)
 	}
-	broker := mqtttest.StartBroker(b)
-	received := mqtttest.Subscribe(b, broker, "production-eu", "bench")
+	broker := testkit.StartBroker(b)
+	received := testkit.Subscribe(b, broker, "production-eu", "bench")
 	agent := exec.Command(agentBin, "--node-name=edge-node-0042", "--cluster=production-eu", "--broker=tcp://"+broker,
-		"--state-dir="+stateDir, "--api-server=http://"+cluster.FreeAddr(b), "--cri-socket="+rt.Socket, "--report-address="+cluster.FreeAddr(b), "--metrics-address=")
+		"--state-dir="+stateDir, "--api-server=http://"+harness.FreeAddr(b), "--cri-socket="+rt.Socket, "--report-address="+harness.FreeAddr(b), "--metrics-address=")
 	if err := agent.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func BenchmarkAgentIdle(b *testing.B) {
 
 // wireSizes reads one heartbeat and one worker state and returns their MQTT PUBLISH sizes (fixed header,
 // topic, packet id for QoS 1, payload).
-func wireSizes(b *testing.B, ch <-chan mqtttest.Message) (heartbeat, workerState int) {
+func wireSizes(b *testing.B, ch <-chan testkit.Message) (heartbeat, workerState int) {
 	deadline := time.After(10 * time.Second)
 	for heartbeat == 0 || workerState == 0 {
 		select {
@@ -117,7 +117,7 @@ func startIdleMosquitto(b *testing.B, dir string) *exec.Cmd {
 		b.Fatal("the anchor needs mosquitto (apt-get install mosquitto)")
 	}
 	conf := filepath.Join(dir, "anchor.conf")
-	port := strings.Split(cluster.FreeAddr(b), ":")[1]
+	port := strings.Split(harness.FreeAddr(b), ":")[1]
 	if err := os.WriteFile(conf, []byte("listener "+port+" 127.0.0.1\nallow_anonymous true\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}

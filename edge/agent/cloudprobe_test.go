@@ -15,9 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifeline-edge/lifeline/test/netproxy"
-	"github.com/lifeline-edge/lifeline/test/pkitest"
-	"github.com/lifeline-edge/lifeline/test/poll"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // The probe follows the link: a proxy that is cut still accepts connections and closes them, which must not
@@ -25,18 +23,18 @@ import (
 func TestCloudProbeFollowsTheLink(t *testing.T) {
 	cloud := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusUnauthorized) }))
 	defer cloud.Close()
-	link, err := netproxy.Start(cloud.Listener.Addr().String())
+	link, err := testkit.Start(cloud.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer link.Close()
 	p := &CloudProbe{URL: "https://" + link.Addr() + "/healthz", Timeout: 500 * time.Millisecond, Period: 50 * time.Millisecond}
 	go p.Run(t.Context())
-	poll.Until(t, 5*time.Second, "the cloud reachable (any answer counts)", p.Reachable)
+	testkit.Until(t, 5*time.Second, "the cloud reachable (any answer counts)", p.Reachable)
 	link.Cut()
-	poll.Until(t, 5*time.Second, "the cloud unreachable", func() bool { return !p.Reachable() })
+	testkit.Until(t, 5*time.Second, "the cloud unreachable", func() bool { return !p.Reachable() })
 	link.Restore()
-	poll.Until(t, 5*time.Second, "the cloud reachable again", p.Reachable)
+	testkit.Until(t, 5*time.Second, "the cloud reachable again", p.Reachable)
 }
 
 // A link that drops packets closes nothing: the probe tells the cut within its timeout and period, from the kept
@@ -46,7 +44,7 @@ func TestCloudProbeTellsADroppingLinkWithinItsTimeout(t *testing.T) {
 	cloud.EnableHTTP2 = true
 	cloud.StartTLS()
 	defer cloud.Close()
-	link, err := netproxy.Start(cloud.Listener.Addr().String())
+	link, err := testkit.Start(cloud.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +53,7 @@ func TestCloudProbeTellsADroppingLinkWithinItsTimeout(t *testing.T) {
 	p := &CloudProbe{URL: "https://" + link.Addr() + "/readyz", Timeout: timeout, Period: period}
 	go p.Run(t.Context())
 	<-p.Changes()
-	poll.Until(t, 5*time.Second, "the cloud reachable", p.Reachable)
+	testkit.Until(t, 5*time.Second, "the cloud reachable", p.Reachable)
 	link.Blackhole()
 	cut := time.Now()
 	<-p.Changes()
@@ -98,12 +96,12 @@ func TestCloudProbeAsksOnceThenPingsOneConnection(t *testing.T) {
 	}
 	// A hundred PING frames (17 bytes each, more in their TLS records) reach the server.
 	from := read.Load()
-	poll.Until(t, 10*time.Second, "a hundred PINGs read by the server", func() bool { return read.Load()-from > 100*17 })
+	testkit.Until(t, 10*time.Second, "a hundred PINGs read by the server", func() bool { return read.Load()-from > 100*17 })
 	if requests.Load() != 1 || conns.Load() != 1 {
 		t.Errorf("%d requests on %d connections, want 1 on 1", requests.Load(), conns.Load())
 	}
 	cloud.CloseClientConnections()
-	poll.Until(t, 10*time.Second, "a second connection", func() bool { return conns.Load() == 2 && requests.Load() == 2 })
+	testkit.Until(t, 10*time.Second, "a second connection", func() bool { return conns.Load() == 2 && requests.Load() == 2 })
 	select {
 	case <-p.Changes():
 		t.Error("a connection the server closed told as a cut")
@@ -123,7 +121,7 @@ func TestCloudProbeAsksOverHTTP1OnAKeptConnection(t *testing.T) {
 	defer cloud.Close()
 	p := &CloudProbe{URL: cloud.URL + "/healthz", Period: time.Millisecond}
 	go p.Run(t.Context())
-	poll.Until(t, 10*time.Second, "twenty requests", func() bool { return requests.Load() >= 20 })
+	testkit.Until(t, 10*time.Second, "twenty requests", func() bool { return requests.Load() >= 20 })
 	if !p.Reachable() || conns.Load() != 1 {
 		t.Errorf("reachable %v, over %d connections, want 1", p.Reachable(), conns.Load())
 	}
@@ -226,7 +224,7 @@ func TestEdgecoreProbeReachesCloudcoreWithoutAClientCertificate(t *testing.T) {
 	}
 	probe.Timeout, probe.Period = 500*time.Millisecond, 50*time.Millisecond
 	go probe.Run(ctx)
-	poll.Until(t, 5*time.Second, "cloudcore reachable through its HTTPS server", probe.Reachable)
+	testkit.Until(t, 5*time.Second, "cloudcore reachable through its HTTPS server", probe.Reachable)
 	if old.Reachable() {
 		t.Error("the websocket port answered without a client certificate")
 	}
@@ -237,7 +235,7 @@ func TestEdgecoreProbeReachesCloudcoreWithoutAClientCertificate(t *testing.T) {
 func TestEdgecoreProbeChecksTheCloudsCA(t *testing.T) {
 	impostor := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer impostor.Close()
-	cloudCA := pkitest.NewCA(t, "KubeEdge").Cert // not the impostor's
+	cloudCA := testkit.NewCA(t, "KubeEdge").Cert // not the impostor's
 	probe, _, err := EdgecoreProbe(writeEdgecoreConfig(t, impostor.URL, writeCertPEM(t, cloudCA)))
 	if err != nil {
 		t.Fatal(err)
@@ -257,7 +255,7 @@ func TestEdgecoreProbeChecksTheCloudsCA(t *testing.T) {
 	}
 	unchecked.Timeout, unchecked.Period = 500*time.Millisecond, 50*time.Millisecond
 	go unchecked.Run(ctx)
-	poll.Until(t, 5*time.Second, "reachable, unchecked", unchecked.Reachable)
+	testkit.Until(t, 5*time.Second, "reachable, unchecked", unchecked.Reachable)
 
 	for _, bad := range []string{"", "http://cloudcore:10002", "cloudcore:10002"} {
 		if _, _, err := EdgecoreProbe(writeEdgecoreConfig(t, bad, "x")); err == nil {

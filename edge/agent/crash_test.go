@@ -20,8 +20,8 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/agent/core"
 	"github.com/lifeline-edge/lifeline/edge/cri"
 	"github.com/lifeline-edge/lifeline/edge/journal"
-	"github.com/lifeline-edge/lifeline/test/edgesim"
-	"github.com/lifeline-edge/lifeline/test/poll"
+	"github.com/lifeline-edge/lifeline/test/simnode"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // [P-HEAL-1] A worker killed on a node cut off from the API server and the broker, under restartPolicy Always,
@@ -33,7 +33,7 @@ func TestHealerLeavesACrashedWorkerToTheNodesRestart_P_HEAL_1(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "trainer-0", UID: "uid-1"},
 		Spec: corev1.PodSpec{NodeName: "edge-1", RestartPolicy: corev1.RestartPolicyAlways,
 			Containers: []corev1.Container{{Name: "main", Image: "sleeper:v1"}}}}
-	node := edgesim.New(edgesim.Config{NodeName: "edge-1", Client: fake.NewClientset(pod), StateDir: dir,
+	node := simnode.New(simnode.Config{NodeName: "edge-1", Client: fake.NewClientset(pod), StateDir: dir,
 		Images: map[string][]string{"sleeper": {"sleep", "60"}}, CrashBackoff: 3 * time.Second, SyncInterval: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -76,8 +76,8 @@ func TestHealerLeavesACrashedWorkerToTheNodesRestart_P_HEAL_1(t *testing.T) {
 		}
 		return pods[0].Containers[0], true
 	}
-	poll.Until(t, 10*time.Second, "the worker runs", func() bool { c, ok := mainContainer(); return ok && c.Running })
-	data, err := os.ReadFile(edgesim.PIDFile(dir, "default", "trainer-0", "main"))
+	testkit.Until(t, 10*time.Second, "the worker runs", func() bool { c, ok := mainContainer(); return ok && c.Running })
+	data, err := os.ReadFile(simnode.PIDFile(dir, "default", "trainer-0", "main"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestHealerLeavesACrashedWorkerToTheNodesRestart_P_HEAL_1(t *testing.T) {
 			}
 		}
 	}()
-	poll.Until(t, 15*time.Second, "the worker runs again", func() bool { c, ok := mainContainer(); return ok && c.Running && c.Attempt == 1 })
+	testkit.Until(t, 15*time.Second, "the worker runs again", func() bool { c, ok := mainContainer(); return ok && c.Running && c.Attempt == 1 })
 	t.Logf("killed -> running again in %v (the node's back-off is 3s)", time.Since(killed).Round(time.Millisecond))
 
 	if results, rebuilt := pub.results(t), rebuild.snapshot(); len(results) != 0 || len(rebuilt) != 0 {

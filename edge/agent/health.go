@@ -3,13 +3,14 @@ package agent
 import (
 	"context"
 	"fmt"
-	"github.com/lifeline-edge/lifeline/internal/lograte"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/lifeline-edge/lifeline/internal/lograte"
 )
 
 // Dependency names, as the readiness probe and the first-failure log lines say them.

@@ -26,9 +26,9 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/desired"
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/fakecri"
-	"github.com/lifeline-edge/lifeline/test/poll"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/simnode"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -387,8 +387,8 @@ func startBroker(t *testing.T, addr string) (stop func()) {
 // makes it unready.
 func TestProbesOfAnAgentWhoseDependenciesComeLate(t *testing.T) {
 	dir := t.TempDir()
-	socket := filepath.Join(dir, "cri.sock") // where fakecri.Start serves
-	brokerAddr, podsAddr := cluster.FreeAddr(t), cluster.FreeAddr(t)
+	socket := filepath.Join(dir, "cri.sock") // where simnode.StartCRI serves
+	brokerAddr, podsAddr := harness.FreeAddr(t), harness.FreeAddr(t)
 	runtime, err := cri.Dial(socket, time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -439,7 +439,7 @@ func TestProbesOfAnAgentWhoseDependenciesComeLate(t *testing.T) {
 	}
 	eventually := func(t *testing.T, what string, cond func() (bool, string)) {
 		t.Helper()
-		poll.UntilErr(t, 10*time.Second, what, poll.Why(cond))
+		testkit.UntilErr(t, 10*time.Second, what, testkit.Why(cond))
 	}
 	readyz := func(wantStatus int, wantLines ...string) func() (bool, string) {
 		return func() (bool, string) {
@@ -451,7 +451,7 @@ func TestProbesOfAnAgentWhoseDependenciesComeLate(t *testing.T) {
 			return ok, fmt.Sprintf("%d %q", status, body)
 		}
 	}
-	var rt *fakecri.Runtime
+	var rt *simnode.CRI
 	var stopBroker func()
 	var pods *http.Server
 	steps := []struct {
@@ -486,7 +486,7 @@ func TestProbesOfAnAgentWhoseDependenciesComeLate(t *testing.T) {
 	}, {
 		name: "the runtime, the broker and the pod source come up",
 		do: func(t *testing.T) {
-			if rt, err = fakecri.Start(dir); err != nil {
+			if rt, err = simnode.StartCRI(dir); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(rt.Stop)

@@ -16,22 +16,22 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
-	"github.com/lifeline-edge/lifeline/test/fakecri"
-	"github.com/lifeline-edge/lifeline/test/mqtttest"
+	"github.com/lifeline-edge/lifeline/test/simnode"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // rig is an agent assembled as cmd/lifeline-agent assembles it — CRI runtime, journal, MQTT session and the
 // agent's loop — against a fake runtime on a real unix socket and an embedded broker.
 type rig struct {
-	runtime  *fakecri.Runtime
+	runtime  *simnode.CRI
 	broker   string
-	received <-chan mqtttest.Message
+	received <-chan testkit.Message
 }
 
-func startRig(t *testing.T, containers ...fakecri.Container) *rig {
+func startRig(t *testing.T, containers ...simnode.CRIContainer) *rig {
 	t.Helper()
 	dir := t.TempDir()
-	rt, err := fakecri.Start(dir)
+	rt, err := simnode.StartCRI(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +44,8 @@ func startRig(t *testing.T, containers ...fakecri.Container) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { runtime.Close() })
-	broker := mqtttest.StartBroker(t)
-	received := mqtttest.Subscribe(t, broker, "c", "controller")
+	broker := testkit.StartBroker(t)
+	received := testkit.Subscribe(t, broker, "c", "controller")
 	j, err := journal.Open(filepath.Join(dir, "journal.db"), 100)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +72,7 @@ func startRig(t *testing.T, containers ...fakecri.Container) *rig {
 }
 
 // waitMessage reads messages of kind until one decoded into msg satisfies accept.
-func waitMessage(t *testing.T, ch <-chan mqtttest.Message, kind lifelinev1.Kind, msg proto.Message, accept func(mqtttest.Message) bool) {
+func waitMessage(t *testing.T, ch <-chan testkit.Message, kind lifelinev1.Kind, msg proto.Message, accept func(testkit.Message) bool) {
 	t.Helper()
 	deadline := time.After(5 * time.Second)
 	for {
@@ -93,10 +93,10 @@ func waitMessage(t *testing.T, ch <-chan mqtttest.Message, kind lifelinev1.Kind,
 	}
 }
 
-func waitState(t *testing.T, ch <-chan mqtttest.Message, phase lifelinev1.Phase) *lifelinev1.WorkerState {
+func waitState(t *testing.T, ch <-chan testkit.Message, phase lifelinev1.Phase) *lifelinev1.WorkerState {
 	t.Helper()
 	ws := &lifelinev1.WorkerState{}
-	waitMessage(t, ch, lifelinev1.KindWorkerState, ws, func(m mqtttest.Message) bool {
+	waitMessage(t, ch, lifelinev1.KindWorkerState, ws, func(m testkit.Message) bool {
 		if m.Topic.Namespace != ws.Namespace || m.Topic.Pod != ws.Name {
 			t.Fatalf("topic %v carries the state of %s/%s", m.Topic, ws.Namespace, ws.Name)
 		}
@@ -108,7 +108,7 @@ func waitState(t *testing.T, ch <-chan mqtttest.Message, phase lifelinev1.Phase)
 // [P-WS-1] A container exit reaches the broker within a second, as a retained worker state, through a real CRI
 // socket, the journal and an MQTT session.
 func TestContainerExitIsPublishedWithinASecond_P_WS_1(t *testing.T) {
-	trainer := fakecri.Container{ID: "c1", PodNamespace: "default", PodName: "sdd-trainworker-0", PodUID: "uid-1",
+	trainer := simnode.CRIContainer{ID: "c1", PodNamespace: "default", PodName: "sdd-trainworker-0", PodUID: "uid-1",
 		Name: "train-worker", State: runtimeapi.ContainerState_CONTAINER_RUNNING, StartedAt: time.Now().UnixNano()}
 	r := startRig(t, trainer)
 	running := waitState(t, r.received, lifelinev1.Phase_PHASE_RUNNING)
@@ -127,7 +127,7 @@ func TestContainerExitIsPublishedWithinASecond_P_WS_1(t *testing.T) {
 // [P-CMD-4] A command published by the controller reaches the agent over its session, is executed through the
 // runtime, and answered on the results topic.
 func TestCommandOverMQTTRestartsTheWorker_P_CMD_4(t *testing.T) {
-	r := startRig(t, fakecri.Container{ID: "c1", PodNamespace: "default", PodName: "w", PodUID: "uid-1", Name: "main",
+	r := startRig(t, simnode.CRIContainer{ID: "c1", PodNamespace: "default", PodName: "w", PodUID: "uid-1", Name: "main",
 		State: runtimeapi.ContainerState_CONTAINER_RUNNING})
 	state := waitState(t, r.received, lifelinev1.Phase_PHASE_RUNNING)
 
@@ -142,7 +142,7 @@ func TestCommandOverMQTTRestartsTheWorker_P_CMD_4(t *testing.T) {
 		t.Fatal(tok.Error())
 	}
 	res := &lifelinev1.CommandResult{}
-	waitMessage(t, r.received, lifelinev1.KindResult, res, func(mqtttest.Message) bool { return res.CommandId == "restart-1" })
+	waitMessage(t, r.received, lifelinev1.KindResult, res, func(testkit.Message) bool { return res.CommandId == "restart-1" })
 	if res.Outcome != lifelinev1.Outcome_OUTCOME_DONE {
 		t.Fatalf("result %v", res)
 	}

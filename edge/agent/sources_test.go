@@ -14,7 +14,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/lifeline-edge/lifeline/edge/desired"
-	"github.com/lifeline-edge/lifeline/test/poll"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // The standby reads no API server: its workers are those the agent pod left on the node's disk, it rebuilds them
@@ -47,7 +47,7 @@ func TestStandbyWorksFromTheDesiredWorkersOnDiskAndItsProbe(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	probe.Period = 10 * time.Millisecond
 	go probe.Run(ctx)
-	poll.Until(t, 5*time.Second, "the probe's answer", src.APIKnown)
+	testkit.Until(t, 5*time.Second, "the probe's answer", src.APIKnown)
 	if !src.APIReachable() {
 		t.Error("the cloud answers the probe, but the node is not taken as reaching it")
 	}

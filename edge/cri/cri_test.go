@@ -7,22 +7,22 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/lifeline-edge/lifeline/test/fakecri"
+	"github.com/lifeline-edge/lifeline/test/simnode"
 )
 
 func TestPodsTakesTheLatestAttemptWithItsExitCode(t *testing.T) {
-	rt, err := fakecri.Start(t.TempDir())
+	rt, err := simnode.StartCRI(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rt.Stop()
-	pod := func(id string, attempt uint32, state runtimeapi.ContainerState, code int32) fakecri.Container {
-		return fakecri.Container{ID: id, PodNamespace: "default", PodName: "sdd-trainworker-0", PodUID: "uid-1",
+	pod := func(id string, attempt uint32, state runtimeapi.ContainerState, code int32) simnode.CRIContainer {
+		return simnode.CRIContainer{ID: id, PodNamespace: "default", PodName: "sdd-trainworker-0", PodUID: "uid-1",
 			Name: "train-worker", Attempt: attempt, State: state, ExitCode: code, FinishedAt: 5}
 	}
 	rt.Set(pod("c0", 0, runtimeapi.ContainerState_CONTAINER_EXITED, 1))
 	rt.Set(pod("c1", 1, runtimeapi.ContainerState_CONTAINER_EXITED, 2))
-	rt.Set(fakecri.Container{ID: "sandbox-pause"}) // no pod labels: not a worker container
+	rt.Set(simnode.CRIContainer{ID: "sandbox-pause"}) // no pod labels: not a worker container
 
 	c, err := Dial(rt.Socket, time.Second)
 	if err != nil {

@@ -14,16 +14,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/lifeline-edge/lifeline/cloud/contract"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/netproxy"
-	"github.com/lifeline-edge/lifeline/test/poll"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
-var controlPlane *cluster.ControlPlane
+var controlPlane *harness.ControlPlane
 
 func TestMain(m *testing.M) {
-	os.Exit(cluster.RunTests(m, cluster.Options{WithoutControllerManager: true, WithoutScheduler: true},
-		func(cp *cluster.ControlPlane) error { controlPlane = cp; return nil }))
+	os.Exit(harness.RunTests(m, harness.ControlPlaneOptions{WithoutControllerManager: true, WithoutScheduler: true},
+		func(cp *harness.ControlPlane) error { controlPlane = cp; return nil }))
 }
 
 func names(ws []Worker) string {
@@ -37,7 +36,7 @@ func names(ws []Worker) string {
 // An agent restarted while its link to the API server is cut still knows its workers, from disk, and says the
 // API server is unreachable; once the link is back it catches up with what changed meanwhile.
 func TestWorkersSurviveARestartWhileCutOff(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	ctx := context.Background()
 	admin := kubernetes.NewForConfigOrDie(controlPlane.Config)
 	ns := "desired-test"
@@ -65,7 +64,7 @@ func TestWorkersSurviveARestartWhileCutOff(t *testing.T) {
 	pod("not-a-worker", "edge-7", false)
 	pod("elsewhere", "edge-8", true)
 
-	link, err := netproxy.Start(controlPlane.APIServerURL[len("https://"):])
+	link, err := testkit.Start(controlPlane.APIServerURL[len("https://"):])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +95,7 @@ func TestWorkersSurviveARestartWhileCutOff(t *testing.T) {
 		return w, cancel
 	}
 	w, stop := run()
-	poll.Until(t, waitLimit, "the worker seen and the API server reachable", func() bool {
+	testkit.Until(t, waitLimit, "the worker seen and the API server reachable", func() bool {
 		return w.Reachable() && names(w.Workers()) == ns+"/trainer-0(Restart) "
 	})
 	if !w.Has(string(worker.UID)) {
@@ -104,7 +103,7 @@ func TestWorkersSurviveARestartWhileCutOff(t *testing.T) {
 	}
 
 	link.Cut()
-	poll.Until(t, waitLimit, "the API server unreachable", func() bool { return !w.Reachable() })
+	testkit.Until(t, waitLimit, "the API server unreachable", func() bool { return !w.Reachable() })
 	stop()
 
 	// The agent restarts while still cut off.
@@ -124,7 +123,7 @@ func TestWorkersSurviveARestartWhileCutOff(t *testing.T) {
 	}
 	pod("trainer-1", "edge-7", true)
 	link.Restore()
-	poll.Until(t, waitLimit, "the catch-up after the link returned", func() bool {
+	testkit.Until(t, waitLimit, "the catch-up after the link returned", func() bool {
 		return w.Reachable() && names(w.Workers()) == ns+"/trainer-1(Restart) "
 	})
 }

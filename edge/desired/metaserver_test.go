@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
-	"github.com/lifeline-edge/lifeline/test/edgesim"
-	"github.com/lifeline-edge/lifeline/test/poll"
+	"github.com/lifeline-edge/lifeline/test/simnode"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // The agent's default source, KubeEdge's MetaServer on the node (here the hollow node's): it lists and watches
@@ -35,7 +35,7 @@ func TestWorkersFromTheMetaServer(t *testing.T) {
 	var hold atomic.Bool
 	w.Hold = hold.Load
 	go w.Run(ctx, 100*time.Millisecond)
-	poll.Until(t, waitLimit, "the worker, and only it, from the MetaServer", func() bool {
+	testkit.Until(t, waitLimit, "the worker, and only it, from the MetaServer", func() bool {
 		return w.Reachable() && names(w.Workers()) == "default/worker() "
 	})
 	// Cut off from the cloud, the node loses the pod: still a worker, to be healed.
@@ -52,7 +52,7 @@ func TestWorkersFromTheMetaServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	hold.Store(false)
-	poll.Until(t, waitLimit, "the deleted worker gone once the hold ended", func() bool { return len(w.Workers()) == 0 })
+	testkit.Until(t, waitLimit, "the deleted worker gone once the hold ended", func() bool { return len(w.Workers()) == 0 })
 }
 
 // A node with no worker yet must not take a watch of every node's workers: a connected MetaServer forwards it to
@@ -72,11 +72,11 @@ func TestANodeWithoutWorkersKeepsNoOtherNodesPods(t *testing.T) {
 	client := fake.NewClientset(onNode("agent", "edge-1", false), onNode("elsewhere", "edge-2", true))
 	node, w, ctx := watchHollowNode(t, client)
 	go w.Run(ctx, 100*time.Millisecond)
-	poll.Until(t, waitLimit, "the watch established", w.Reachable)
+	testkit.Until(t, waitLimit, "the watch established", w.Reachable)
 	if _, err := client.CoreV1().Pods("default").Create(ctx, onNode("worker", "edge-1", true), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, waitLimit, "the node's new worker, through the narrow watch", func() bool { return names(w.Workers()) == "default/worker() " })
+	testkit.Until(t, waitLimit, "the node's new worker, through the narrow watch", func() bool { return names(w.Workers()) == "default/worker() " })
 	if stored := node.ForeignPodsStored(); len(stored) != 0 {
 		t.Errorf("the node's store holds other nodes' pods: %v", stored)
 	}
@@ -84,9 +84,9 @@ func TestANodeWithoutWorkersKeepsNoOtherNodesPods(t *testing.T) {
 
 // watchHollowNode runs hollow node edge-1 on client with its MetaServer, and a watcher of its workers through it
 // (not yet running); ctx ends with the test.
-func watchHollowNode(t *testing.T, client *fake.Clientset) (*edgesim.Node, *Watcher, context.Context) {
+func watchHollowNode(t *testing.T, client *fake.Clientset) (*simnode.Node, *Watcher, context.Context) {
 	t.Helper()
-	node := edgesim.New(edgesim.Config{NodeName: "edge-1", Client: client, StateDir: t.TempDir(),
+	node := simnode.New(simnode.Config{NodeName: "edge-1", Client: client, StateDir: t.TempDir(),
 		Images: map[string][]string{"sleeper": {"sleep", "60"}}, SyncInterval: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})

@@ -17,7 +17,7 @@ import (
 	"github.com/go-logr/logr"
 
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
-	"github.com/lifeline-edge/lifeline/test/poll"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // run runs w until the test ends, and waits for it to stop before the test's directories are removed.
@@ -100,10 +100,10 @@ func TestWatcherIgnoresOtherNodesPodsFromAnUnscopedMetaServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, w)
-	poll.Until(t, waitLimit, "the node's worker listed", func() bool { return w.Reachable() && names(w.Workers()) == "default/mine() " })
+	testkit.Until(t, waitLimit, "the node's worker listed", func() bool { return w.Reachable() && names(w.Workers()) == "default/mine() " })
 	store.events <- Event{Type: "ADDED", Pod: decodePod(t, podJSON("theirs-too", "edge-2", ""))}
 	store.events <- Event{Type: "ADDED", Pod: decodePod(t, podJSON("mine-too", "edge-1", ""))}
-	poll.Until(t, waitLimit, "the node's new worker watched", func() bool { return w.HasWorker("default", "mine-too") })
+	testkit.Until(t, waitLimit, "the node's new worker watched", func() bool { return w.HasWorker("default", "mine-too") })
 	if got := names(w.Workers()); got != "default/mine() default/mine-too() " {
 		t.Errorf("workers %q, want only edge-1's", got)
 	}
@@ -126,10 +126,10 @@ func TestWatcherLearnsWorkersWhileCutOffFromAStoreWithoutFieldSelectors(t *testi
 		t.Fatal(err)
 	}
 	run(t, w)
-	poll.Until(t, waitLimit, "the node's worker from the local store", func() bool { return names(w.Workers()) == "default/mine() " })
+	testkit.Until(t, waitLimit, "the node's worker from the local store", func() bool { return names(w.Workers()) == "default/mine() " })
 	store.events <- Event{Type: "ADDED", Pod: decodePod(t, podJSON("theirs-too", "edge-2", ""))}
 	store.events <- Event{Type: "ADDED", Pod: decodePod(t, podJSON("mine-too", "edge-1", ""))}
-	poll.Until(t, waitLimit, "the node's new worker watched", func() bool { return w.HasWorker("default", "mine-too") })
+	testkit.Until(t, waitLimit, "the node's new worker watched", func() bool { return w.HasWorker("default", "mine-too") })
 	if w.HasWorker("default", "theirs-too") {
 		t.Error("another node's pod taken as a worker")
 	}
@@ -150,13 +150,13 @@ func TestMirrorPodIsNoWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, w)
-	poll.Until(t, waitLimit, "the node's worker listed", func() bool { return w.Reachable() && w.HasWorker("default", "w") })
+	testkit.Until(t, waitLimit, "the node's worker listed", func() bool { return w.Reachable() && w.HasWorker("default", "w") })
 	standIn := strings.Replace(podJSON("w-edge-1-x", "edge-1", ""), `"labels"`,
 		`"annotations":{"`+lifelinev1.StaticPodOfAnnotation+`":"default/w"},"labels"`, 1)
 	store.events <- Event{Type: "ADDED", Pod: decodePod(t, standIn)}
 	store.events <- Event{Type: "MODIFIED", Pod: decodePod(t, mirror)}
 	store.events <- Event{Type: "ADDED", Pod: decodePod(t, podJSON("next", "edge-1", ""))}
-	poll.Until(t, waitLimit, "the next event seen", func() bool { return w.HasWorker("default", "next") })
+	testkit.Until(t, waitLimit, "the next event seen", func() bool { return w.HasWorker("default", "next") })
 	if w.HasWorker("default", "w-edge-1") {
 		t.Error("a mirror pod taken as a worker")
 	}
@@ -263,7 +263,7 @@ func TestRefusingAPIServerIsReachableNotCutOff(t *testing.T) {
 				t.Fatal(err)
 			}
 			run(t, w)
-			poll.Until(t, waitLimit, "the refusing API server taken as reachable", w.Reachable)
+			testkit.Until(t, waitLimit, "the refusing API server taken as reachable", w.Reachable)
 			if !w.HasWorker("default", "w") {
 				t.Error("the workers were dropped")
 			}
@@ -282,7 +282,7 @@ func TestWorkerIsKnownByItsWorkerName(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, w)
-	poll.Until(t, waitLimit, "the JI worker listed", func() bool { return w.Has("uid-ji") })
+	testkit.Until(t, waitLimit, "the JI worker listed", func() bool { return w.Has("uid-ji") })
 	for name, want := range map[string]bool{"helmet-edge": true, "helmet-edge-7d9f-x2x": true, "helmet": false} {
 		if got := w.HasWorker("default", name); got != want {
 			t.Errorf("HasWorker(default, %q) = %v, want %v", name, got, want)

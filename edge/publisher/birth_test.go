@@ -12,7 +12,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
-	"github.com/lifeline-edge/lifeline/test/mqtttest"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // [P-BIRTH-2] A birth-seq file that does not parse (torn, zeroed by a crash) no longer becomes 0 silently,
@@ -49,8 +49,8 @@ func TestUnparsableBirthSeqIsMovedAsideAndSeededFromTheClock_P_BIRTH_2(t *testin
 // of the agent on that directory, another for a new (wiped) directory, so the controller can tell a new state
 // epoch from a replay.
 func TestBirthNamesTheStateDirectory_P_BIRTH_3(t *testing.T) {
-	broker := mqtttest.StartBroker(t)
-	received := mqtttest.Subscribe(t, broker, "c", "controller")
+	broker := testkit.StartBroker(t)
+	received := testkit.Subscribe(t, broker, "c", "controller")
 	var lastSeen *lifelinev1.NodeBirth
 	birthFrom := func(dir string) *lifelinev1.NodeBirth {
 		t.Helper()

@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/lifeline-edge/lifeline/test/pkitest"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 func TestPasswordFromItsFileElseTheEnvironment(t *testing.T) {
@@ -18,7 +18,7 @@ func TestPasswordFromItsFileElseTheEnvironment(t *testing.T) {
 		t.Errorf("no file: %q, %v; want the environment's", pw, err)
 	}
 	file := filepath.Join(t.TempDir(), "mqtt-password")
-	pkitest.WriteFile(t, file, []byte("s3cret\n"))
+	testkit.WriteFile(t, file, []byte("s3cret\n"))
 	if pw, err := Password(file); err != nil || pw != "s3cret" {
 		t.Errorf("a file: %q, %v; want its line without the newline", pw, err)
 	}
@@ -29,9 +29,9 @@ func TestPasswordFromItsFileElseTheEnvironment(t *testing.T) {
 
 func TestTLSConfigTrustsTheBrokersCAAndPresentsTheNodesCertificateOnceItExists(t *testing.T) {
 	dir := t.TempDir()
-	ca := pkitest.NewCA(t, "broker-ca")
+	ca := testkit.NewCA(t, "broker-ca")
 	caFile := filepath.Join(dir, "ca.crt")
-	pkitest.WriteFile(t, caFile, ca.PEM())
+	testkit.WriteFile(t, caFile, ca.PEM())
 	certFile, keyFile := filepath.Join(dir, "node.crt"), filepath.Join(dir, "node.key")
 
 	config, err := TLSConfig(caFile, certFile, keyFile, logr.Discard())
@@ -44,14 +44,14 @@ func TestTLSConfigTrustsTheBrokersCAAndPresentsTheNodesCertificateOnceItExists(t
 	if c, err := config.GetClientCertificate(&tls.CertificateRequestInfo{}); err != nil || len(c.Certificate) != 0 {
 		t.Errorf("before the certificate exists: %d certificates, %v; want none, to log in by password", len(c.Certificate), err)
 	}
-	certPEM, keyPEM := ca.IssuePEM(t, pkitest.CertOptions{CommonName: "system:node:edge-1"})
-	pkitest.WriteFile(t, certFile, certPEM)
-	pkitest.WriteFile(t, keyFile, keyPEM)
+	certPEM, keyPEM := ca.IssuePEM(t, testkit.CertOptions{CommonName: "system:node:edge-1"})
+	testkit.WriteFile(t, certFile, certPEM)
+	testkit.WriteFile(t, keyFile, keyPEM)
 	if c, err := config.GetClientCertificate(&tls.CertificateRequestInfo{}); err != nil || len(c.Certificate) == 0 {
 		t.Errorf("once issued: %v; want the node's certificate, read at the connection", err)
 	}
 
-	pkitest.WriteFile(t, caFile, []byte("not a certificate"))
+	testkit.WriteFile(t, caFile, []byte("not a certificate"))
 	if _, err := TLSConfig(caFile, "", "", logr.Discard()); err == nil {
 		t.Error("a CA file without a certificate was taken")
 	}

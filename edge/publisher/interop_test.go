@@ -6,27 +6,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifeline-edge/lifeline/test/mqtttest"
-	"github.com/lifeline-edge/lifeline/test/netproxy"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // The agent publishes to a mosquitto on its node, bridged to the cloud's mosquitto. The bridge is cut and
 // restored: everything arrives, in order.
 func TestMosquittoBridgeCarriesTheJournalAcrossACut(t *testing.T) {
-	cloud := mqtttest.StartMosquitto(t, "cloud", "")
-	bridgeLink, err := netproxy.Start(cloud)
+	cloud := testkit.StartMosquitto(t, "cloud", "")
+	bridgeLink, err := testkit.Start(cloud)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer bridgeLink.Close()
-	edge := mqtttest.StartMosquitto(t, "edge", fmt.Sprintf(`connection cloud
+	edge := testkit.StartMosquitto(t, "edge", fmt.Sprintf(`connection cloud
 address %s
 topic lifeline/# out 1
 cleansession false
 restart_timeout 1
 notifications false
 `, bridgeLink.Addr()))
-	received := mqtttest.Subscribe(t, cloud, "c", "controller")
+	received := testkit.Subscribe(t, cloud, "c", "controller")
 
 	p := startPublisher(t, Config{Broker: "tcp://" + edge, RetryInterval: 100 * time.Millisecond})
 

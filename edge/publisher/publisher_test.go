@@ -17,8 +17,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
-	"github.com/lifeline-edge/lifeline/test/mqtttest"
-	"github.com/lifeline-edge/lifeline/test/netproxy"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 func report(i int) journal.Entry {
@@ -28,7 +27,7 @@ func report(i int) journal.Entry {
 
 // collect reads messages until it has the reports up to last (in the order first seen) or the timeout passes,
 // and returns the reports, births and deaths seen.
-func collect(t *testing.T, ch <-chan mqtttest.Message, last int, timeout time.Duration) (reports []int, births, deaths []uint64) {
+func collect(t *testing.T, ch <-chan testkit.Message, last int, timeout time.Duration) (reports []int, births, deaths []uint64) {
 	t.Helper()
 	seen := map[int]bool{}
 	deadline := time.After(timeout)
@@ -110,13 +109,13 @@ func seq(from, to int) []int {
 // [P-JRN-1] [P-BIRTH-2] [P-DEATH-1] A cut link loses nothing: what was journaled meanwhile arrives in order
 // after a new birth, and the broker publishes the old session's death.
 func TestJournalIsReplayedInOrderAfterAnOutage_P_JRN_1(t *testing.T) {
-	broker := mqtttest.StartBroker(t)
-	link, err := netproxy.Start(broker)
+	broker := testkit.StartBroker(t)
+	link, err := testkit.Start(broker)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer link.Close()
-	received := mqtttest.Subscribe(t, broker, "c", "controller")
+	received := testkit.Subscribe(t, broker, "c", "controller")
 
 	dir, j := openJournal(t)
 	p := New(Config{Broker: "tcp://" + link.Addr(), Cluster: "c", Node: "edge-1", StateDir: dir, BootID: "boot-1",
@@ -167,7 +166,7 @@ func TestJournalIsReplayedInOrderAfterAnOutage_P_JRN_1(t *testing.T) {
 	}
 
 	// A subscriber arriving later sees the retained birth and death, which it orders by birth sequence.
-	_, births, deaths = collect(t, mqtttest.Subscribe(t, broker, "c", "late"), -1, time.Second)
+	_, births, deaths = collect(t, testkit.Subscribe(t, broker, "c", "late"), -1, time.Second)
 	if len(births) != 1 || len(deaths) != 1 || births[0] <= deaths[0] {
 		t.Errorf("retained birth %v and death %v: the birth must be newer", births, deaths)
 	}
@@ -201,8 +200,8 @@ func (h *slowAcks) OnPublish(_ *mochi.Client, pk packets.Packet) (packets.Packet
 // [P-JRN-1] A broker slower to acknowledge than AckTimeout keeps its session: the agent waits, and sends on in
 // the same session, rather than adding a new birth and a replay to a broker that is behind.
 func TestASlowAcknowledgementKeepsTheSession_P_JRN_1(t *testing.T) {
-	broker := mqtttest.StartBroker(t, &slowAcks{delay: 2 * time.Second})
-	received := mqtttest.Subscribe(t, broker, "c", "controller")
+	broker := testkit.StartBroker(t, &slowAcks{delay: 2 * time.Second})
+	received := testkit.Subscribe(t, broker, "c", "controller")
 	p := startPublisher(t, Config{Broker: "tcp://" + broker, BootID: "boot-1", RetryInterval: 100 * time.Millisecond,
 		AckTimeout: 300 * time.Millisecond})
 
@@ -268,8 +267,8 @@ func (j *pageCountingJournal) PendingLog(after uint64, limit int) ([]journal.Ent
 // states go out first, ahead of the whole replay, and the replay reads the journal a page at a time: the agent
 // never holds more than a page of reports, however full the journal.
 func TestStatesGoFirstAndReportsReplayAPageAtATimeAfterAFlood(t *testing.T) {
-	broker := mqtttest.StartBroker(t)
-	received := mqtttest.Subscribe(t, broker, "c", "controller")
+	broker := testkit.StartBroker(t)
+	received := testkit.Subscribe(t, broker, "c", "controller")
 	dir := t.TempDir()
 	j, err := journal.OpenLimited(filepath.Join(dir, "journal.db"), journal.Limits{Entries: 10000, Bytes: 4 << 20})
 	if err != nil {

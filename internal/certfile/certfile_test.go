@@ -6,18 +6,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifeline-edge/lifeline/test/pkitest"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
-func issue(t *testing.T, ca *pkitest.CA) (certPEM, keyPEM []byte) {
-	return ca.IssuePEM(t, pkitest.CertOptions{CommonName: "system:node:edge1", Organization: []string{"system:nodes"},
+func issue(t *testing.T, ca *testkit.CA) (certPEM, keyPEM []byte) {
+	return ca.IssuePEM(t, testkit.CertOptions{CommonName: "system:node:edge1", Organization: []string{"system:nodes"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 }
 
 // Files rotated as edgecore rotates them: the certificate first, then the key. In between, the old pair stays
 // in use; once both are written, the new one is.
 func TestRotationHalfWrittenKeepsTheOldPair(t *testing.T) {
-	ca := pkitest.NewCA(t, "kubeedge")
+	ca := testkit.NewCA(t, "kubeedge")
 	dir := t.TempDir()
 	p := &Pair{CertFile: filepath.Join(dir, "server.crt"), KeyFile: filepath.Join(dir, "server.key")}
 	if err := p.Load(); err != nil {
@@ -27,18 +27,18 @@ func TestRotationHalfWrittenKeepsTheOldPair(t *testing.T) {
 		t.Fatal("a certificate presented before any file exists")
 	}
 	cert1, key1 := issue(t, ca)
-	pkitest.WriteFile(t, p.CertFile, cert1)
-	pkitest.WriteFile(t, p.KeyFile, key1)
+	testkit.WriteFile(t, p.CertFile, cert1)
+	testkit.WriteFile(t, p.KeyFile, key1)
 	first := p.Current()
 	if first == nil {
 		t.Fatal("the pair written is not loaded")
 	}
 	cert2, key2 := issue(t, ca)
-	pkitest.WriteFile(t, p.CertFile, cert2)
+	testkit.WriteFile(t, p.CertFile, cert2)
 	if got := p.Current(); got == nil || got.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) != 0 {
 		t.Fatalf("with the key not yet rotated, the pair in use is %v, want the old one", got)
 	}
-	pkitest.WriteFile(t, p.KeyFile, key2)
+	testkit.WriteFile(t, p.KeyFile, key2)
 	got, err := p.GetClientCertificate(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +46,7 @@ func TestRotationHalfWrittenKeepsTheOldPair(t *testing.T) {
 	if got.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) == 0 {
 		t.Fatal("the rotated pair is not in use")
 	}
-	pkitest.WriteFile(t, p.KeyFile, []byte("garbage"))
+	testkit.WriteFile(t, p.KeyFile, []byte("garbage"))
 	if err := (&Pair{CertFile: p.CertFile, KeyFile: p.KeyFile}).Load(); err == nil {
 		t.Error("a pair that does not parse loaded without error")
 	}

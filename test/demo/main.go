@@ -21,8 +21,8 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
-	"github.com/lifeline-edge/lifeline/test/fixtures"
-	"github.com/lifeline-edge/lifeline/test/sim"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 func main() {
@@ -48,7 +48,7 @@ func main() {
 
 type demo struct {
 	ctx    context.Context
-	s      *sim.Sim // the hollow nodes; nil on real nodes
+	s      *harness.Sim // the hollow nodes; nil on real nodes
 	client client.Client
 	// vars are the examples' placeholders, set to the nodes' names.
 	vars map[string]string
@@ -62,12 +62,12 @@ func run(ctx context.Context, exitAfter bool) error {
 	say("Starting a control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler),")
 	say("lifeline-controller, one hollow cloud node and three hollow KubeEdge edge nodes ...")
 	// The kubelet's crash back-off (10 s), so the node's own restart and Lifeline's are told apart.
-	s, err := sim.Start(ctx, sim.Options{CrashBackoff: 10 * time.Second})
+	s, err := harness.StartSim(ctx, harness.SimOptions{CrashBackoff: 10 * time.Second})
 	if err != nil {
 		return err
 	}
 	defer s.Stop()
-	d := &demo{ctx: ctx, s: s, client: s.Client, vars: sim.FixtureVars, runKubectl: s.Kubectl, patience: 2 * time.Minute}
+	d := &demo{ctx: ctx, s: s, client: s.Client, vars: harness.FixtureVars, runKubectl: s.Kubectl, patience: 2 * time.Minute}
 	d.kubectl("get", "nodes", "-L", "node-role.kubernetes.io/edge")
 
 	step("1. Apply two of Lifeline's examples, in Sedna's format: a JointInferenceService and a FederatedLearningJob")
@@ -319,7 +319,7 @@ func (d *demo) applyFL() (*v1alpha1.FederatedLearningJob, error) {
 // applyExample creates every object of one of Lifeline's examples in the default namespace, as
 // `envsubst < deploy/examples/<file> | kubectl apply -f -` would; edit sees each object before it is created.
 func (d *demo) applyExample(file string, edit func(client.Object)) error {
-	objs, err := fixtures.Objects(file, d.vars)
+	objs, err := testkit.Objects(file, d.vars)
 	if err != nil {
 		return err
 	}

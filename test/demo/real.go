@@ -14,8 +14,8 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
-	"github.com/lifeline-edge/lifeline/test/cluster"
 	"github.com/lifeline-edge/lifeline/test/realnode"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // runReal tells the story on real nodes: kubelets on their own containerd, Lifeline installed from its images
@@ -24,7 +24,7 @@ func runReal(ctx context.Context, exitAfter bool) error {
 	if err := realnode.CheckMachine(); err != nil {
 		return fmt.Errorf("this machine cannot run real nodes (%w); `make demo` tells the story on hollow nodes anywhere", err)
 	}
-	repo, err := cluster.RepoRoot()
+	repo, err := testkit.RepoRoot()
 	if err != nil {
 		return err
 	}

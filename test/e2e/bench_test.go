@@ -12,7 +12,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
-	"github.com/lifeline-edge/lifeline/test/controllertest"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
 // Samples per measurement. Each kill is of a fresh pod, so that it meets the first step of edged's crash back-off
@@ -48,7 +48,7 @@ func BenchmarkCutOffNode(b *testing.B) {
 		for i := range killSamples {
 			pod := freshEdgePod(b, ji, i > 0)
 			killed := killLittleModel(b, pod)
-			controllertest.Eventually(b, within, "the API server showing the container stopped", func(ctx context.Context) (bool, error) {
+			harness.Eventually(b, within, "the API server showing the container stopped", func(ctx context.Context) (bool, error) {
 				got := &corev1.Pod{}
 				if err := s.Client.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
 					return false, err
@@ -105,12 +105,12 @@ func BenchmarkCutOffNode(b *testing.B) {
 		if err := s.LosePod(edgeNode, "default", pod.Name); err != nil {
 			b.Fatal(err)
 		}
-		controllertest.Eventually(b, within, "the lost worker running as a static pod", func(context.Context) (bool, error) {
+		harness.Eventually(b, within, "the lost worker running as a static pod", func(context.Context) (bool, error) {
 			return s.WorkerRunning(edgeNode, "default", pod.Name+"-"+edgeNode, "little-model"), nil
 		})
 		rebuiltLost := time.Since(lost)
 		s.RestoreAPI(edgeNode)
-		controllertest.Eventually(b, within, "the worker back in its own pod", func(context.Context) (bool, error) {
+		harness.Eventually(b, within, "the worker back in its own pod", func(context.Context) (bool, error) {
 			return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model"), nil
 		})
 
@@ -119,15 +119,15 @@ func BenchmarkCutOffNode(b *testing.B) {
 
 		b.Run("cut-told", func(b *testing.B) {
 			// No anchor: without Lifeline the status keeps the API server's last word for the whole cut.
-			b.ReportMetric(controllertest.Percentile(told, 50).Seconds(), "lifeline-p50-s")
-			b.ReportMetric(controllertest.Percentile(told, 99).Seconds(), "lifeline-p99-s")
+			b.ReportMetric(harness.Percentile(told, 50).Seconds(), "lifeline-p50-s")
+			b.ReportMetric(harness.Percentile(told, 99).Seconds(), "lifeline-p99-s")
 		})
 		b.Run("detection", func(b *testing.B) {
-			controllertest.ReportComparison(b, "Kill -> status shows the worker dead", "node cut off, agent's word", detection,
+			harness.ReportComparison(b, "Kill -> status shows the worker dead", "node cut off, agent's word", detection,
 				"connected node, API server's word", apiDetection)
 		})
 		b.Run("rebuild", func(b *testing.B) {
-			controllertest.ReportComparison(b, "Kill -> worker runs again (restartPolicy Always)", "node cut off (left to the node)", rebuild,
+			harness.ReportComparison(b, "Kill -> worker runs again (restartPolicy Always)", "node cut off (left to the node)", rebuild,
 				"the node's own crash back-off", backoff)
 		})
 		b.Run("lost-pod", func(b *testing.B) {
@@ -194,7 +194,7 @@ func freshEdgePod(b testing.TB, ji *v1alpha1.JointInferenceService, replace bool
 		}
 	}
 	var pod *corev1.Pod
-	controllertest.Eventually(b, within, "the edge worker running, in the API server's word", func(ctx context.Context) (bool, error) {
+	harness.Eventually(b, within, "the edge worker running, in the API server's word", func(ctx context.Context) (bool, error) {
 		pods := &corev1.PodList{}
 		if err := s.Client.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{roleLabel: "edge",
 			"jointinferenceservice.sedna.io/name": ji.Name}); err != nil {
@@ -315,7 +315,7 @@ func failNeverTrainerCutOff(b testing.TB, name string, into, wait time.Duration,
 	job, trainer := neverTrainerJob(b, name)
 	defer deleteAndWait(b, job) // each run makes the job anew, under the same name
 	if armed {
-		controllertest.Eventually(b, within, "the trainer's stand-in armed", func(context.Context) (bool, error) {
+		harness.Eventually(b, within, "the trainer's stand-in armed", func(context.Context) (bool, error) {
 			return s.WorkerRunning("edge1", "default", trainer+"-edge1", "lifeline-gate"), nil
 		})
 	}
@@ -365,7 +365,7 @@ func neverTrainerJob(b testing.TB, name string) (*v1alpha1.FederatedLearningJob,
 			}
 		}).(*v1alpha1.FederatedLearningJob)
 	trainer := fl.TrainerName(job.GetName(), 0)
-	controllertest.Eventually(b, within, "trainer 0 running", func(context.Context) (bool, error) {
+	harness.Eventually(b, within, "trainer 0 running", func(context.Context) (bool, error) {
 		return s.WorkerRunning("edge1", "default", trainer, "train-worker"), nil
 	})
 	return job, trainer
@@ -382,7 +382,7 @@ func killLittleModel(b testing.TB, pod *corev1.Pod) time.Time {
 
 func waitRunning(b testing.TB, pod *corev1.Pod) {
 	b.Helper()
-	controllertest.Eventually(b, within, "the little model running", func(context.Context) (bool, error) {
+	harness.Eventually(b, within, "the little model running", func(context.Context) (bool, error) {
 		return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model"), nil
 	})
 }

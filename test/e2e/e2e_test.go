@@ -23,17 +23,15 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/controllertest"
-	"github.com/lifeline-edge/lifeline/test/fixtures"
-	"github.com/lifeline-edge/lifeline/test/sim"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
-var s *sim.Sim
+var s *harness.Sim
 
 const within = 60 * time.Second
 
-var eventually = controllertest.Eventually
+var eventually = harness.Eventually
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -44,8 +42,8 @@ func TestMain(m *testing.M) {
 	// The kubelet's crash back-off, so that what restarts a worker quickly on a cut-off node is Lifeline.
 	// A short node-monitor grace, so a long partition (NotReady, tainted) takes seconds, not a minute.
 	// The chart's memory limits on the daemons (see TestReportFloodWhileTheBrokerIsAwayStaysWithinTheAgentsLimit).
-	s, err = sim.Start(context.Background(), sim.Options{CrashBackoff: 10 * time.Second,
-		Cluster:          cluster.Options{NodeMonitorGracePeriod: 20 * time.Second},
+	s, err = harness.StartSim(context.Background(), harness.SimOptions{CrashBackoff: 10 * time.Second,
+		Cluster:          harness.ControlPlaneOptions{NodeMonitorGracePeriod: 20 * time.Second},
 		AgentMemoryLimit: 64 << 20, ControllerMemoryLimit: 256 << 20})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the simulation:", err)
@@ -72,7 +70,7 @@ func skipShort(t *testing.T) {
 func apply(t testing.TB, file string, edits ...func(client.Object)) client.Object {
 	t.Helper()
 	ctx := context.Background()
-	objs, err := fixtures.Objects(file, sim.FixtureVars)
+	objs, err := testkit.Objects(file, harness.FixtureVars)
 	if err != nil {
 		t.Fatal(err)
 	}

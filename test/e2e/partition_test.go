@@ -26,7 +26,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
 	"github.com/lifeline-edge/lifeline/cloud/nodecondition"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
-	"github.com/lifeline-edge/lifeline/test/sim"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
 const edgeNode = "edge3" // where the example puts the JI edge worker
@@ -334,8 +334,8 @@ func TestForgedReplayedAndGarbageMessagesChangeNothing(t *testing.T) {
 	start := dropped()
 	dead := &lifelinev1.WorkerState{Namespace: "default", Name: pod.Name, Uid: string(pod.UID), Seq: 1, Phase: lifelinev1.Phase_PHASE_FAILED}
 	deadPayload, _ := proto.Marshal(dead)
-	edge3Topic := lifelinev1.WorkerTopic(sim.Cluster, edgeNode, "default", pod.Name).String()
-	edge1Topic := lifelinev1.WorkerTopic(sim.Cluster, "edge1", "default", pod.Name).String()
+	edge3Topic := lifelinev1.WorkerTopic(harness.Cluster, edgeNode, "default", pod.Name).String()
+	edge1Topic := lifelinev1.WorkerTopic(harness.Cluster, "edge1", "default", pod.Name).String()
 
 	if _, err := mqttClient(t, "", ""); err == nil {
 		t.Error("a client without credentials was admitted")

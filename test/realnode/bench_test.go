@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
-	"github.com/lifeline-edge/lifeline/test/controllertest"
+	"github.com/lifeline-edge/lifeline/test/harness"
 	"github.com/lifeline-edge/lifeline/test/realnode"
 )
 
@@ -65,17 +65,17 @@ func BenchmarkRealNodes(b *testing.B) {
 	upgraded := upgradeWhileCutOff(b, "0.0.0-bench")
 	line := func(name string, d time.Duration) { fmt.Printf("%s %.3f s\n", name, d.Seconds()) }
 	fmt.Printf("\nreal nodes, %d samples each (p99 of %d is their worst)\n", samples, samples)
-	line("cut-told-p50", controllertest.Percentile(told, 50))
-	line("cut-told-p99", controllertest.Percentile(told, 99))
+	line("cut-told-p50", harness.Percentile(told, 50))
+	line("cut-told-p99", harness.Percentile(told, 99))
 	fmt.Println("cut-told-anchor never (the API server keeps the kubelet's last word; only the Node turns NotReady, after the node-monitor grace period)")
-	line("detect-cut-off-p50", controllertest.Percentile(cutOff, 50))
-	line("detect-cut-off-p99", controllertest.Percentile(cutOff, 99))
-	line("detect-connected-anchor-p50", controllertest.Percentile(connected, 50))
-	line("detect-connected-anchor-p99", controllertest.Percentile(connected, 99))
-	line("rebuild-never-trainer-cut-off-p50", controllertest.Percentile(rebuilt, 50))
-	line("rebuild-never-trainer-cut-off-p99", controllertest.Percentile(rebuilt, 99))
+	line("detect-cut-off-p50", harness.Percentile(cutOff, 50))
+	line("detect-cut-off-p99", harness.Percentile(cutOff, 99))
+	line("detect-connected-anchor-p50", harness.Percentile(connected, 50))
+	line("detect-connected-anchor-p99", harness.Percentile(connected, 99))
+	line("rebuild-never-trainer-cut-off-p50", harness.Percentile(rebuilt, 50))
+	line("rebuild-never-trainer-cut-off-p99", harness.Percentile(rebuilt, 99))
 	fmt.Println("rebuild-never-trainer-anchor never (the kubelet does not run a failed Never container again)")
-	line("reconnect-stand-in-gave-way-p99", controllertest.Percentile(gaveWay, 99))
+	line("reconnect-stand-in-gave-way-p99", harness.Percentile(gaveWay, 99))
 	line("reconnect-no-trainer-running", gap)
 	line("reconnect-two-trainers-running", overlap)
 	line("reboot-cut-off-worker-back", reboot.rebuilt)

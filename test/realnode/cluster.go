@@ -1,5 +1,5 @@
 // Package realnode runs a Kubernetes cluster of real nodes on this machine, without Docker or kind: the control
-// plane of test/cluster, and per node a kubelet, kube-proxy and a containerd of its own (Debian's containerd, runc
+// plane of test/harness, and per node a kubelet, kube-proxy and a containerd of its own (Debian's containerd, runc
 // and CNI plugins), each node in its own network and mount namespaces. Images come from archives imported into
 // every node's containerd, as there is no registry. It needs root.
 package realnode
@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
 // NodeSpec names a node and its role.
@@ -44,7 +44,7 @@ type Options struct {
 	Nodes []NodeSpec
 	// Images are image archives imported into every node's containerd before its kubelet starts.
 	Images []string
-	// BinDir holds the control plane's binaries, kubelet and kube-proxy; empty as test/cluster finds it.
+	// BinDir holds the control plane's binaries, kubelet and kube-proxy; empty as test/harness finds it.
 	BinDir string
 	// NodeMonitorGracePeriod is kube-controller-manager's; zero keeps its default.
 	NodeMonitorGracePeriod time.Duration
@@ -59,7 +59,7 @@ type Cluster struct {
 	// Nodes are the nodes, in the order of Options.Nodes.
 	Nodes []*Node
 
-	cp       *cluster.ControlPlane
+	cp       *harness.ControlPlane
 	dns      *serviceDNS
 	client   kubernetes.Interface
 	binDir   string
@@ -129,7 +129,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := privateDir(ctx, filepath.Join(c.dir, "ns")); err != nil {
 		return nil, err
 	}
-	c.cp, err = cluster.Start(ctx, cluster.Options{
+	c.cp, err = harness.StartControlPlane(ctx, harness.ControlPlaneOptions{
 		BinDir: opts.BinDir, Dir: filepath.Join(c.dir, "control-plane"), KeepDir: true,
 		AdvertiseAddress:       net.ParseIP(apiAddress),
 		NodeMonitorGracePeriod: opts.NodeMonitorGracePeriod,
@@ -180,7 +180,7 @@ func (c *Cluster) bootNode(ctx context.Context, n *Node, images []string) error 
 func (c *Cluster) waitReady(ctx context.Context, n *Node) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	err := cluster.WaitUntil(ctx, n.kubelet, "node "+n.Name+" Ready", func() error {
+	err := harness.WaitUntil(ctx, n.kubelet, "node "+n.Name+" Ready", func() error {
 		node, err := c.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -226,7 +226,7 @@ func (c *Cluster) Node(name string) *Node {
 func (c *Cluster) Client() kubernetes.Interface { return c.client }
 
 // ControlPlane is the cluster's control plane.
-func (c *Cluster) ControlPlane() *cluster.ControlPlane { return c.cp }
+func (c *Cluster) ControlPlane() *harness.ControlPlane { return c.cp }
 
 // Cut drops the node's packets to what it loses (its kubelet's, its agent's and its pods').
 func (c *Cluster) Cut(ctx context.Context, node string, link Link, brokerPort int) error {

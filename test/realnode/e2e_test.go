@@ -26,10 +26,9 @@ import (
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
 	"github.com/lifeline-edge/lifeline/edge/agent"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/controllertest"
-	"github.com/lifeline-edge/lifeline/test/fixtures"
+	"github.com/lifeline-edge/lifeline/test/harness"
 	"github.com/lifeline-edge/lifeline/test/realnode"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 var (
@@ -60,7 +59,7 @@ func runReal(m *testing.M) int {
 		return m.Run()
 	}
 	var err error
-	if repo, err = cluster.RepoRoot(); err != nil {
+	if repo, err = testkit.RepoRoot(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -121,7 +120,7 @@ func needReal(t testing.TB) {
 // `envsubst < deploy/examples/<file> | kubectl apply -f -` would, and returns its service or job.
 func apply(t testing.TB, file string) client.Object {
 	t.Helper()
-	objs, err := fixtures.Objects(file, realnode.FixtureVars)
+	objs, err := testkit.Objects(file, realnode.FixtureVars)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +164,7 @@ func TestJointInferenceExampleIsReadyWithTheSampleImages(t *testing.T) {
 func jointInferenceReady(t testing.TB) {
 	t.Helper()
 	apply(t, "joint-inference.yaml")
-	controllertest.Eventually(t, 3*time.Minute, "the joint inference example Ready, both workers Alive", func(ctx context.Context) (bool, error) {
+	harness.Eventually(t, 3*time.Minute, "the joint inference example Ready, both workers Alive", func(ctx context.Context) (bool, error) {
 		ji := &v1alpha1.JointInferenceService{}
 		if err := kc.Get(ctx, client.ObjectKey{Namespace: "default", Name: jiName}, ji); err != nil {
 			return false, err
@@ -183,7 +182,7 @@ func jointInferenceReady(t testing.TB) {
 func TestFederatedLearningExampleSucceedsWithTheSampleImages(t *testing.T) {
 	needReal(t)
 	job := apply(t, "federated-learning.yaml")
-	controllertest.Eventually(t, 4*time.Minute, "the federated learning example Succeeded", func(ctx context.Context) (bool, error) {
+	harness.Eventually(t, 4*time.Minute, "the federated learning example Succeeded", func(ctx context.Context) (bool, error) {
 		fl := &v1alpha1.FederatedLearningJob{}
 		if err := kc.Get(ctx, client.ObjectKeyFromObject(job), fl); err != nil {
 			return false, err
@@ -262,7 +261,7 @@ func TestKilledWorkerOnANodeCutOffFromTheAPIServerIsToldByTheAgent(t *testing.T)
 
 func waitEdgeWorker(t testing.TB, within time.Duration, what string, ok func(*v1alpha1.WorkerStatus) bool) {
 	t.Helper()
-	controllertest.Eventually(t, within, "the edge worker "+what, func(ctx context.Context) (bool, error) {
+	harness.Eventually(t, within, "the edge worker "+what, func(ctx context.Context) (bool, error) {
 		w, err := edgeWorker(ctx)
 		if err != nil {
 			return false, err
@@ -301,7 +300,7 @@ type handOver struct {
 func failNeverTrainerCutOff(t testing.TB, name string) handOver {
 	t.Helper()
 	ctx := context.Background()
-	objs, err := fixtures.Objects("federated-learning.yaml", realnode.FixtureVars)
+	objs, err := testkit.Objects("federated-learning.yaml", realnode.FixtureVars)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +327,7 @@ func failNeverTrainerCutOff(t testing.TB, name string) handOver {
 	defer deleteAndWait(t, job)
 	trainer := fl.TrainerName(job.Name, 0)
 	edge := rc.Node("edge-1")
-	controllertest.Eventually(t, 2*time.Minute, "trainer 0 running on edge-1", func(ctx context.Context) (bool, error) {
+	harness.Eventually(t, 2*time.Minute, "trainer 0 running on edge-1", func(ctx context.Context) (bool, error) {
 		n, err := edge.RunningContainers(ctx, trainer)
 		return n == 1, err
 	})
@@ -352,7 +351,7 @@ func failNeverTrainerCutOff(t testing.TB, name string) handOver {
 // named <pod>-edge-1).
 func waitStandIn(t testing.TB, worker string, within time.Duration) {
 	t.Helper()
-	controllertest.Eventually(t, within, worker+"'s stand-in running on edge-1", func(ctx context.Context) (bool, error) {
+	harness.Eventually(t, within, worker+"'s stand-in running on edge-1", func(ctx context.Context) (bool, error) {
 		n, err := rc.Node("edge-1").RunningContainers(ctx, worker+"-edge-1")
 		return n == 1, err
 	})
@@ -368,7 +367,7 @@ func mendAndHandBack(t testing.TB, worker string, h *handOver, done func() bool)
 		t.Fatal(err)
 	}
 	mended, last := time.Now(), time.Now()
-	controllertest.Eventually(t, 3*time.Minute, "the stand-in given way to a pod of "+worker, func(ctx context.Context) (bool, error) {
+	harness.Eventually(t, 3*time.Minute, "the stand-in given way to a pod of "+worker, func(ctx context.Context) (bool, error) {
 		running, err := edge.RunningContainers(ctx, worker) // its own pods' and its stand-in's (<name>-edge-1)
 		if err != nil {
 			return false, err
@@ -448,7 +447,7 @@ func rebootCutOff(t testing.TB) handOver {
 	edge := rc.Node("edge-1")
 	worker := edgeWorkerPod(t).Name
 	standby := filepath.Join(edge.Disk, realnode.StaticPodDir, "lifeline-agent-standby.yaml")
-	controllertest.Eventually(t, time.Minute, "the agent's standby installed on edge-1", func(ctx context.Context) (bool, error) {
+	harness.Eventually(t, time.Minute, "the agent's standby installed on edge-1", func(ctx context.Context) (bool, error) {
 		_, err := os.Stat(standby)
 		return err == nil, nil
 	})
@@ -508,7 +507,7 @@ func deleteAndWait(t testing.TB, obj client.Object) {
 		}
 		return
 	}
-	controllertest.Eventually(t, 2*time.Minute, obj.GetName()+" gone", func(ctx context.Context) (bool, error) {
+	harness.Eventually(t, 2*time.Minute, obj.GetName()+" gone", func(ctx context.Context) (bool, error) {
 		err := kc.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})
@@ -610,7 +609,7 @@ func upgradeWhileCutOff(t testing.TB, tag string) upgrade {
 	oldController := podsOf(t, "app.kubernetes.io/name=lifeline-controller")
 	// The edge worker's reports reach its agent: a lost one below is the upgrade's.
 	var metricsBefore []v1alpha1.Metric
-	controllertest.Eventually(t, time.Minute, "the edge worker's reports in the service's status", func(ctx context.Context) (bool, error) {
+	harness.Eventually(t, time.Minute, "the edge worker's reports in the service's status", func(ctx context.Context) (bool, error) {
 		ji := &v1alpha1.JointInferenceService{}
 		err := kc.Get(ctx, client.ObjectKey{Namespace: "default", Name: jiName}, ji)
 		metricsBefore = ji.Status.Metrics
@@ -632,7 +631,7 @@ func upgradeWhileCutOff(t testing.TB, tag string) upgrade {
 	upgraded := metav1.Now()
 	helm(t, "upgrade", inst.Release, filepath.Join(repo, "deploy/chart/lifeline"), "--reuse-values",
 		"--set", "controller.image.tag="+tag, "--set", "agent.image.tag="+tag)
-	controllertest.Eventually(t, 2*time.Minute, "a new controller pod ready", func(ctx context.Context) (bool, error) {
+	harness.Eventually(t, 2*time.Minute, "a new controller pod ready", func(ctx context.Context) (bool, error) {
 		pods := podsOf(t, "app.kubernetes.io/name=lifeline-controller")
 		for name, ready := range pods {
 			if _, old := oldController[name]; !old && ready {
@@ -644,7 +643,7 @@ func upgradeWhileCutOff(t testing.TB, tag string) upgrade {
 	if err := rc.Mend(ctx, "edge-2"); err != nil {
 		t.Fatal(err)
 	}
-	controllertest.Eventually(t, 3*time.Minute, "every agent of the new revision ready", func(ctx context.Context) (bool, error) {
+	harness.Eventually(t, 3*time.Minute, "every agent of the new revision ready", func(ctx context.Context) (bool, error) {
 		pods := &corev1.PodList{}
 		if err := kc.List(ctx, pods, client.InNamespace(realnode.Namespace), client.MatchingLabels{"app.kubernetes.io/name": "lifeline-agent"}); err != nil {
 			return false, err
@@ -658,7 +657,7 @@ func upgradeWhileCutOff(t testing.TB, tag string) upgrade {
 		return ready == 2, nil
 	})
 	u := upgrade{took: time.Since(upgraded.Time)}
-	controllertest.Eventually(t, 30*time.Second, "reports through the new agents", func(ctx context.Context) (bool, error) {
+	harness.Eventually(t, 30*time.Second, "reports through the new agents", func(ctx context.Context) (bool, error) {
 		ji := &v1alpha1.JointInferenceService{}
 		err := kc.Get(ctx, client.ObjectKey{Namespace: "default", Name: jiName}, ji)
 		return err == nil && !equality.Semantic.DeepEqual(ji.Status.Metrics, metricsBefore), err
@@ -746,7 +745,7 @@ func TestHelmUninstallLeavesNoLifelineObject(t *testing.T) {
 	helm(t, "uninstall", inst.Release, "--wait", "--timeout", "3m")
 	cs := rc.Client()
 	selector := metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=lifeline"}
-	controllertest.Eventually(t, 2*time.Minute, "no Lifeline pod left", func(ctx context.Context) (bool, error) {
+	harness.Eventually(t, 2*time.Minute, "no Lifeline pod left", func(ctx context.Context) (bool, error) {
 		pods, err := cs.CoreV1().Pods(realnode.Namespace).List(ctx, metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0, err
 	})

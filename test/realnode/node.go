@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
 // Role is what a node is for.
@@ -41,8 +41,8 @@ type Node struct {
 	index      int
 	runDir     string // the node's /run: emptied by a reboot
 	mountNS    string // the file that holds the node's mount namespace
-	procs      []*cluster.Process
-	kubelet    *cluster.Process
+	procs      []*harness.Process
+	kubelet    *harness.Process
 	cuts       []Link // what the node's link has lost: a reboot does not mend it
 	brokerPort int    // the broker's port when a cut took it
 }
@@ -104,7 +104,7 @@ func (n *Node) boot(ctx context.Context, c *Cluster) error {
 		return err
 	}
 	n.procs = append(n.procs, containerd)
-	return cluster.WaitUntil(ctx, containerd, "node "+n.Name+"'s containerd socket", func() error {
+	return harness.WaitUntil(ctx, containerd, "node "+n.Name+"'s containerd socket", func() error {
 		_, err := os.Stat(n.CRISocket)
 		return err
 	})

@@ -16,7 +16,7 @@ import (
 // goes through: the controller's work queue, its passes, and the API server's status writes. It tells which of
 // them bounds a latency the step measures.
 type costWindow struct {
-	h       *harness
+	h       *scaleRun
 	procs   map[string]procSample
 	machine machineSample
 	start   waits
@@ -33,7 +33,7 @@ type waits struct {
 }
 
 // openCostWindow samples the start of a step.
-func (h *harness) openCostWindow() *costWindow {
+func (h *scaleRun) openCostWindow() *costWindow {
 	w := &costWindow{h: h, start: h.sampleWaits()} // first: rendering the API server's metrics costs it CPU
 	var err error
 	w.procs, err = h.sampleComponents()
@@ -110,7 +110,7 @@ func busiest(before, after map[string]float64, n int) string {
 }
 
 // sampleWaits reads the controller's metrics and the API server's, once each.
-func (h *harness) sampleWaits() waits {
+func (h *scaleRun) sampleWaits() waits {
 	resp, err := http.Get(h.metricsURL)
 	h.check(err)
 	controller, err := io.ReadAll(resp.Body)
@@ -139,7 +139,7 @@ func (h *harness) sampleWaits() waits {
 
 // sampleComponents samples every process of the run: the control plane's, kwok, the controller, and this one
 // (the harness and the agents it plays).
-func (h *harness) sampleComponents() (map[string]procSample, error) {
+func (h *scaleRun) sampleComponents() (map[string]procSample, error) {
 	out := map[string]procSample{}
 	for _, p := range h.cp.Components() {
 		s, err := sampleProc(p.Pid())

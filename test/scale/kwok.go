@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
 // KwokLabel marks the Nodes kwok keeps alive. Removing it from a Node cuts the node off: the Node leaves kwok's
@@ -120,7 +120,7 @@ spec:
 // startKwok runs bin/kwok beside the control plane, managing the Nodes that carry KwokLabel. Their Leases last
 // lease and are renewed every quarter of it, as the kubelet's: a lease as long as the node lifecycle controller's
 // grace period keeps a node kwok plays Ready.
-func startKwok(cp *cluster.ControlPlane, lease time.Duration) (*cluster.Process, error) {
+func startKwok(cp *harness.ControlPlane, lease time.Duration) (*harness.Process, error) {
 	conf := filepath.Join(cp.Dir, "kwok-stages.yaml")
 	if err := os.WriteFile(conf, []byte(kwokStages), 0o600); err != nil {
 		return nil, fmt.Errorf("writing kwok's stages: %w", err)

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/lifeline-edge/lifeline/test/controllertest"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
 // measureDeploymentRecreation deletes a Deployment n times and times each until its replacement is seen. The
@@ -22,7 +22,7 @@ import (
 func measureDeploymentRecreation(t testing.TB, kube kubernetes.Interface, ns, name string, n int) []time.Duration {
 	deployments := kube.AppsV1().Deployments(ns)
 	byName := fields.OneTermEqualSelector("metadata.name", name).String()
-	return controllertest.MeasureRecreations(t, n, controllertest.Recreatable{
+	return harness.MeasureRecreations(t, n, harness.Recreatable{
 		Name: name,
 		Current: func(ctx context.Context) (types.UID, string, error) {
 			list, err := deployments.List(ctx, metav1.ListOptions{FieldSelector: byName})
@@ -54,7 +54,7 @@ func measureReplicaSetRecreation(t testing.TB, kube kubernetes.Interface, ns, na
 		}
 		return list.Items[0].UID, list.Items[0].Name, list.ResourceVersion, nil
 	}
-	return controllertest.MeasureRecreations(t, n, controllertest.Recreatable{
+	return harness.MeasureRecreations(t, n, harness.Recreatable{
 		Current: func(ctx context.Context) (types.UID, string, error) {
 			uid, _, rv, err := current(ctx)
 			return uid, rv, err

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lifeline-edge/lifeline/test/controllertest"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
 type metric struct {
@@ -14,7 +14,7 @@ type metric struct {
 
 func (r *Result) metrics() []metric {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	jiP50, rsP50 := controllertest.Percentile(r.RecreateJI, 50), controllertest.Percentile(r.RecreateRS, 50)
+	jiP50, rsP50 := harness.Percentile(r.RecreateJI, 50), harness.Percentile(r.RecreateRS, 50)
 	out := []metric{
 		{r.ChildrenLifeline.Seconds() / r.ChildrenRaw.Seconds(), "children-ratio-to-raw"},
 		{r.ChildrenLifeline.Seconds(), "children-s"},
@@ -27,10 +27,10 @@ func (r *Result) metrics() []metric {
 		{r.MessagesPerSecond, "ingested-msgs/s"},
 		{r.ReportingCores, "reporting-cores"},
 		{r.ReportingMessagesPerSecond, "reporting-msgs/s"},
-		{ms(controllertest.Percentile(r.Detect, 50)), "detect-p50-ms"},
-		{ms(controllertest.Percentile(r.Detect, 99)), "detect-p99-ms"},
-		{ms(controllertest.Percentile(r.DetectBehindReports, 50)), "detect-behind-reports-p50-ms"},
-		{ms(controllertest.Percentile(r.DetectBehindReports, 99)), "detect-behind-reports-p99-ms"},
+		{ms(harness.Percentile(r.Detect, 50)), "detect-p50-ms"},
+		{ms(harness.Percentile(r.Detect, 99)), "detect-p99-ms"},
+		{ms(harness.Percentile(r.DetectBehindReports, 50)), "detect-behind-reports-p50-ms"},
+		{ms(harness.Percentile(r.DetectBehindReports, 99)), "detect-behind-reports-p99-ms"},
 		{r.MassCutoff.Seconds(), "mass-cutoff-s"},
 		{r.OutageAll.Seconds(), "outage-all-s"},
 		{r.OutageHeal.Seconds(), "outage-heal-s"},

@@ -40,8 +40,8 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/controllertest"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // Namespaces: Lifeline's workloads, and the anchor's copies of their children.
@@ -124,7 +124,7 @@ const ChartMemoryLimit = 256 << 20
 
 // controllerEnv is the harness's environment with the soft memory limit the controller would set itself under
 // cfg.MemoryLimit; the harness's process has no such limit of its own to read.
-func (h *harness) controllerEnv() []string {
+func (h *scaleRun) controllerEnv() []string {
 	env := os.Environ()
 	if h.cfg.MemoryLimit > 0 {
 		env = append(env, fmt.Sprintf("GOMEMLIMIT=%d", int64(float64(h.cfg.MemoryLimit)*0.9)))
@@ -171,18 +171,18 @@ type Result struct {
 	RestartPeakAttempts float64
 }
 
-// harness holds a run's processes and clients.
-type harness struct {
+// scaleRun holds a run's processes and clients.
+type scaleRun struct {
 	t          testing.TB
 	cfg        Config
-	cp         *cluster.ControlPlane
+	cp         *harness.ControlPlane
 	kube       kubernetes.Interface
 	c          client.Client
 	cache      cache.Cache
 	fleet      *fleet
-	controller *cluster.Process
+	controller *harness.Process
 	// controllerLaunch starts the controller as the run started it, under name.
-	controllerLaunch func(name string) (*cluster.Process, error)
+	controllerLaunch func(name string) (*harness.Process, error)
 	metricsURL       string
 	pprofURL         string
 	seen             *seenObjects
@@ -195,7 +195,7 @@ func Run(t testing.TB, cfg Config) *Result {
 	cfg.defaults()
 	ctrllog.SetLogger(logr.Discard()) // the harness's cache; the controller logs to its own file
 	began := time.Now()
-	h := &harness{t: t, cfg: cfg, seen: newSeenObjects()}
+	h := &scaleRun{t: t, cfg: cfg, seen: newSeenObjects()}
 	h.progress = func(format string, args ...any) {
 		fmt.Fprintf(cfg.Progress, "scale %d: "+format+" (%.0fs)\n", append([]any{cfg.Nodes}, append(args, time.Since(began).Seconds())...)...)
 	}
@@ -249,7 +249,7 @@ func Run(t testing.TB, cfg Config) *Result {
 	return r
 }
 
-func (h *harness) check(err error) {
+func (h *scaleRun) check(err error) {
 	h.t.Helper()
 	if err != nil {
 		h.cp.KeepDir()
@@ -258,12 +258,12 @@ func (h *harness) check(err error) {
 }
 
 // start brings up the control plane, kwok and its nodes, the controller, the harness's cache and the agents.
-func (h *harness) start(ctx context.Context) {
-	root, err := cluster.RepoRoot()
+func (h *scaleRun) start(ctx context.Context) {
+	root, err := testkit.RepoRoot()
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.cp, err = cluster.Start(ctx, cluster.Options{WithoutScheduler: true, Progress: h.cfg.Progress,
+	h.cp, err = harness.StartControlPlane(ctx, harness.ControlPlaneOptions{WithoutScheduler: true, Progress: h.cfg.Progress,
 		CRDDirs: []string{filepath.Join(root, "deploy", "crds")}, NodeMonitorGracePeriod: h.cfg.NodeGrace})
 	if err != nil {
 		h.t.Fatal(err)
@@ -307,7 +307,7 @@ func (h *harness) start(ctx context.Context) {
 
 	credentials := filepath.Join(h.cp.Dir, "mqtt-credentials")
 	h.check(writeCredentials(credentials, edge))
-	mqttAddr, metricsAddr, pprofAddr := cluster.FreeAddr(h.t), cluster.FreeAddr(h.t), cluster.FreeAddr(h.t)
+	mqttAddr, metricsAddr, pprofAddr := harness.FreeAddr(h.t), harness.FreeAddr(h.t), harness.FreeAddr(h.t)
 	h.metricsURL, h.pprofURL = "http://"+metricsAddr+"/metrics", "http://"+pprofAddr+"/debug/pprof/"
 	binary, err := controllerBinary(root)
 	h.check(err)
@@ -318,7 +318,7 @@ func (h *harness) start(ctx context.Context) {
 		// Every agent holds a connection, and the harness's own are few: the default of 1000 is too few at 1000 nodes.
 		"--mqtt-max-connections=" + strconv.Itoa(h.cfg.Nodes+100),
 	}, h.cfg.ControllerArgs...)
-	h.controllerLaunch = func(name string) (*cluster.Process, error) {
+	h.controllerLaunch = func(name string) (*harness.Process, error) {
 		return h.cp.Launch(name, binary, args, h.controllerEnv())
 	}
 	h.controller, err = h.controllerLaunch("lifeline-controller")
@@ -358,7 +358,7 @@ func (h *harness) start(ctx context.Context) {
 }
 
 // observed records when a child first appeared, and lets the pod's agent see a running pod.
-func (h *harness) observed(o any) {
+func (h *scaleRun) observed(o any) {
 	obj, ok := o.(client.Object)
 	if !ok {
 		return
@@ -378,7 +378,7 @@ func (h *harness) observed(o any) {
 }
 
 // saveProfile writes one of the controller's pprof profiles to path; name may carry a query.
-func (h *harness) saveProfile(name, path string) error {
+func (h *scaleRun) saveProfile(name, path string) error {
 	resp, err := http.Get(h.pprofURL + name)
 	if err != nil {
 		return fmt.Errorf("reading the controller's %s profile: %w", name, err)
@@ -400,7 +400,7 @@ func (h *harness) saveProfile(name, path string) error {
 }
 
 // measureCreation creates the workloads and times their children and their statuses.
-func (h *harness) measureCreation(ctx context.Context, r *Result) {
+func (h *scaleRun) measureCreation(ctx context.Context, r *Result) {
 	n := h.cfg.Nodes
 	h.check(h.createAll(ctx, 2, func(i int) client.Object {
 		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: []string{Namespace, RawNamespace}[i]}}
@@ -453,7 +453,7 @@ func (h *harness) measureCreation(ctx context.Context, r *Result) {
 }
 
 // aliveWorkers counts the worker records that are Alive across every workload, and describes the others.
-func (h *harness) aliveWorkers() (int, []string) {
+func (h *scaleRun) aliveWorkers() (int, []string) {
 	ctx := context.Background()
 	alive := 0
 	var others []string
@@ -484,7 +484,7 @@ func (h *harness) aliveWorkers() (int, []string) {
 const rawPodLabel = "scale.lifeline.sedna.io/raw"
 
 // measureRaw creates, with a plain client, copies of every child Lifeline made, and times it.
-func (h *harness) measureRaw(ctx context.Context, r *Result) {
+func (h *scaleRun) measureRaw(ctx context.Context, r *Result) {
 	var objs []client.Object
 	deployments := &appsv1.DeploymentList{}
 	services := &corev1.ServiceList{}
@@ -555,7 +555,7 @@ func dropSednaLabels(labels map[string]string) {
 
 // measureSteady measures the controller's CPU while only heartbeats flow, then while every JI edge worker also
 // reports its counters every ReportInterval, each report changing its service's status.
-func (h *harness) measureSteady(r *Result) {
+func (h *scaleRun) measureSteady(r *Result) {
 	time.Sleep(h.cfg.SteadyWindow / 4) // let the anchor's pods and what they wake go by
 	r.IngestionCores, r.MessagesPerSecond = h.window("heartbeats")
 	h.progress("heartbeats: %.3f cores at %.0f messages/s", r.IngestionCores, r.MessagesPerSecond)
@@ -571,7 +571,7 @@ const ReportInterval = 2 * time.Second
 
 // window is the controller's CPU, in cores, and the messages per second its table accepted, over SteadyWindow.
 // With a profile directory, the controller's CPU profile of the window is saved there as cpu-<name>-<nodes>.pprof.
-func (h *harness) window(name string) (float64, float64) {
+func (h *scaleRun) window(name string) (float64, float64) {
 	m0, err := h.messages()
 	h.check(err)
 	p0, err := sampleProc(h.controller.Pid())
@@ -592,7 +592,7 @@ func (h *harness) window(name string) (float64, float64) {
 
 // reportEvery makes each node's agent report its JI edge worker's counters every interval, as Sedna's worker
 // library does, until the returned func is called.
-func (h *harness) reportEvery(interval time.Duration) func() {
+func (h *scaleRun) reportEvery(interval time.Duration) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i, node := range h.fleet.nodes() {
@@ -616,13 +616,13 @@ func (h *harness) reportEvery(interval time.Duration) func() {
 }
 
 // messages is how many messages the controller's liveness table accepted so far.
-func (h *harness) messages() (float64, error) {
+func (h *scaleRun) messages() (float64, error) {
 	return scrapeCounter(h.metricsURL, "lifeline_liveness_messages_total")
 }
 
 // measureDetection kills, one after the other, the JI edge workers of nodes cut off from the API server while
 // every node publishes, and times each death until the status shows it.
-func (h *harness) measureDetection(ctx context.Context, step string) []time.Duration {
+func (h *scaleRun) measureDetection(ctx context.Context, step string) []time.Duration {
 	var detect []time.Duration
 	nodes := h.fleet.nodes()[:h.cfg.DetectSamples]
 	for _, node := range nodes {
@@ -649,14 +649,14 @@ func (h *harness) measureDetection(ctx context.Context, step string) []time.Dura
 		h.fleet.agents[node].setReachable(true)
 	}
 	h.progress("%s: %d deaths on cut-off nodes, p50 %v, p99 %v", step, len(detect),
-		controllertest.Percentile(detect, 50).Round(time.Millisecond), controllertest.Percentile(detect, 99).Round(time.Millisecond))
+		harness.Percentile(detect, 50).Round(time.Millisecond), harness.Percentile(detect, 99).Round(time.Millisecond))
 	costs.report(step)
 	return detect
 }
 
 // waitQueuesDrained waits until neither controller has a pass queued: what the workloads' creation and the
 // reporting window called for is done, and the next step meets only what it sets off and the heartbeats.
-func (h *harness) waitQueuesDrained() {
+func (h *scaleRun) waitQueuesDrained() {
 	h.waitEvery(time.Second, 20*time.Minute, "the controller's work queues to drain", func() (bool, error) {
 		depth, err := scrapeGauges(h.metricsURL, "workqueue_depth", "name")
 		if err != nil {
@@ -672,7 +672,7 @@ func (h *harness) waitQueuesDrained() {
 // every agent's session ends with the embedded broker. RestartReconnect is from the new controller's start until
 // every agent has its session again; RestartPeakAttempts the most sessions the fleet tried in one second, from
 // the stop on: what the agents' back-off spares the broker.
-func (h *harness) measureRestartReconnect(r *Result) {
+func (h *scaleRun) measureRestartReconnect(r *Result) {
 	peak, last, lastAt := 0.0, h.fleet.attempts(), time.Now()
 	sample := func() {
 		if now := time.Now(); now.Sub(lastAt) >= time.Second {
@@ -704,7 +704,7 @@ func (h *harness) measureRestartReconnect(r *Result) {
 // measureMassCutoff cuts CutOff nodes off at once. It times until every status of their workers is in the
 // agents' word, then waits for the node lifecycle controller to mark them not Ready and checks the statuses kept
 // the agents' word.
-func (h *harness) measureMassCutoff(ctx context.Context, r *Result) {
+func (h *scaleRun) measureMassCutoff(ctx context.Context, r *Result) {
 	all := h.fleet.nodes()
 	cut := all[len(all)-h.cfg.CutOff:]
 	costs := h.openCostWindow()
@@ -724,7 +724,7 @@ func (h *harness) measureMassCutoff(ctx context.Context, r *Result) {
 // measureOutage cuts every edge node off at once, a region's outage, and times until every status is in the
 // agents' word; once the outage has lasted the node lifecycle controller's grace, so that it turns nodes not
 // Ready, it mends them all at once and times until every status is back in the API server's word.
-func (h *harness) measureOutage(ctx context.Context, r *Result) {
+func (h *scaleRun) measureOutage(ctx context.Context, r *Result) {
 	all := h.fleet.nodes()
 	profiled := h.profileCPU(ctx, "outage", 20*time.Second)
 	costs := h.openCostWindow()
@@ -750,7 +750,7 @@ func (h *harness) measureOutage(ctx context.Context, r *Result) {
 
 // profileCPU saves, with a profile directory, the controller's and the API server's CPU profiles of the next
 // period as cpu-<name>-{controller,apiserver}-<nodes>.pprof; the returned function waits for both.
-func (h *harness) profileCPU(ctx context.Context, name string, period time.Duration) (wait func()) {
+func (h *scaleRun) profileCPU(ctx context.Context, name string, period time.Duration) (wait func()) {
 	if h.cfg.ProfileDir == "" {
 		return func() {}
 	}
@@ -778,7 +778,7 @@ func (h *harness) profileCPU(ctx context.Context, name string, period time.Durat
 // cutOff does to nodes what an outage does: their agents say they lost the API server, and kwok stops renewing
 // their Leases. It returns when every worker status on them is in its agent's word: how long that took, and how
 // many workers there are.
-func (h *harness) cutOff(ctx context.Context, nodes []string) (took time.Duration, workers int) {
+func (h *scaleRun) cutOff(ctx context.Context, nodes []string) (took time.Duration, workers int) {
 	began := time.Now()
 	for _, n := range nodes {
 		h.fleet.agents[n].setReachable(false)
@@ -794,7 +794,7 @@ func (h *harness) cutOff(ctx context.Context, nodes []string) (took time.Duratio
 }
 
 // mend undoes cutOff and returns when every worker status on nodes is in the API server's word again.
-func (h *harness) mend(ctx context.Context, nodes []string) time.Duration {
+func (h *scaleRun) mend(ctx context.Context, nodes []string) time.Duration {
 	began := time.Now()
 	for _, n := range nodes {
 		h.fleet.agents[n].setReachable(true)
@@ -809,7 +809,7 @@ func (h *harness) mend(ctx context.Context, nodes []string) time.Duration {
 }
 
 // labelNodes sets kwok's label on nodes to value, JSON (null: removed, and kwok no longer renews their Leases).
-func (h *harness) labelNodes(ctx context.Context, nodes []string, value string) error {
+func (h *scaleRun) labelNodes(ctx context.Context, nodes []string, value string) error {
 	patch := []byte(`{"metadata":{"labels":{"` + KwokLabel + `":` + value + `}}}`)
 	return h.forAll(len(nodes), func(i int) error {
 		_, err := h.kube.CoreV1().Nodes().Patch(ctx, nodes[i], types.MergePatchType, patch, metav1.PatchOptions{})
@@ -818,7 +818,7 @@ func (h *harness) labelNodes(ctx context.Context, nodes []string, value string) 
 }
 
 // waitNotReady waits for the node lifecycle controller to mark nodes not Ready.
-func (h *harness) waitNotReady(ctx context.Context, nodes []string) {
+func (h *scaleRun) waitNotReady(ctx context.Context, nodes []string) {
 	set := nodeSet(nodes)
 	h.waitFor(2*time.Minute+h.cfg.NodeGrace, "the node lifecycle controller to mark the cut-off nodes not Ready", func() (bool, error) {
 		down := h.notReady(ctx, set)
@@ -827,7 +827,7 @@ func (h *harness) waitNotReady(ctx context.Context, nodes []string) {
 }
 
 // notReady counts the nodes of set whose Ready condition is not True (-1: the nodes could not be listed).
-func (h *harness) notReady(ctx context.Context, set map[string]bool) int {
+func (h *scaleRun) notReady(ctx context.Context, set map[string]bool) int {
 	list, err := h.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return -1
@@ -855,7 +855,7 @@ func inAgentsWord(w v1alpha1.WorkerStatus) bool {
 }
 
 // records counts the edge and trainer records on nodes, and those that match.
-func (h *harness) records(nodes map[string]bool, match func(v1alpha1.WorkerStatus) bool) (matching, total int) {
+func (h *scaleRun) records(nodes map[string]bool, match func(v1alpha1.WorkerStatus) bool) (matching, total int) {
 	ctx := context.Background()
 	jis := &v1alpha1.JointInferenceServiceList{}
 	fls := &v1alpha1.FederatedLearningJobList{}
@@ -882,7 +882,7 @@ func (h *harness) records(nodes map[string]bool, match func(v1alpha1.WorkerStatu
 }
 
 // edgePod is the pod of the i-th JI's edge worker.
-func (h *harness) edgePod(ctx context.Context, i int) *corev1.Pod {
+func (h *scaleRun) edgePod(ctx context.Context, i int) *corev1.Pod {
 	pods := &corev1.PodList{}
 	h.check(h.cache.List(ctx, pods, client.InNamespace(Namespace), client.MatchingLabels{contract.RoleLabel: "edge"}))
 	for j := range pods.Items {
@@ -895,7 +895,7 @@ func (h *harness) edgePod(ctx context.Context, i int) *corev1.Pod {
 }
 
 // waitEdgeRecord waits, polling the harness's cache every 5 ms, until the i-th JI's edge worker record satisfies ok.
-func (h *harness) waitEdgeRecord(i int, what string, ok func(v1alpha1.WorkerStatus) bool) {
+func (h *scaleRun) waitEdgeRecord(i int, what string, ok func(v1alpha1.WorkerStatus) bool) {
 	key := client.ObjectKey{Namespace: Namespace, Name: jiName(i)}
 	h.waitEvery(5*time.Millisecond, time.Minute, what+" of "+key.String(), func() (bool, error) {
 		ji := &v1alpha1.JointInferenceService{}
@@ -913,7 +913,7 @@ func (h *harness) waitEdgeRecord(i int, what string, ok func(v1alpha1.WorkerStat
 
 // measureRecreation deletes the first JI's edge Deployment again and again, and, as the anchor, the ReplicaSet of
 // the anchor's copy of that Deployment, which the Deployment controller re-creates.
-func (h *harness) measureRecreation(r *Result) {
+func (h *scaleRun) measureRecreation(r *Result) {
 	h.waitDeploymentControllerIdle() // the cut-off nodes' pods turned not ready
 	r.RecreateJI = measureDeploymentRecreation(h.t, h.kube, Namespace, jointinference.DeploymentName(jiName(0), "edge"), h.cfg.Recreations)
 	r.RecreateRS = measureReplicaSetRecreation(h.t, h.kube, RawNamespace, jointinference.DeploymentName(jiName(0), "edge"), h.cfg.Recreations)
@@ -924,7 +924,7 @@ func (h *harness) measureRecreation(r *Result) {
 // every Deployment. At 20 requests a second, the ReplicaSets and pods of thousands of Deployments take it
 // minutes; on a small machine its backlog competes with everything measured after the children, and the anchor
 // would time a re-creation queued behind it.
-func (h *harness) waitDeploymentControllerIdle() {
+func (h *scaleRun) waitDeploymentControllerIdle() {
 	h.waitEvery(time.Second, 20*time.Minute, "the Deployment controller to catch up with every Deployment", func() (bool, error) {
 		behind := 0
 		for _, ns := range []string{Namespace, RawNamespace} {
@@ -949,7 +949,7 @@ func (h *harness) waitDeploymentControllerIdle() {
 }
 
 // waitChildren waits until n children of namespace have been seen and returns when the last one appeared.
-func (h *harness) waitChildren(namespace string, n int) time.Time {
+func (h *scaleRun) waitChildren(namespace string, n int) time.Time {
 	var last time.Time
 	h.waitFor(20*time.Minute, fmt.Sprintf("%d children in %s", n, namespace), func() (bool, error) {
 		got, at := h.seen.count(namespace)
@@ -959,12 +959,12 @@ func (h *harness) waitChildren(namespace string, n int) time.Time {
 	return last
 }
 
-func (h *harness) waitFor(timeout time.Duration, what string, cond func() (bool, error)) {
+func (h *scaleRun) waitFor(timeout time.Duration, what string, cond func() (bool, error)) {
 	h.t.Helper()
 	h.waitEvery(100*time.Millisecond, timeout, what, cond)
 }
 
-func (h *harness) waitEvery(every, timeout time.Duration, what string, cond func() (bool, error)) {
+func (h *scaleRun) waitEvery(every, timeout time.Duration, what string, cond func() (bool, error)) {
 	h.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -980,7 +980,7 @@ func (h *harness) waitEvery(every, timeout time.Duration, what string, cond func
 }
 
 // createAll creates the objects obj(0..n-1) with Parallelism requests in flight; one that exists already is fine.
-func (h *harness) createAll(ctx context.Context, n int, obj func(i int) client.Object) error {
+func (h *scaleRun) createAll(ctx context.Context, n int, obj func(i int) client.Object) error {
 	return h.forAll(n, func(i int) error {
 		o := obj(i)
 		if err := h.c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -991,7 +991,7 @@ func (h *harness) createAll(ctx context.Context, n int, obj func(i int) client.O
 }
 
 // forAll runs do(0..n-1) with Parallelism calls at once and returns the first error.
-func (h *harness) forAll(n int, do func(i int) error) error {
+func (h *scaleRun) forAll(n int, do func(i int) error) error {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var first error

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifeline-edge/lifeline/test/cluster"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
 var (
@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 // every child and status was seen, every death was detected in the agent's word, the controller was read from
 // /proc. It asserts no timing.
 func TestScaleSmoke(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	r := Run(t, Config{Nodes: 10, Recreations: 3, SteadyWindow: 3 * time.Second, NodeGrace: 12 * time.Second, Progress: os.Stderr})
 	if r.Children != 10*(3+2+TrainersPerJob) || r.ChildrenLifeline <= 0 || r.ChildrenRaw <= 0 {
 		t.Errorf("children: %d, Lifeline %v, raw %v", r.Children, r.ChildrenLifeline, r.ChildrenRaw)
@@ -74,7 +74,7 @@ func memoryLimit(mib int64) int64 {
 
 // BenchmarkScale runs the harness at each size of -scale.nodes and prints the figures (make bench-scale).
 func BenchmarkScale(b *testing.B) {
-	cluster.SkipIfShort(b)
+	harness.SkipIfShort(b)
 	for _, s := range strings.Split(*nodesFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 2 {

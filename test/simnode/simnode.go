@@ -1,5 +1,3 @@
-// Package simnode does for a simulated node what every kubelet does for its node: register it, keep its Ready
-// condition and its Lease fresh. The fake kubelet of controller tests and the hollow edge node share it.
 package simnode
 
 import (

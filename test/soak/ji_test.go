@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
-	"github.com/lifeline-edge/lifeline/test/fixtures"
-	"github.com/lifeline-edge/lifeline/test/sim"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // jiLabel names the JointInferenceService a worker pod belongs to.
@@ -42,7 +42,7 @@ func newJIChurn(k *soak, seed uint64) *jiChurn {
 
 // create applies the helmet-detection example, with its Models, under a new name.
 func (c *jiChurn) create() {
-	objs, err := fixtures.Objects("joint-inference.yaml", sim.FixtureVars)
+	objs, err := testkit.Objects("joint-inference.yaml", harness.FixtureVars)
 	if err != nil {
 		c.k.t.Fatal(err)
 	}

@@ -19,9 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/fixtures"
-	"github.com/lifeline-edge/lifeline/test/sim"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 var (
@@ -32,7 +31,7 @@ var (
 // soak is one run's state and its counts.
 type soak struct {
 	t        *testing.T
-	s        *sim.Sim
+	s        *harness.Sim
 	rng      *rand.Rand
 	cutAPI   map[string]bool
 	cutMQTT  map[string]bool
@@ -52,7 +51,7 @@ type soak struct {
 }
 
 func TestSoak(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	cycles := 20
 	if v := os.Getenv("SOAK_CYCLES"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -76,8 +75,8 @@ func TestSoak(t *testing.T) {
 	fmt.Printf("soak: SOAK_SEED=%d, %d cycles\n", seed, cycles)
 	log.SetLogger(logr.Discard())
 	// The daemons run under the chart's memory limits: a fault that makes one outgrow it kills it here too.
-	s, err := sim.Start(context.Background(), sim.Options{CrashBackoff: 2 * time.Second,
-		Cluster:          cluster.Options{NodeMonitorGracePeriod: 20 * time.Second},
+	s, err := harness.StartSim(context.Background(), harness.SimOptions{CrashBackoff: 2 * time.Second,
+		Cluster:          harness.ControlPlaneOptions{NodeMonitorGracePeriod: 20 * time.Second},
 		AgentMemoryLimit: agentMemoryLimit, ControllerMemoryLimit: controllerMemoryLimit})
 	if err != nil {
 		t.Fatalf("starting the simulation: %v", err)
@@ -172,7 +171,7 @@ func (k *soak) startJob() {
 		return
 	}
 	job := &v1alpha1.FederatedLearningJob{}
-	if err := fixtures.LoadObject("federated-learning.yaml", sim.FixtureVars, job); err != nil {
+	if err := testkit.LoadObject("federated-learning.yaml", harness.FixtureVars, job); err != nil {
 		k.t.Fatal(err)
 	}
 	k.jobs++

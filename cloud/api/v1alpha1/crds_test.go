@@ -11,8 +11,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/fixtures"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // schemaOf reads the v1alpha1 schema of a CRD file.
@@ -68,7 +67,7 @@ func removed(path string) bool {
 // TestCRDsDeclareEverySednaSpecField compares Lifeline's CRDs with upstream Sedna's, field by field: every spec
 // field upstream declares, Lifeline's must declare too, or the API server would prune it from what users apply.
 func TestCRDsDeclareEverySednaSpecField(t *testing.T) {
-	set, err := fixtures.Sedna()
+	set, err := testkit.Sedna()
 	if err != nil {
 		t.Skipf("comparing with upstream Sedna's CRDs needs its examples and crds/: %v", err)
 	}
@@ -76,7 +75,7 @@ func TestCRDsDeclareEverySednaSpecField(t *testing.T) {
 	if err != nil || len(upstream) == 0 {
 		t.Skipf("no upstream CRDs in %s: %v", filepath.Join(set.Dir, "crds"), err)
 	}
-	root, err := cluster.RepoRoot()
+	root, err := testkit.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

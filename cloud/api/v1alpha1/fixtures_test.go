@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/fixtures"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 var resources = map[string]string{
@@ -64,7 +64,7 @@ func apply(t *testing.T, obj *unstructured.Unstructured) (*unstructured.Unstruct
 }
 
 // loadSet reads every file of an example set, and checks that the set shows every kind Lifeline serves.
-func loadSet(t *testing.T, set fixtures.Set) map[string][]*unstructured.Unstructured {
+func loadSet(t *testing.T, set testkit.Set) map[string][]*unstructured.Unstructured {
 	t.Helper()
 	files, err := set.Files()
 	if err != nil {
@@ -73,7 +73,7 @@ func loadSet(t *testing.T, set fixtures.Set) map[string][]*unstructured.Unstruct
 	all := map[string][]*unstructured.Unstructured{}
 	kinds := map[string]bool{}
 	for _, f := range files {
-		objs, err := set.Load(f, fixtures.DefaultVars)
+		objs, err := set.Load(f, testkit.DefaultVars)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,8 +94,8 @@ func loadSet(t *testing.T, set fixtures.Set) map[string][]*unstructured.Unstruct
 // every field sent must come back with the same value. Each file gets its own namespace, since examples share
 // names.
 func TestExamplesApplyUnchanged(t *testing.T) {
-	cluster.SkipIfShort(t)
-	fixtures.ForEachSet(t, func(t *testing.T, set fixtures.Set) {
+	harness.SkipIfShort(t)
+	testkit.ForEachSet(t, func(t *testing.T, set testkit.Set) {
 		for file, objs := range loadSet(t, set) {
 			t.Run(file, func(t *testing.T) {
 				ns := newNamespace(t, "fixture")
@@ -118,8 +118,8 @@ func TestExamplesApplyUnchanged(t *testing.T) {
 // TestTemplateMetadataIsPreserved guards against the pruning of Sedna's own CRDs, which drop the labels and
 // annotations of worker templates.
 func TestTemplateMetadataIsPreserved(t *testing.T) {
-	cluster.SkipIfShort(t)
-	fixtures.ForEachSet(t, func(t *testing.T, set fixtures.Set) {
+	harness.SkipIfShort(t)
+	testkit.ForEachSet(t, func(t *testing.T, set testkit.Set) {
 		ns := newNamespace(t, "template-meta")
 		for _, obj := range []*unstructured.Unstructured{validJI(t, set), validFL(t, set)} {
 			obj.SetNamespace(ns)
@@ -143,8 +143,8 @@ func TestTemplateMetadataIsPreserved(t *testing.T) {
 
 // TestPrinterColumns runs the built kubectl, as a user would.
 func TestPrinterColumns(t *testing.T) {
-	cluster.SkipIfShort(t)
-	examples, err := fixtures.Examples()
+	harness.SkipIfShort(t)
+	examples, err := testkit.Examples()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestPrinterColumns(t *testing.T) {
 		"ji": {"NAME", "READY", "EDGE", "CLOUD", "AGE"},
 		"fl": {"NAME", "PHASE", "ROUND", "ACTIVE", "SUCCEEDED", "FAILED", "AGE"},
 	} {
-		out, err := exec.Command(filepath.Join(controlPlane.BinDir, cluster.KubectlBinary),
+		out, err := exec.Command(filepath.Join(controlPlane.BinDir, harness.KubectlBinary),
 			"--kubeconfig", controlPlane.Kubeconfig, "get", kind, "-n", ns).CombinedOutput()
 		if err != nil {
 			t.Fatalf("kubectl get %s: %v\n%s", kind, err, out)

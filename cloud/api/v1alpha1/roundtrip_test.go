@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
-	"github.com/lifeline-edge/lifeline/test/fixtures"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // TestGoTypesKeepEverySednaField decodes every example, Lifeline's and upstream Sedna's, into the Go types and
@@ -20,7 +20,7 @@ func TestGoTypesKeepEverySednaField(t *testing.T) {
 		"Model":                 func() runtime.Object { return &v1alpha1.Model{} },
 		"Dataset":               func() runtime.Object { return &v1alpha1.Dataset{} },
 	}
-	fixtures.ForEachSet(t, func(t *testing.T, set fixtures.Set) {
+	testkit.ForEachSet(t, func(t *testing.T, set testkit.Set) {
 		for file, objs := range loadSet(t, set) {
 			for _, obj := range objs {
 				typed := newTyped[obj.GetKind()]()

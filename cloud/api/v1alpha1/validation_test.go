@@ -10,16 +10,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/lifeline-edge/lifeline/test/cluster"
-	"github.com/lifeline-edge/lifeline/test/fixtures"
+	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 var objectSeq atomic.Int32
 
 // exampleObject loads the object of kind from a file of set under a fresh name.
-func exampleObject(t *testing.T, set fixtures.Set, file, kind string) *unstructured.Unstructured {
+func exampleObject(t *testing.T, set testkit.Set, file, kind string) *unstructured.Unstructured {
 	t.Helper()
-	objs, err := set.Load(file, fixtures.DefaultVars)
+	objs, err := set.Load(file, testkit.DefaultVars)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,12 +34,12 @@ func exampleObject(t *testing.T, set fixtures.Set, file, kind string) *unstructu
 }
 
 // validJI is the set's plainest JointInferenceService, as users write it.
-func validJI(t *testing.T, set fixtures.Set) *unstructured.Unstructured {
+func validJI(t *testing.T, set testkit.Set) *unstructured.Unstructured {
 	return exampleObject(t, set, set.Service, "JointInferenceService")
 }
 
 // validFL is the set's plainest FederatedLearningJob, as users write it.
-func validFL(t *testing.T, set fixtures.Set) *unstructured.Unstructured {
+func validFL(t *testing.T, set testkit.Set) *unstructured.Unstructured {
 	return exampleObject(t, set, set.Job, "FederatedLearningJob")
 }
 
@@ -119,10 +119,10 @@ func hpa(min, max int64) map[string]any {
 // TestAdmissionRules creates one object per rule: each is either accepted or rejected with a message that names
 // the field.
 func TestAdmissionRules(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	cases := []struct {
 		name    string
-		base    func(*testing.T, fixtures.Set) *unstructured.Unstructured
+		base    func(*testing.T, testkit.Set) *unstructured.Unstructured
 		mutate  func(*testing.T, *unstructured.Unstructured)
 		wantErr string // empty: accepted
 	}{
@@ -195,7 +195,7 @@ func TestAdmissionRules(t *testing.T) {
 			setField(t, o, map[string]any{"action": "Reboot"}, "spec", "edgeWorker", "offlinePolicy")
 		}, `spec.edgeWorker.offlinePolicy.action: Unsupported value: "Reboot": supported values: "Restart", "None"`},
 	}
-	fixtures.ForEachSet(t, func(t *testing.T, set fixtures.Set) {
+	testkit.ForEachSet(t, func(t *testing.T, set testkit.Set) {
 		ns := newNamespace(t, "admission")
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
@@ -210,7 +210,7 @@ func TestAdmissionRules(t *testing.T) {
 
 // TestFederatedLearningJobSpecIsImmutable edits a created FL job: its workers cannot change, its run policy can.
 func TestFederatedLearningJobSpecIsImmutable(t *testing.T) {
-	cluster.SkipIfShort(t)
+	harness.SkipIfShort(t)
 	immutable := func(field string) string {
 		return field + " is immutable: delete and re-create the FederatedLearningJob to change it"
 	}
@@ -256,7 +256,7 @@ func TestFederatedLearningJobSpecIsImmutable(t *testing.T) {
 			o.SetLabels(map[string]string{"team": "vision"})
 		}, ""},
 	}
-	fixtures.ForEachSet(t, func(t *testing.T, set fixtures.Set) {
+	testkit.ForEachSet(t, func(t *testing.T, set testkit.Set) {
 		ns := newNamespace(t, "immutable")
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
@@ -279,8 +279,8 @@ func TestFederatedLearningJobSpecIsImmutable(t *testing.T) {
 
 // TestJointInferenceServiceTemplateIsEditable: a JI is a long-running service, edited in place like a Deployment.
 func TestJointInferenceServiceTemplateIsEditable(t *testing.T) {
-	cluster.SkipIfShort(t)
-	fixtures.ForEachSet(t, func(t *testing.T, set fixtures.Set) {
+	harness.SkipIfShort(t)
+	testkit.ForEachSet(t, func(t *testing.T, set testkit.Set) {
 		ns := newNamespace(t, "ji-edit")
 		obj := validJI(t, set)
 		obj.SetNamespace(ns)

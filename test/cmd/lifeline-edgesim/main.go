@@ -15,14 +15,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/lifeline-edge/lifeline/test/edgesim"
+	"github.com/lifeline-edge/lifeline/test/simnode"
 )
 
 // options are the command line's settings.
 type options struct {
 	kubeconfig, nodeName, stateDir, imagesFile, criSocket, metaServer string
 	cloud                                                             bool
-	cfg                                                               edgesim.Config
+	cfg                                                               simnode.Config
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -34,7 +34,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.imagesFile, "images", "", `JSON file mapping images (without tag) to commands: {"image": ["/path/bin", "arg"]}`)
 	fs.BoolVar(&o.cloud, "cloud", false, "register a cloud node (no edge labels)")
 	fs.StringVar(&o.criSocket, "cri-socket", "", "serve the node's CRI subset (what the edge agent reads) on this unix socket")
-	fs.StringVar(&o.metaServer, "metaserver-address", edgesim.DefaultMetaServerAddress,
+	fs.StringVar(&o.metaServer, "metaserver-address", simnode.DefaultMetaServerAddress,
 		"serve the node's MetaServer subset (pod list and watch, pods/restart) over plain HTTP on this TCP address, as edgecore does; empty: none")
 	fs.StringVar(&o.cfg.StaticPodDir, "static-pod-dir", "", "edged's manifest directory: the pods in it run without the API server")
 	fs.StringVar(&o.cfg.LCServer, "lc-server", "", "LC_SERVER given to the node's workers instead of theirs (the node agent's report address)")
@@ -85,7 +85,7 @@ func run(o *options) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	node := edgesim.New(cfg)
+	node := simnode.New(cfg)
 	if o.criSocket != "" {
 		go func() {
 			if err := node.ServeCRI(ctx, o.criSocket); err != nil {
