@@ -214,7 +214,7 @@ tools: $(ALL_TOOLS) ## Build the pinned tools that are missing or out of date.
 	@echo "==> tools up to date in bin/: $(notdir $(ALL_TOOLS))"
 
 $(KUBE_TOOLS) &: test/tools/kube/go.mod test/tools/kube/go.sum
-	@echo "==> building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy from k8s.io/kubernetes $(KUBE_VERSION) (cold: about 12 min on 2 cores)"
+	@echo "==> building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy from k8s.io/kubernetes $(KUBE_VERSION) (cold: about 6 min on 2 cores)"
 	@cd test/tools/kube && $(PROGRESS) "kubernetes" $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o $(BIN)/ k8s.io/kubernetes/cmd/kube-apiserver \
 		k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl \
 		k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
