@@ -103,7 +103,7 @@ func runAgentPod(ctx context.Context, o *options, log logr.Logger) error {
 			// Only as the pod stops: a hand-over to the next agent pod must not wait for the API server.
 			defer func() {
 				if ctx.Err() != nil {
-					removeStandbyIfUninstalled(o, files, log)
+					agent.RemoveStandbyIfUninstalled(context.Background(), o.daemonSet, o.staticDir, o.stateDir, agent.OwnerGone, log)
 				}
 			}()
 		}
@@ -125,34 +125,6 @@ func runGate(args []string) int {
 	}
 	agent.WaitForGate(*path, *poll)
 	return 0
-}
-
-// removeStandbyIfUninstalled removes the node's standby once the agent's DaemonSet is gone: an upgrade or a
-// restart keeps it, helm uninstall does not.
-func removeStandbyIfUninstalled(o *options, files agent.StandbyFiles, log logr.Logger) {
-	namespace, name, ok := strings.Cut(o.daemonSet, "/")
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	gone, err := agent.OwnerGone(ctx, namespace, name)
-	if err != nil {
-		log.Info("the standby stays: the DaemonSet could not be read", "reason", err.Error())
-		return
-	}
-	if !gone {
-		return
-	}
-	if err := agent.RemoveStandby(o.staticDir, files); err != nil {
-		log.Error(err, "removing the standby")
-		return
-	}
-	if err := (&agent.StaticPods{Dir: o.staticDir, GatesDir: agent.GatesDir(o.stateDir)}).RemoveAll(); err != nil {
-		log.Error(err, "removing the stand-ins")
-		return
-	}
-	log.Info("the DaemonSet is gone: the node's standby and stand-ins are removed")
 }
 
 // runStandby runs the agent as the node's standby: a static pod that acts only while no agent pod holds the

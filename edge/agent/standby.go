@@ -306,6 +306,36 @@ func RemoveStandby(staticDir string, files StandbyFiles) error {
 	return nil
 }
 
+// RemoveStandbyIfUninstalled removes the node's standby and its stand-ins once the agent's DaemonSet (daemonSet,
+// namespace/name) is gone: an upgrade or a restart keeps them, helm uninstall does not. ownerGone reads the
+// DaemonSet (OwnerGone in a pod); when it cannot tell, everything stays.
+func RemoveStandbyIfUninstalled(ctx context.Context, daemonSet, staticDir, stateDir string,
+	ownerGone func(ctx context.Context, namespace, name string) (bool, error), log logr.Logger) {
+	namespace, name, ok := strings.Cut(daemonSet, "/")
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	gone, err := ownerGone(ctx, namespace, name)
+	if err != nil {
+		log.Info("the standby stays: the DaemonSet could not be read", "reason", err.Error())
+		return
+	}
+	if !gone {
+		return
+	}
+	if err := RemoveStandby(staticDir, StandbyDir(stateDir)); err != nil {
+		log.Error(err, "removing the standby")
+		return
+	}
+	if err := (&StaticPods{Dir: staticDir, GatesDir: GatesDir(stateDir)}).RemoveAll(); err != nil {
+		log.Error(err, "removing the stand-ins")
+		return
+	}
+	log.Info("the DaemonSet is gone: the node's standby and stand-ins are removed")
+}
+
 // OwnerGone tells whether the agent pod's DaemonSet namespace/name is gone (helm uninstall): the API server
 // answers that it is not found, or refuses the pod's account, which the uninstall removes with it. An API
 // server out of reach says nothing: the standby stays.
