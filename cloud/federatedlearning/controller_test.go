@@ -346,7 +346,8 @@ func TestDeletedWorkerComesBackOnceAndOnlyAfterTheOldPodIsGone(t *testing.T) {
 		p := workerPods(t, job)[name]
 		return p != nil && p.UID == old.UID && p.DeletionTimestamp != nil && !controllerutilContains(p.Finalizers, fl.WorkerFinalizer), nil
 	})
-	time.Sleep(2 * time.Second) // several passes: none may create a second pod
+	// Passes of the controller over the job, which sees the pod terminating: none may create a second pod.
+	env.Passes(t, job, 2)
 	if p := workerPods(t, job)[name]; p == nil || p.UID != old.UID {
 		t.Fatalf("the terminating pod was replaced or lost while it still existed: %+v", p)
 	}
@@ -466,8 +467,8 @@ func TestFailedWorkerIsRetriedWithGrowingBackoffUntilTheBudgetIsSpent(t *testing
 		}
 		return true, nil
 	})
-	// Terminal: the failed job is still Failed a moment later and created nothing more.
-	time.Sleep(time.Second)
+	// Terminal: the failed job is still Failed after the controller's next passes over it.
+	env.Passes(t, job, 2)
 	if again := getJob(t, job); !meta.IsStatusConditionTrue(again.Status.Conditions, v1alpha1.FLConditionFailed) {
 		t.Errorf("Failed reverted: %+v", again.Status.Conditions)
 	}
@@ -516,7 +517,12 @@ func TestAggregatorSuccessCompletesTheJobForGood(t *testing.T) {
 	if err := env.Client.Delete(context.Background(), agg); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	// Passes of the controller over the job once it can see the pod gone: none may run a worker again.
+	eventually(t, within, "the controller to see the finished aggregator gone", func(ctx context.Context) (bool, error) {
+		err := env.Cached(ctx, client.ObjectKeyFromObject(agg), &corev1.Pod{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	env.Passes(t, job, 2)
 	if ps := workerPods(t, job); len(ps) != 0 {
 		t.Errorf("a finished job ran workers again: %v", keys(ps))
 	}
@@ -552,7 +558,7 @@ func TestAggregatorLostAfterTheTrainersFinishedEndsTheJob(t *testing.T) {
 	if got.Status.Phase != v1alpha1.FLJobSucceeded {
 		t.Errorf("phase %s, want Succeeded", got.Status.Phase)
 	}
-	time.Sleep(2 * time.Second) // several passes: none may rebuild the aggregator
+	env.Passes(t, job, 2) // passes over the completed job, its aggregator gone: none may rebuild it
 	if p, ok := workerPods(t, job)[agg.Name]; ok && p.UID != agg.UID {
 		t.Errorf("the aggregator was rebuilt after the training was over (uid %s, was %s)", p.UID, agg.UID)
 	}
@@ -565,7 +571,7 @@ func TestAggregatorOutlivingTheTrainersIsStoppedAfterTheGracePeriod(t *testing.T
 	harness.SkipIfShort(t)
 	job := startJob(t, "federated-learning.yaml", nil)
 	endTrainers(t, job)
-	time.Sleep(time.Second)
+	env.Passes(t, job, 2) // passes over the job with every trainer done, within the grace period
 	if got := getJob(t, job); finished(got) {
 		t.Fatalf("the job finished within the grace period: %+v", got.Status.Conditions)
 	}
@@ -587,9 +593,14 @@ func TestActiveDeadlineFailsTheJob(t *testing.T) {
 	job := startJob(t, "federated-learning.yaml", func(j *v1alpha1.FederatedLearningJob) {
 		j.Spec.RunPolicy = &v1alpha1.RunPolicy{ActiveDeadlineSeconds: ptr.To[int64](600)}
 	})
-	if got := getJob(t, job); got.Status.StartTime == nil || meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.FLConditionFailed) {
-		t.Fatalf("running job: start %v, conditions %+v", got.Status.StartTime, got.Status.Conditions)
-	}
+	// The pass that created the workers writes the start time after them: the workers may run before it lands.
+	eventually(t, within, "the job's start time", func(context.Context) (bool, error) {
+		got := getJob(t, job)
+		if meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.FLConditionFailed) {
+			return false, fmt.Errorf("the running job failed: %+v", got.Status.Conditions)
+		}
+		return got.Status.StartTime != nil, nil
+	})
 	stepPast(t, job, getJob(t, job).Status.StartTime.Add(600*time.Second))
 	got := waitCondition(t, job, v1alpha1.FLConditionFailed, fl.ReasonDeadlineExceeded)
 	if got.Status.Phase != v1alpha1.FLJobFailed {
@@ -655,7 +666,7 @@ func TestControllerRestartMidJobCreatesNothingTwice(t *testing.T) {
 	job := startJob(t, "federated-learning.yaml", nil)
 	before := workerPods(t, job)
 	env.WithControllerStopped(t, func() {})
-	time.Sleep(2 * time.Second)
+	env.Passes(t, job, 2) // passes of the new controller over the job
 	after := workerPods(t, job)
 	for name, p := range before {
 		if q := after[name]; q == nil || q.UID != p.UID {

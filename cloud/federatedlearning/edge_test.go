@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,7 +21,7 @@ func runEdgeAware(t *testing.T) *harness.EdgeAware {
 	return env.RunEdgeAware(t, func(mgr ctrl.Manager, e *edgeaware.Edge) error {
 		r := &fl.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("lifeline-controller"),
 			LCServer: contract.DefaultLCServer, Edge: e}
-		return r.SetupWithManager(mgr)
+		return r.SetupWithManager(env.CountPasses(mgr))
 	})
 }
 
@@ -66,10 +65,9 @@ func TestNodeBackFromACutReMergesTheStatus(t *testing.T) {
 		return w.Liveness == v1alpha1.LivenessUnknown && w.Source == v1alpha1.StatusSourceNone
 	})
 	before := workerPods(t, job)[trainer.Name].ResourceVersion
-	// Let the pass that the controller's own status write wakes run first: it still sees the node not Ready, so
-	// after the flip only the Node can wake the job. (Waiting less can only let the test pass without the Node
-	// watch, never fail with it.)
-	time.Sleep(time.Second)
+	// The passes the controller's own status write woke, and any queued for later (a pod's change waits
+	// coalesce.Period), end here: they see the node not Ready, so after the flip only the Node can wake the job.
+	env.Passes(t, job, 2)
 
 	env.SetNodeReadiness(t, node, corev1.ConditionTrue)
 	record("the trainer Alive from the API server once its node is Ready", func(w v1alpha1.WorkerStatus) bool {

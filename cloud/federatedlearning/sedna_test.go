@@ -91,7 +91,7 @@ func TestSednaPodsOfARunningJobAreAdoptedAndCarriedToCompletion(t *testing.T) {
 		}
 		return got.Status.Phase == v1alpha1.FLJobRunning, nil
 	})
-	time.Sleep(time.Second) // room for a wrong second aggregator or trainer
+	env.Passes(t, job, 2) // passes over the adopted job: none may create a second aggregator or trainer
 	pods := workerPods(t, job)
 	if len(pods) != 3 {
 		t.Fatalf("pods %v: want GM's three only", keys(pods))
@@ -103,6 +103,13 @@ func TestSednaPodsOfARunningJobAreAdoptedAndCarriedToCompletion(t *testing.T) {
 	if n := eventCount(t, job.Namespace, fl.ReasonSuccessfulCreate); n != 0 {
 		t.Errorf("%d SuccessfulCreate events while nothing was created", n)
 	}
+	// The events of the adopting pass are written after it, by the recorder's own goroutine.
+	eventually(t, within, "an Adopted event for each of GM's pods", func(context.Context) (bool, error) {
+		if n := eventCount(t, job.Namespace, fl.ReasonAdopted); n < 3 {
+			return false, fmt.Errorf("%d Adopted events", n)
+		}
+		return true, nil
+	})
 	if n := eventCount(t, job.Namespace, fl.ReasonAdopted); n != 3 {
 		t.Errorf("%d Adopted events, want 3", n)
 	}
@@ -166,7 +173,8 @@ func TestJobCreatedBeforeItsInputsStartsWhenTheyAppear(t *testing.T) {
 		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.FLConditionTraining)
 		return c != nil && c.Reason == fl.ReasonInputsNotFound, nil
 	})
-	time.Sleep(time.Second)                   // let the job's own passes settle: only the inputs can wake it now
+	// The job's own passes end, and none is left queued for later: only the inputs can wake it now.
+	env.Passes(t, job, 2)
 	loadJob(t, "federated-learning.yaml", ns) // creates the Model and the Datasets
 	start := time.Now()
 	waitRunning(t, job, 3)
@@ -250,13 +258,12 @@ func TestStopDeploymentWaitsForItsPodsToEnd(t *testing.T) {
 		}
 		return len(pods.Items)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for countPods() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the Deployment's pods were never created")
+	eventually(t, within, "the Deployment's pods", func(context.Context) (bool, error) {
+		if n := countPods(); n < 2 {
+			return false, fmt.Errorf("%d of 2 pods", n)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return true, nil
+	})
 	key := types.NamespacedName{Namespace: ns, Name: deploy.Name}
 	if err := fl.StopDeployment(ctx, env.Client, key, time.Minute); err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ func runEdgeAware(t testing.TB) *harness.EdgeAware {
 	return env.RunEdgeAware(t, func(mgr ctrl.Manager, edge *edgeaware.Edge) error {
 		r := &jointinference.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("lifeline-controller"),
 			LCServer: contract.DefaultLCServer, Edge: edge}
-		return r.SetupWithManager(mgr)
+		return r.SetupWithManager(env.CountPasses(mgr))
 	})
 }
 
@@ -99,10 +99,10 @@ func TestNodeBackFromACutReMergesTheStatus(t *testing.T) {
 	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), before); err != nil {
 		t.Fatal(err)
 	}
-	// Let the pass that the controller's own status write wakes run first: it still sees the node not Ready, so
-	// after the flip only the Node can wake the service. (Waiting less can only let the test pass without the
-	// Node watch, never fail with it.)
-	time.Sleep(time.Second)
+	// The passes the controller's own status write woke, and any queued for later (a pod's change waits
+	// coalesce.Period), end here: they see the node not Ready, so after the flip only the Node can wake the
+	// service.
+	env.Passes(t, ji, 2)
 
 	// Back: the node is Ready, and renews its lease from now on so the node lifecycle controller leaves it so.
 	if err := simnode.Heartbeat(context.Background(), env.Kube, node, 40*time.Second); err != nil {

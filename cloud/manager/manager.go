@@ -95,6 +95,9 @@ type Options struct {
 	// Restartable lets one process build the manager more than once (controller names are otherwise unique
 	// per process), for tests that stop and start the controller.
 	Restartable bool
+	// Instrument, when set, is the manager every controller is registered with, made from the real one: tests
+	// count the controllers' passes through it. Nil in production.
+	Instrument func(ctrl.Manager) ctrl.Manager
 }
 
 // DefaultConcurrentReconciles is how many JointInferenceServices, and how many FederatedLearningJobs, are
@@ -180,6 +183,9 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 // setUp registers the broker session, the liveness tracker and every controller with mgr. It needs the sedna.io
 // kinds served: their informers are made here.
 func setUp(mgr ctrl.Manager, opts Options, st *startState) error {
+	if opts.Instrument != nil {
+		mgr = opts.Instrument(mgr)
+	}
 	edge, err := addEdge(mgr, opts, st)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package manager_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/lifeline-edge/lifeline/cloud/broker"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
@@ -85,19 +87,41 @@ func TestEdgeNodesCarryTheirAgentsStateAsACondition(t *testing.T) {
 	reachable := true
 	publish(lifelinev1.KindBirth, &lifelinev1.NodeBirth{Node: "edge-cond", BirthSeq: 1, StateId: "state", BootId: "boot", ApiReachable: &reachable})
 	seq := uint64(0)
+	// heartbeat returns once the controller's table took the heartbeat in.
 	heartbeat := func(apiReachable bool) {
+		t.Helper()
+		heard := heartbeatsHeard(t)
 		seq++
 		publish(lifelinev1.KindHeartbeat, &lifelinev1.Heartbeat{BirthSeq: 1, Seq: seq, TimeUnixNano: time.Now().UnixNano(), ApiReachable: apiReachable})
+		testkit.Until(t, 10*time.Second, fmt.Sprintf("heartbeat %d taken in", seq), func() bool { return heartbeatsHeard(t) > heard })
+	}
+	// writerPass returns after a pass of the condition writer that began after it was called: the pass that
+	// first lists a new edge Node writes the Node's condition; the writer's passes run one after the other.
+	witnesses := 0
+	writerPass := func() {
+		t.Helper()
+		witnesses++
+		witness := fmt.Sprintf("edge-cond-witness-%d", witnesses)
+		createNode(t, witness, map[string]string{broker.EdgeNodeLabel: ""})
+		testkit.Until(t, 10*time.Second, "a pass of the condition writer over "+witness, func() bool {
+			cond, _ := condition(witness)
+			return cond != nil
+		})
 	}
 	heartbeat(true)
 	waitCondition(corev1.ConditionTrue, nodecondition.ReasonConnected)
 	first, _ := condition("edge-cond")
 
-	// Heartbeats that change nothing write nothing: a write would carry the latest heartbeat's time.
-	for range 5 {
+	// Heartbeats that change nothing write nothing: a write would carry the latest heartbeat's time, over a
+	// writer's period after the condition's. They come a little apart, as an agent's do, across the writer's
+	// passes: a pass sees the first, a later one the fifth, and the one after began once that one had ended.
+	heartbeat(true)
+	writerPass()
+	for range 4 {
 		heartbeat(true)
-		time.Sleep(300 * time.Millisecond) // heartbeats a little apart, as an agent's are, across the writer's passes
 	}
+	writerPass()
+	writerPass()
 	if now, _ := condition("edge-cond"); !now.LastHeartbeatTime.Equal(&first.LastHeartbeatTime) {
 		t.Errorf("edge-cond's condition was written again on heartbeats that changed nothing: %+v, then %+v", first, now)
 	}
@@ -117,6 +141,29 @@ func TestEdgeNodesCarryTheirAgentsStateAsACondition(t *testing.T) {
 	if cond, _ := condition("cloud-cond"); cond != nil {
 		t.Errorf("a Node that is not an edge node got %+v", cond)
 	}
+}
+
+// heartbeatsHeard is how many agents' heartbeats the controller's table took in.
+func heartbeatsHeard(t *testing.T) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "lifeline_liveness_messages_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == lifelinev1.KindHeartbeat.String() {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatal("the controller serves no lifeline_liveness_messages_total of heartbeats")
+	return 0
 }
 
 // heardOf is a table that has heard of no agent, counting how often it is asked.

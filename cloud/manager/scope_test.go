@@ -2,6 +2,8 @@ package manager_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,7 +11,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
@@ -65,33 +70,62 @@ func TestScopeLeavesOtherWorkloadsAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := manager.New(cp.Config, manager.Options{MetricsAddr: "0", HealthAddr: "0", Namespaces: []string{mine}, Selector: sel})
+	// Every pass the controller makes is recorded. It makes one at a time, in the order its watch heard of the
+	// JIs (the work queue is first in, first out at one priority).
+	var (
+		mu     sync.Mutex
+		passed = map[types.NamespacedName]int{}
+	)
+	mgr, err := manager.New(cp.Config, manager.Options{MetricsAddr: "0", HealthAddr: "0", Namespaces: []string{mine}, Selector: sel,
+		Restartable: true, ConcurrentReconciles: 1, Instrument: func(m ctrl.Manager) ctrl.Manager {
+			return harness.WithReconciled(m, func(_ string, req reconcile.Request, _ error) {
+				mu.Lock()
+				defer mu.Unlock()
+				passed[req.NamespacedName]++
+			})
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runManager(t, mgr)
 	ctx := context.Background()
+	passes := func(ji *v1alpha1.JointInferenceService) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return passed[client.ObjectKeyFromObject(ji)]
+	}
 
 	managed := map[string]string{"lifeline.sedna.io/managed": "true"}
-	selected := createJI(t, mine, "selected", managed)
+	// A pass over a first selected JI shows the controller watching: what it lists as its watch starts comes in
+	// no particular order, what is created from now on comes in the order it is created.
+	first := createJI(t, mine, "first", managed)
+	testkit.Until(t, 30*time.Second, "a pass over the first selected JI", func() bool { return passes(first) > 0 })
 	unlabelled := createJI(t, mine, "unlabelled", nil)
 	elsewhere := createJI(t, other, "elsewhere", managed)
+	// Created last: had the cache held the others, the controller would have begun its passes over them before
+	// its first over this one.
+	selected := createJI(t, mine, "selected", managed)
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got := &v1alpha1.JointInferenceService{}
-		if err := kube.Get(ctx, client.ObjectKeyFromObject(selected), got); err != nil {
-			t.Fatal(err)
+	harness.Eventually(t, 30*time.Second, "the selected JIs reconciled", func(ctx context.Context) (bool, error) {
+		for _, ji := range []*v1alpha1.JointInferenceService{first, selected} {
+			got := &v1alpha1.JointInferenceService{}
+			if err := kube.Get(ctx, client.ObjectKeyFromObject(ji), got); err != nil {
+				return false, err
+			}
+			if got.Status.ObservedGeneration != got.Generation || passes(ji) == 0 {
+				return false, fmt.Errorf("%s: status %+v, %d passes", ji.Name, got.Status, passes(ji))
+			}
 		}
-		if got.Status.ObservedGeneration == got.Generation && deployments(t, mine) == 2 {
-			break
+		if n := deployments(t, mine); n != 4 {
+			return false, fmt.Errorf("%d Deployments", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the selected JI was not reconciled: status %+v, %d Deployments", got.Status, deployments(t, mine))
+		return true, nil
+	})
+	for _, ji := range []*v1alpha1.JointInferenceService{unlabelled, elsewhere} {
+		if n := passes(ji); n != 0 {
+			t.Errorf("%s/%s outside the scope was reconciled %d times", ji.Namespace, ji.Name, n)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(2 * time.Second) // what the controller would do to the others, it does in the same while
 	for _, ji := range []*v1alpha1.JointInferenceService{unlabelled, elsewhere} {
 		got := &v1alpha1.JointInferenceService{}
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(ji), got); err != nil {
@@ -101,8 +135,8 @@ func TestScopeLeavesOtherWorkloadsAlone(t *testing.T) {
 			t.Errorf("%s/%s outside the scope got a status: %+v", ji.Namespace, ji.Name, got.Status)
 		}
 	}
-	if n := deployments(t, mine); n != 2 {
-		t.Errorf("%d Deployments in %s, want only the selected JI's 2", n, mine)
+	if n := deployments(t, mine); n != 4 {
+		t.Errorf("%d Deployments in %s, want only the selected JIs' 4", n, mine)
 	}
 	if n := deployments(t, other); n != 0 {
 		t.Errorf("%d Deployments in %s, outside the scope", n, other)

@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
@@ -153,21 +155,28 @@ func TestCRDGateWaitsThenSetsUpOnce(t *testing.T) {
 
 // A gate whose context ends while it waits returns without error and sets nothing up.
 func TestCRDGateStopsWithItsContext(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	gate := &crdGate{kinds: &scriptedKinds{answers: []kindsAnswer{{missing: RequiredKinds}}}, state: &startState{}, log: funcr.New(func(_, _ string) {}, funcr.Options{}),
-		setup: func() error { t.Error("set up without the CRDs"); return nil }}
-	done := make(chan error, 1)
-	go func() { done <- gate.Start(ctx) }()
-	time.Sleep(50 * time.Millisecond)
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Start: %v", err)
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var asked atomic.Int64
+		gate := &crdGate{kinds: &scriptedKinds{answers: []kindsAnswer{{missing: RequiredKinds}}, asked: func() { asked.Add(1) }},
+			state: &startState{}, log: funcr.New(func(_, _ string) {}, funcr.Options{}),
+			setup: func() error { t.Error("set up without the CRDs"); return nil }}
+		done := make(chan error, 1)
+		go func() { done <- gate.Start(ctx) }()
+		synctest.Wait() // the gate has asked, found kinds missing, and waits to ask again
+		if asked.Load() != 1 {
+			t.Fatalf("the gate asked %d times before its first wait, want once", asked.Load())
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the gate did not stop with its context")
-	}
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Start: %v", err)
+			}
+		case <-time.After(5 * time.Second): // the bubble's clock: reached at once if the gate is stuck
+			t.Fatal("the gate did not stop with its context")
+		}
+	})
 }
 
 func TestBrokerReady(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -553,12 +554,12 @@ func (s *Sim) signalWorker(node, namespace, pod, container string, sig syscall.S
 		return err
 	}
 	// Returns once the process is gone, so what follows sees the worker dead, not the dying process.
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if !simnode.PIDRuns(pid) {
-			return nil
-		}
+	err = wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 5*time.Second, true,
+		func(context.Context) (bool, error) { return !simnode.PIDRuns(pid), nil })
+	if err != nil {
+		return fmt.Errorf("process %d of %s/%s still runs 5 s after %v", pid, pod, container, sig)
 	}
-	return fmt.Errorf("process %d of %s/%s still runs 5 s after %v", pid, pod, container, sig)
+	return nil
 }
 
 // WorkerRunning tells whether the process of a container runs, by its pid file.

@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -109,12 +110,12 @@ func StartMosquitto(t testing.TB, name, extra string) string {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return addr
+	UntilErr(t, 5*time.Second, "mosquitto "+name+" listening on "+addr, func(context.Context) (bool, error) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return false, err
 		}
-	}
-	t.Fatalf("mosquitto %s did not start", name)
-	return ""
+		return true, c.Close()
+	})
+	return addr
 }
