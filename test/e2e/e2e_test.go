@@ -23,6 +23,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/harness"
 	"github.com/lifeline-edge/lifeline/test/testkit"
 )
@@ -112,16 +113,14 @@ func apply(t testing.TB, file string, edits ...func(client.Object)) client.Objec
 func waitAggregationPortFree(t testing.TB) {
 	t.Helper()
 	addr := net.JoinHostPort("", strconv.Itoa(fl.AggregationPort))
-	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
-		l, err := net.Listen("tcp", addr)
-		if err == nil {
-			_ = l.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("an earlier job's aggregator still holds port %d after %v: %v", fl.AggregationPort, within, err)
-		}
-	}
+	testkit.Every(t, 100*time.Millisecond, within, fmt.Sprintf("port %d free of an earlier job's aggregator", fl.AggregationPort),
+		func(context.Context) (bool, error) {
+			l, err := net.Listen("tcp", addr)
+			if err != nil {
+				return false, err
+			}
+			return true, l.Close()
+		})
 }
 
 // deleteAndWait deletes a job in the foreground and waits until it is gone, and so its pods (a hollow
@@ -137,12 +136,71 @@ func deleteAndWait(t testing.TB, obj client.Object) {
 		return
 	}
 	key := client.ObjectKeyFromObject(obj)
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if err := s.Client.Get(ctx, key, obj); apierrors.IsNotFound(err) {
-			return
-		}
+	eventually(t, time.Minute, obj.GetName()+" gone after its deletion", func(ctx context.Context) (bool, error) {
+		err := s.Client.Get(ctx, key, obj)
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+}
+
+// controllerCount is a counter of the controller's metrics endpoint, summed over the samples whose labels
+// contain match.
+func controllerCount(t testing.TB, name, match string) float64 {
+	t.Helper()
+	v, err := s.ControllerMetric(name, match)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Errorf("%s still there a minute after its deletion", obj.GetName())
+	return v
+}
+
+// waitCount waits until a counter of the controller (see controllerCount) has reached at least want, and
+// returns its value then.
+func waitCount(t testing.TB, name, match string, want float64, what string) float64 {
+	t.Helper()
+	var now float64
+	testkit.UntilErr(t, within, what, func(context.Context) (bool, error) {
+		v, err := s.ControllerMetric(name, match)
+		now = v
+		if err == nil && v < want {
+			err = fmt.Errorf("%s{%s} at %v, want %v", name, match, v, want)
+		}
+		return err == nil, err
+	})
+	return now
+}
+
+// heard is how many messages of kind the controller has taken from the agents so far.
+func heard(t testing.TB, kind lifelinev1.Kind) float64 {
+	t.Helper()
+	return controllerCount(t, "lifeline_liveness_messages_total", `kind="`+kind.String()+`"`)
+}
+
+// waitHeard waits until the controller has taken more messages of kind than from, and returns how many then.
+func waitHeard(t testing.TB, kind lifelinev1.Kind, from float64, what string) float64 {
+	t.Helper()
+	return waitCount(t, "lifeline_liveness_messages_total", `kind="`+kind.String()+`"`, from+1, what)
+}
+
+// edgeAgents is how many agents the simulation runs, one on each edge node.
+const edgeAgents = 3
+
+// waitAgentsBeat waits until the controller has taken n heartbeats of each edge agent's worth more than from: n
+// heartbeat intervals of the agents. Each beats once an interval whatever else it does, so their heartbeats are
+// a clock of the agents' own, as the controller hears it: for a wait that must outlast a timer inside an agent,
+// which tells nothing outside when it runs out without acting.
+func waitAgentsBeat(t testing.TB, from float64, n int, what string) {
+	t.Helper()
+	waitCount(t, "lifeline_liveness_messages_total", `kind="`+lifelinev1.KindHeartbeat.String()+`"`, from+float64(n*edgeAgents), what)
+}
+
+// waitReconciled waits until the named controller of lifeline-controller has ended two more reconciles than it
+// had when called. With one workload of its kind, reconciled by one worker at a time, the first of them may have
+// begun before the call, the second began after: it saw everything the controller knew at the call.
+func waitReconciled(t testing.TB, controller, what string) {
+	t.Helper()
+	match := `controller="` + controller + `"`
+	from := controllerCount(t, "controller_runtime_reconcile_total", match)
+	waitCount(t, "controller_runtime_reconcile_total", match, from+2, what)
 }
 
 func TestJointInferenceServesHardExamplesInTheCloud(t *testing.T) {

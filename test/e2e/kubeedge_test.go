@@ -6,6 +6,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -22,6 +23,8 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
+	"github.com/lifeline-edge/lifeline/edge/agent/core"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 const roleLabel = "lifeline.sedna.io/role"
@@ -89,6 +92,35 @@ func waitCutOffInTheMetaServer(t testing.TB, node string) {
 	})
 }
 
+// waitListed waits until the node's agent has listed pod among its workers, in the file it keeps them in.
+func waitListed(t testing.TB, node string, pod *corev1.Pod) {
+	t.Helper()
+	eventually(t, within, node+"'s agent listing "+pod.Name+" among its workers", func(context.Context) (bool, error) {
+		data, err := os.ReadFile(filepath.Join(s.AgentStateDir(node), "desired-workers.json"))
+		if os.IsNotExist(err) {
+			return false, nil
+		}
+		return err == nil && strings.Contains(string(data), `"uid":"`+string(pod.UID)+`"`), err
+	})
+}
+
+// waitTrainer waits until the job's status record of the named trainer satisfies ok.
+func waitTrainer(t testing.TB, job *v1alpha1.FederatedLearningJob, trainer, what string, ok func(v1alpha1.WorkerStatus) bool) {
+	t.Helper()
+	eventually(t, within, trainer+": "+what, func(ctx context.Context) (bool, error) {
+		got := &v1alpha1.FederatedLearningJob{}
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(job), got); err != nil {
+			return false, err
+		}
+		for _, w := range got.Status.Workers {
+			if w.Name == trainer {
+				return ok(w), nil
+			}
+		}
+		return false, nil
+	})
+}
+
 // restartAgent stops the node's agent and starts it again, its state kept.
 func restartAgent(t testing.TB, node string) {
 	t.Helper()
@@ -135,8 +167,12 @@ func TestAgentStartedCutOffWithAnEmptyStateLearnsItsWorkers(t *testing.T) {
 	if got := metaServerPods(t, edgeNode, url.Values{"labelSelector": {roleLabel}, "fieldSelector": {"spec.nodeName=" + edgeNode}}); len(got) != 0 {
 		t.Fatalf("the cut-off MetaServer honoured a fieldSelector (%v); edgecore's lists nothing", got)
 	}
+	births := heard(t, lifelinev1.KindBirth)
 	freshAgent(t, edgeNode)
-	time.Sleep(3 * time.Second) // the new agent connected and listed its workers
+	// The new agent knows the worker (its list) and its session is up (its birth heard) before the kill: a death it
+	// learnt of, or told, later could be overtaken by the node's restart of the worker before the controller heard it.
+	waitListed(t, edgeNode, pod)
+	waitHeard(t, lifelinev1.KindBirth, births, "the new agent's birth heard by the controller")
 	if err := s.KillWorker(edgeNode, "default", pod.Name, "little-model"); err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +201,20 @@ func TestAgentNeverPublishesOtherNodesPodsTheMetaServerLists(t *testing.T) {
 		return v
 	}
 	before := forged()
+	births, states := heard(t, lifelinev1.KindBirth), heard(t, lifelinev1.KindWorkerState)
+	restarted := time.Now()
 	restartAgent(t, edgeNode)
-	time.Sleep(5 * time.Second) // listed, watched and published
+	// A pod the agent took for its own would be published, as lost, by the first pass over its workers after it
+	// listed them: wait until it listed (its file of workers written anew), its session began, the states of that
+	// session reached the controller, and two heartbeat intervals more, in which its observations (every 500 ms)
+	// publish whatever else it holds.
+	eventually(t, within, edgeNode+"'s agent listing its workers anew", func(context.Context) (bool, error) {
+		info, err := os.Stat(filepath.Join(s.AgentStateDir(edgeNode), "desired-workers.json"))
+		return err == nil && info.ModTime().After(restarted), err
+	})
+	waitHeard(t, lifelinev1.KindBirth, births, "the restarted agent's birth heard by the controller")
+	waitHeard(t, lifelinev1.KindWorkerState, states, "the restarted agent's worker states heard by the controller")
+	waitAgentsBeat(t, heard(t, lifelinev1.KindHeartbeat), 2, "two more heartbeat intervals of the agents")
 	if after := forged(); after != before {
 		t.Errorf("%v states dropped as forged after %s's agent started: it published other nodes' pods", after-before, edgeNode)
 	}
@@ -189,20 +237,37 @@ func TestOneDeathOnACutOffNodeGetsOneCommand(t *testing.T) {
 	skipShort(t)
 	job, trainer := neverTrainerJob(t, "surface-defect-detection-one-death")
 	cutOff(t, "edge1", false)
-	time.Sleep(3 * time.Second) // the agent the truth
+	waitTrainer(t, job, trainer, "the agent the truth", func(w v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAgent
+	})
+	throttled := func() float64 { return controllerCount(t, "lifeline_liveness_commands_throttled_total", "") }
+	held := throttled()
+	states := heard(t, lifelinev1.KindWorkerState)
 	if err := s.KillWorker("edge1", "default", trainer, "train-worker"); err != nil {
 		t.Fatal(err)
 	}
-	for range 3 { // what each stop did to the exited container on the rig's runtime: a new state of the dead worker
-		time.Sleep(500 * time.Millisecond)
+	for i := range 3 { // what each stop did to the exited container on the rig's runtime: a new state of the dead worker
+		// Each a state of its own: the agent has published the one before.
+		states = waitHeard(t, lifelinev1.KindWorkerState, states, fmt.Sprintf("state %d of the dead trainer heard by the controller", i+1))
 		if err := s.RestampExit("edge1", "default", trainer); err != nil {
 			t.Fatal(err)
 		}
 	}
+	waitHeard(t, lifelinev1.KindWorkerState, states, "the last state of the dead trainer heard by the controller")
 	eventually(t, within, "the trainer running again as a static pod", func(context.Context) (bool, error) {
 		return s.WorkerRunning("edge1", "default", trainer+"-edge1", "train-worker"), nil
 	})
-	time.Sleep(3 * time.Second) // a late second command would have been sent by now
+	eventually(t, within, "the command and the rebuild told in Events", func(context.Context) (bool, error) {
+		return eventCount(t, job, edgeaware.ReasonRestartCommandSent) > 0 &&
+			eventCount(t, job, edgeaware.ReasonRestartedByAgent)+eventCount(t, job, edgeaware.ReasonRestartedOffline) > 0, nil
+	})
+	// A second command would be decided in a reconcile that saw a state of the dead worker: one that began after
+	// the last was heard has ended. Within 10 s of the first, a second is held back by the worker's rate limit
+	// before it is sent, and counted then.
+	waitReconciled(t, "federatedlearningjob", "the job reconciled after every state of the dead trainer")
+	if n := throttled() - held; n != 0 {
+		t.Errorf("%v commands held back by a rate limit: a second command was decided for one death", n)
+	}
 	if n := eventCount(t, job, edgeaware.ReasonRestartCommandSent); n != 1 {
 		t.Errorf("%d commands for one death, want 1", n)
 	}
@@ -238,10 +303,18 @@ func TestExitZeroOnACutOffNodeTheNodeRestartsAJIWorkerAndAnFLTrainerCompletes(t 
 	if err := s.EndWorker("edge1", "default", trainer, "train-worker"); err != nil {
 		t.Fatal(err)
 	}
+	beats := heard(t, lifelinev1.KindHeartbeat)
 	waitEdgeWorker(t, ji, "the JI worker that exited 0 running again, by its node", func(w v1alpha1.WorkerStatus) bool {
 		return w.Liveness == v1alpha1.LivenessAlive && w.Restarts >= 1
 	})
-	time.Sleep(5 * time.Second) // past the agent's wait for the controller: an action would have been taken
+	// The controller decides on a worker's state in the reconcile that writes it into the status, and the agent
+	// acts alone once a worker has been dead for its wait for the controller: past both, an action would have
+	// been taken.
+	waitTrainer(t, job, trainer, "the trainer's exit 0 in the job's status, from the agent", func(w v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAgent && w.Phase == string(corev1.PodSucceeded)
+	})
+	waitAgentsBeat(t, beats, int((core.DefaultHealTiming.ControllerWait+lifelinev1.DefaultHeartbeatInterval)/lifelinev1.DefaultHeartbeatInterval),
+		"the agents past their wait for the controller since the workers exited")
 	for _, o := range []client.Object{ji, job} {
 		for _, reason := range []string{edgeaware.ReasonRestartCommandSent, edgeaware.ReasonRestartedByAgent, edgeaware.ReasonRestartedOffline} {
 			if n := eventCount(t, o, reason); n != 0 {
@@ -263,7 +336,7 @@ func TestAgentRestartKeepsItsHeartbeatsCounting(t *testing.T) {
 	waitEdgeWorker(t, ji, "the agent the truth", func(w v1alpha1.WorkerStatus) bool {
 		return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
 	})
-	time.Sleep(2 * time.Second) // a few heartbeats of the first session
+	waitAgentsBeat(t, heard(t, lifelinev1.KindHeartbeat), 2, "a few heartbeats of the first session")
 	replayed := func() float64 {
 		v, err := s.ControllerMetric("lifeline_liveness_dropped_total", `reason="`+liveness.DropReplayed+`"`)
 		if err != nil {
@@ -272,8 +345,12 @@ func TestAgentRestartKeepsItsHeartbeatsCounting(t *testing.T) {
 		return v
 	}
 	before := replayed()
+	births := heard(t, lifelinev1.KindBirth)
 	restartAgent(t, edgeNode)
-	time.Sleep(6 * time.Second) // twice the silence the controller allows (three 1 s heartbeat intervals)
+	waitHeard(t, lifelinev1.KindBirth, births, "the restarted agent's birth heard by the controller")
+	// Twice the silence the controller allows: had it dropped the new session's heartbeats, the node would be
+	// silent by then.
+	waitAgentsBeat(t, heard(t, lifelinev1.KindHeartbeat), 2*lifelinev1.SilentIntervals, "twice the silence the controller allows")
 	if after := replayed(); after != before {
 		t.Errorf("%v messages dropped as replayed after the agent restarted", after-before)
 	}
@@ -307,17 +384,24 @@ func TestArmedStandInRunsATrainerFailedInTheFirstSecondOfACut_P_HEAL_3(t *testin
 	eventually(t, within, "the trainer's stand-in armed: its gate waits on the node", func(context.Context) (bool, error) {
 		return s.WorkerRunning("edge1", "default", standIn, "lifeline-gate"), nil
 	})
+	cut := time.Now()
 	cutOff(t, "edge1", false)
-	time.Sleep(time.Second)
+	waitTrainer(t, job, trainer, "the agent the truth", func(w v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAgent
+	})
 	if err := s.KillWorker("edge1", "default", trainer, "train-worker"); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
+	if into := killed.Sub(cut); into >= edgehubNotice {
+		t.Fatalf("the trainer failed %v into the cut, not before the node's edgehub noticed it (%v)", into, edgehubNotice)
+	}
 	// A third of the node's mirror-pod wait: a stand-in written at the rebuild cannot run this soon.
 	eventually(t, mirrorPodTimeout/3, "the trainer running again as its armed stand-in", func(context.Context) (bool, error) {
 		return s.WorkerRunning("edge1", "default", standIn, "train-worker"), nil
 	})
-	t.Logf("failed 1 s into the cut -> running again as the armed stand-in after %v", time.Since(killed).Round(time.Millisecond))
+	t.Logf("failed %v into the cut -> running again as the armed stand-in after %v", killed.Sub(cut).Round(time.Millisecond),
+		time.Since(killed).Round(time.Millisecond))
 	s.RestoreAPI("edge1")
 	eventually(t, 2*within, "the stand-in gone, a trainer of the job running in its own pod", func(ctx context.Context) (bool, error) {
 		if s.WorkerRunning("edge1", "default", standIn, "train-worker") {

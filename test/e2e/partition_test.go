@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -24,9 +25,11 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
+	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/nodecondition"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/harness"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 const edgeNode = "edge3" // where the example puts the JI edge worker
@@ -186,8 +189,15 @@ func waitAgentCondition(t testing.TB, status corev1.ConditionStatus, reason stri
 func TestCutOffFromEverythingTheAgentHealsByPolicy(t *testing.T) {
 	skipShort(t)
 	ji, pod := readyService(t)
-	cutOff(t, edgeNode, true)
-	time.Sleep(3 * time.Second) // past the agent's API grace (2 s in the simulation)
+	// The API server first, until the agent says so, then the broker: the node is cut off from everything, and
+	// its agent knows it. The agent's grace (2 s in the simulation) runs from then, on its own clock: the loss
+	// is rebuilt once it has passed.
+	cutOff(t, edgeNode, false)
+	waitEdgeWorker(t, ji, "the agent the truth", func(w v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
+	})
+	s.CutBroker(edgeNode)
+	t.Cleanup(func() { s.RestoreBroker(edgeNode) })
 	if err := s.LosePod(edgeNode, "default", pod.Name); err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +314,12 @@ func TestServiceDeletedWhileCutOffStopsItsWorkersOnReconnect(t *testing.T) {
 	if err := s.Client.Delete(context.Background(), ji); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	// Once the cloud has deleted the worker's pod, a node that heard of it would stop the worker.
+	eventually(t, within, "the edge worker's pod deleted in the API", func(ctx context.Context) (bool, error) {
+		got := &corev1.Pod{}
+		err := s.Client.Get(ctx, client.ObjectKeyFromObject(pod), got)
+		return apierrors.IsNotFound(err) || err == nil && got.DeletionTimestamp != nil, client.IgnoreNotFound(err)
+	})
 	if !s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") {
 		t.Fatal("the cut-off node stopped its worker before it could know of the deletion")
 	}
@@ -324,14 +339,16 @@ func TestForgedReplayedAndGarbageMessagesChangeNothing(t *testing.T) {
 	waitEdgeWorker(t, ji, "the agent the truth", func(w v1alpha1.WorkerStatus) bool {
 		return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
 	})
-	dropped := func() float64 {
-		v, err := s.ControllerMetric("lifeline_liveness_dropped_total", "")
-		if err != nil {
-			t.Fatal(err)
+	// Each message is refused under its own reason, and counted as it is: counted, it was not taken.
+	reasons := []string{liveness.DropAuth, liveness.DropDenied, liveness.DropForged, liveness.DropDecode, liveness.DropReplayed}
+	dropped := func() map[string]float64 {
+		out := map[string]float64{}
+		for _, r := range reasons {
+			out[r] = controllerCount(t, "lifeline_liveness_dropped_total", `reason="`+r+`"`)
 		}
-		return v
+		return out
 	}
-	start := dropped()
+	start, births := dropped(), heard(t, lifelinev1.KindBirth)
 	dead := &lifelinev1.WorkerState{Namespace: "default", Name: pod.Name, Uid: string(pod.UID), Seq: 1, Phase: lifelinev1.Phase_PHASE_FAILED}
 	deadPayload, _ := proto.Marshal(dead)
 	edge3Topic := lifelinev1.WorkerTopic(harness.Cluster, edgeNode, "default", pod.Name).String()
@@ -354,10 +371,21 @@ func TestForgedReplayedAndGarbageMessagesChangeNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	replayer.Publish(edge3Topic, 1, false, deadPayload).Wait() // an old seq, as a replay would carry
-	eventually(t, within, "the refusals counted", func(context.Context) (bool, error) {
-		return dropped() >= start+5, nil
-	})
-	time.Sleep(time.Second) // what was wrongly accepted would have reached the status by now
+	testkit.UntilErr(t, within, "every message refused under its reason", testkit.Why(func() (bool, string) {
+		now := dropped()
+		for _, r := range reasons {
+			if now[r] <= start[r] {
+				return false, fmt.Sprintf("none dropped as %s yet (dropped now: %v, at the start: %v)", r, now, start)
+			}
+		}
+		return true, ""
+	}))
+	// A node's credentials come with its agent's client id: the rogue and the replayer took edge1's and edge3's
+	// agents' sessions over, and the agents were gone until they took them back. The status is read once both
+	// are back and the service was reconciled since.
+	waitCount(t, "lifeline_liveness_messages_total", `kind="`+lifelinev1.KindBirth.String()+`"`, births+2,
+		"the births of edge1's and edge3's agents, back from the takeovers")
+	waitReconciled(t, "jointinferenceservice", "the service reconciled since the agents came back")
 	w, err := edgeWorkerStatus(context.Background(), ji)
 	if err != nil {
 		t.Fatal(err)
@@ -539,7 +567,13 @@ func TestReportFloodWhileTheBrokerIsAwayStaysWithinTheAgentsLimit(t *testing.T) 
 			}
 		}()
 	}
-	time.Sleep(2 * time.Second)
+	t.Cleanup(wg.Wait) // the flood ends before the links are mended, whatever happens
+	// The worker dies while the flood is under way: its rate taken and the rest refused.
+	testkit.Until(t, time.Until(end), "the flood under way: reports taken and refused", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return answers[http.StatusOK] > 0 && answers[http.StatusTooManyRequests] > 0
+	})
 	if err := s.KillWorker(edgeNode, "default", pod.Name, "little-model"); err != nil {
 		t.Fatal(err)
 	}

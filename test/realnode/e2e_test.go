@@ -331,11 +331,19 @@ func failNeverTrainerCutOff(t testing.TB, name string) handOver {
 		n, err := edge.RunningContainers(ctx, trainer)
 		return n == 1, err
 	})
-	if err := rc.Cut(ctx, "edge-1", realnode.LinkAll, inst.BrokerPort); err != nil {
-		t.Fatal(err)
-	}
+	cutOffKnown(t, "edge-1", "trainer 0's status from the agent", func(ctx context.Context) (bool, error) {
+		got := &v1alpha1.FederatedLearningJob{}
+		if err := kc.Get(ctx, client.ObjectKeyFromObject(job), got); err != nil {
+			return false, err
+		}
+		for _, w := range got.Status.Workers {
+			if w.Name == trainer {
+				return w.Source == v1alpha1.StatusSourceAgent, nil
+			}
+		}
+		return false, nil
+	})
 	defer func() { _ = rc.Mend(ctx, "edge-1") }()
-	time.Sleep(3 * time.Second) // the agent learns the node is cut off (its probe, 1 s apart)
 	if _, err := edge.KillContainer(ctx, trainer, job.Spec.TrainingWorkers[0].Template.Spec.Containers[0].Name); err != nil {
 		t.Fatal(err)
 	}
@@ -345,6 +353,22 @@ func failNeverTrainerCutOff(t testing.TB, name string) handOver {
 	h.rebuilt = time.Since(killed)
 	mendAndHandBack(t, trainer, &h, nil)
 	return h
+}
+
+// cutOffKnown cuts node off from everything, its agent knowing it: first from the API server, until told holds
+// (the controller taking the agent's word, which it does once the agent says its node is cut off), then from
+// the rest. The node is mended when the test ends, whatever happens.
+func cutOffKnown(t testing.TB, node, what string, told func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	ctx := context.Background()
+	t.Cleanup(func() { _ = rc.Mend(ctx, node) })
+	if err := rc.Cut(ctx, node, realnode.LinkAPI, inst.BrokerPort); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 30*time.Second, what+": "+node+"'s agent knows it is cut off", told)
+	if err := rc.Cut(ctx, node, realnode.LinkAll, inst.BrokerPort); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitStandIn waits until the stand-in of the worker whose pods are named worker* runs on edge-1 (a static pod,
@@ -451,11 +475,11 @@ func rebootCutOff(t testing.TB) handOver {
 		_, err := os.Stat(standby)
 		return err == nil, nil
 	})
-	if err := rc.Cut(ctx, "edge-1", realnode.LinkAll, inst.BrokerPort); err != nil {
-		t.Fatal(err)
-	}
+	cutOffKnown(t, "edge-1", "the edge worker's status from the agent", func(ctx context.Context) (bool, error) {
+		w, err := edgeWorker(ctx)
+		return err == nil && w.Source == v1alpha1.StatusSourceAgent, err
+	})
 	defer func() { _ = rc.Mend(ctx, "edge-1") }()
-	time.Sleep(3 * time.Second) // the agent learns the node is cut off (its probe, 1 s apart)
 	if err := rc.Reboot(ctx, "edge-1"); err != nil {
 		t.Fatal(err)
 	}

@@ -136,7 +136,7 @@ func (c *jiChurn) finish() {
 		return
 	}
 	var missing []string
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+	if poll(time.Second, 2*time.Minute, true, func() bool {
 		missing = nil
 		for _, role := range []string{"edge", "cloud"} {
 			p, ok := c.pod(role)
@@ -144,9 +144,9 @@ func (c *jiChurn) finish() {
 				missing = append(missing, role)
 			}
 		}
-		if len(missing) == 0 {
-			return
-		}
+		return len(missing) == 0
+	}) {
+		return
 	}
 	c.down++
 	c.k.t.Errorf("%s: no running %v worker two minutes after every link was mended", c.svc.Name, missing)
