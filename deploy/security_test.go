@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"fmt"
 	"path"
 	"slices"
 	"strings"
@@ -205,31 +206,28 @@ func TestStolenControllerTokenCannotReadKubeEdgesSecrets(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = admin.Delete(ctx, o) })
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		list := &appsv1.DeploymentList{}
-		if err := admin.List(ctx, list, client.InNamespace(ji.Namespace)); err != nil {
-			t.Fatal(err)
-		}
-		byReference := 0
-		for _, d := range list.Items {
-			for _, c := range d.Spec.Template.Spec.InitContainers {
-				if slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
-					return e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == secret.Name
-				}) {
-					byReference++
+	testkit.Every(t, 200*time.Millisecond, 60*time.Second, "with the chart's rules, the Deployments reading Secret "+secret.Name+" by reference",
+		func(ctx context.Context) (bool, error) {
+			list := &appsv1.DeploymentList{}
+			if err := admin.List(ctx, list, client.InNamespace(ji.Namespace)); err != nil {
+				return false, err
+			}
+			byReference := 0
+			for _, d := range list.Items {
+				for _, c := range d.Spec.Template.Spec.InitContainers {
+					if slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+						return e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == secret.Name
+					}) {
+						byReference++
+					}
 				}
 			}
-		}
-		if byReference == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("with the chart's rules, the controller rendered %d Deployments, %d reading Secret %s: it could not read what it needs",
-				len(list.Items), byReference, secret.Name)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+			if byReference != 2 {
+				return false, fmt.Errorf("the controller rendered %d Deployments, %d reading Secret %s: it could not read what it needs",
+					len(list.Items), byReference, secret.Name)
+			}
+			return true, nil
+		})
 }
 
 // deleteObjects deletes objs from the test's API server, so the cluster-wide ones do not outlive the test.

@@ -127,8 +127,21 @@ func TestConnectionWithoutConnectIsClosedAtTheDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer agent.Disconnect(0)
-	time.Sleep(600 * time.Millisecond) // twice the deadline
-	if !agent.IsConnectionOpen() || r.count(dropped, RefusedConnectTimeout) != 3 {
+	// The broker's own deadline tells the time: two silent connections, each opened once the one before was
+	// closed at its deadline, the first after the agent's CONNECT. The agent's connection outlived its deadline
+	// twice over.
+	for range 2 {
+		silent, err := net.Dial("tcp", r.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer silent.Close()
+		if !closedByServer(t, silent, 5*time.Second) {
+			t.Fatal("a connection without a CONNECT is still open")
+		}
+	}
+	testkit.Until(t, 5*time.Second, "the silent connections' timeouts counted", func() bool { return r.count(dropped, RefusedConnectTimeout) >= 5 })
+	if !agent.IsConnectionOpen() || r.count(dropped, RefusedConnectTimeout) != 5 {
 		t.Error("an authenticated session was closed at the CONNECT deadline")
 	}
 }

@@ -44,7 +44,10 @@ func TestAgentReachesTheBrokerOverTLS(t *testing.T) {
 		return p, cancel
 	}
 	stranger, stop := agent(x509.NewCertPool())
-	time.Sleep(time.Second)
+	// Its first attempt ended: connected, or failed (the publisher tries again only after a failure).
+	testkit.Until(t, 5*time.Second, "the distrustful agent's first attempt ended", func() bool {
+		return stranger.Connected() || stranger.Attempts() >= 2
+	})
 	stop()
 	if stranger.Connected() || r.count("lifeline_liveness_messages_total", "birth") != 0 {
 		t.Fatal("an agent that does not trust the broker's certificate connected")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // podsByName reads worker pods for Source's mapping, as the manager's cache would.
@@ -47,32 +48,30 @@ func TestSourceFoldsReportsAndNeverDelaysLiveness(t *testing.T) {
 		return []reconcile.Request{svc}
 	}, "JointInferenceService")
 	clock := clocktesting.NewFakeClock(time.Now())
-	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request](),
-		workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{Clock: clock})
+	q := &addsSeen{TypedRateLimitingInterface: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request](),
+		workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{Clock: clock}), added: make(chan struct{}, 16)}
 	defer q.ShutDown()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := src.Start(ctx, q); err != nil {
 		t.Fatal(err)
 	}
-	waitLen := func(want int) {
-		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); q.Len() != want && time.Now().Before(deadline); {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if got := q.Len(); got != want {
-			t.Fatalf("%d requests queued, want %d", got, want)
-		}
-	}
 
+	// Each report is handed over before the next is made, so the source adds once for each and, when the last
+	// add is seen, has no more to make.
 	for seq := uint64(1); seq <= 5; seq++ {
 		b.report("edge1", &lifelinev1.WorkerReport{Namespace: "default", Worker: "svc-edge", Seq: seq,
 			Body: []byte(`{"name":"svc-edge","namespace":"default","ownerName":"svc","ownerKind":"jointinferenceservice","kind":"inference"}`)}, now)
+		q.waitAdd(t)
 	}
-	time.Sleep(100 * time.Millisecond) // delivery is asynchronous: give it the time to (wrongly) queue at once
-	waitLen(0)
+	if n := q.Len(); n != 0 {
+		t.Fatalf("%d requests queued at once for reports, want none before the report period", n)
+	}
 	clock.Step(10 * time.Second)
-	waitLen(1)
+	testkit.Until(t, 5*time.Second, "the folded reports' request", func() bool { return q.Len() != 0 })
+	if n := q.Len(); n != 1 {
+		t.Fatalf("%d requests queued once the report period ended, want the burst folded into 1", n)
+	}
 	r, _ := q.Get()
 	q.Done(r)
 	if r != svc {
@@ -80,7 +79,35 @@ func TestSourceFoldsReportsAndNeverDelaysLiveness(t *testing.T) {
 	}
 
 	b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: pod.Name, Uid: "e", Seq: 1, Phase: lifelinev1.Phase_PHASE_FAILED}, now)
-	waitLen(1) // no step of the clock: at once
+	q.waitAdd(t)
+	if n := q.Len(); n != 1 { // no step of the clock: at once
+		t.Fatalf("%d requests queued right after a change of liveness, want 1", n)
+	}
+}
+
+// addsSeen is a work queue that tells when the source has added to it, with or without delay.
+type addsSeen struct {
+	workqueue.TypedRateLimitingInterface[reconcile.Request]
+	added chan struct{}
+}
+
+func (q *addsSeen) Add(r reconcile.Request) {
+	q.TypedRateLimitingInterface.Add(r)
+	q.added <- struct{}{}
+}
+
+func (q *addsSeen) AddAfter(r reconcile.Request, delay time.Duration) {
+	q.TypedRateLimitingInterface.AddAfter(r, delay)
+	q.added <- struct{}{}
+}
+
+func (q *addsSeen) waitAdd(t *testing.T) {
+	t.Helper()
+	select {
+	case <-q.added:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the source added nothing within 5 s")
+	}
 }
 
 // On controller-runtime's priority queue, a pass for an agent's word on a worker of a cut-off node goes ahead
@@ -109,9 +136,7 @@ func TestCutOffLivenessJumpsTheQueue(t *testing.T) {
 				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: fmt.Sprintf("other-%d", i)}})
 			}
 			b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: pod.Name, Uid: "e", Seq: 1, Phase: lifelinev1.Phase_PHASE_FAILED}, now)
-			for deadline := time.Now().Add(5 * time.Second); q.Len() < 51 && time.Now().Before(deadline); {
-				time.Sleep(10 * time.Millisecond)
-			}
+			testkit.Until(t, 5*time.Second, "the agent's word queued", func() bool { return q.Len() == 51 })
 			if first, _ := q.Get(); (first == svc) != cutOff {
 				t.Errorf("first pass %v; the agent's word first: %v, want %v", first, first == svc, cutOff)
 			}

@@ -10,12 +10,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -55,6 +57,11 @@ func (b *lockedBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// roundTripFunc lets the test see the controller's requests to the API server on their way.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // probe is the status code and body of GET url.
 func probe(url string) (int, string, error) {
@@ -100,6 +107,18 @@ func TestControllerStartedBeforeItsCRDsWaitsThenReconciles(t *testing.T) {
 	opts := manager.Options{MetricsAddr: "0", HealthAddr: strings.TrimPrefix(probes, "http://"), MQTTAddress: harness.FreeAddr(t),
 		MQTTCredentialsDir: t.TempDir(), Cluster: "default"}
 
+	// asked counts the controller's questions about the sedna.io kinds: one at each turn of its wait for the CRDs.
+	var asked atomic.Int64
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.URL.Path == "/apis/"+v1alpha1.GroupVersion.String() {
+				asked.Add(1)
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	exited := make(chan error, 1)
@@ -120,7 +139,7 @@ func TestControllerStartedBeforeItsCRDsWaitsThenReconciles(t *testing.T) {
 		holds func(t *testing.T)
 	}{{
 		name: "the controller starts before the CRDs",
-		do:   func(*testing.T) { go func() { exited <- run(ctx, cp.Config, opts) }() },
+		do:   func(*testing.T) { go func() { exited <- run(ctx, cfg, opts) }() },
 		holds: func(t *testing.T) {
 			testkit.UntilErr(t, 30*time.Second, "healthy and unready, waiting for the CRDs", testkit.Why(func() (bool, string) {
 				code, _, err := probe(probes + "/healthz")
@@ -142,7 +161,10 @@ func TestControllerStartedBeforeItsCRDsWaitsThenReconciles(t *testing.T) {
 		},
 	}, {
 		name: "it keeps waiting through several retries, saying so once",
-		do:   func(*testing.T) { time.Sleep(3 * time.Second) },
+		do: func(t *testing.T) {
+			until := asked.Load() + 2
+			testkit.Until(t, 30*time.Second, "two more questions about the sedna.io kinds", func() bool { return asked.Load() >= until })
+		},
 		holds: func(t *testing.T) {
 			notExited(t)
 			if code, body, err := probe(probes + "/readyz"); err != nil || code == http.StatusOK {

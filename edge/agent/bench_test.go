@@ -66,15 +66,20 @@ func BenchmarkAgentIdle(b *testing.B) {
 	anchor := startIdleMosquitto(b, dir)
 	defer func() { _ = anchor.Process.Kill(); _ = anchor.Wait() }()
 
-	time.Sleep(3 * time.Second) // start-up and the first states are not idle
+	// Start-up and the first states are not idle: the window opens once the agent has sent a state of each worker.
+	var sent wire
+	sent.readUntil(b, received, "state of each worker", func() bool { return len(sent.states) == len(known) })
 	const window = 10 * time.Second
 	agentCPU0, anchorCPU0 := cpuTicks(b, agent.Process.Pid), cpuTicks(b, anchor.Process.Pid)
+	// The measurement window: CPU time is counted over a span of real time, which no event or fake clock stands
+	// in for.
 	time.Sleep(window)
 	agentCPU := cpuShare(cpuTicks(b, agent.Process.Pid)-agentCPU0, window)
 	anchorCPU := cpuShare(cpuTicks(b, anchor.Process.Pid)-anchorCPU0, window)
 	agentRSS, anchorRSS := rssKiB(b, agent.Process.Pid), rssKiB(b, anchor.Process.Pid)
 
-	hbBytes, wsBytes := wireSizes(b, received)
+	sent.readUntil(b, received, "heartbeat", func() bool { return sent.heartbeat != 0 })
+	hbBytes, wsBytes := sent.heartbeat, sent.workerState
 	b.ReportMetric(float64(agentRSS)/1024, "agent-rss-MiB")
 	b.ReportMetric(agentCPU*100, "agent-cpu-%core")
 	b.ReportMetric(float64(hbBytes), "heartbeat-bytes")
@@ -87,28 +92,41 @@ func BenchmarkAgentIdle(b *testing.B) {
 		hbBytes, wsBytes)
 }
 
-// wireSizes reads one heartbeat and one worker state and returns their MQTT PUBLISH sizes (fixed header,
-// topic, packet id for QoS 1, payload).
-func wireSizes(b *testing.B, ch <-chan testkit.Message) (heartbeat, workerState int) {
+// wire is what the agent sent: the MQTT PUBLISH sizes (fixed header, topic, packet id for QoS 1, payload) of its
+// first heartbeat and worker state, and the workers it sent a state of.
+type wire struct {
+	heartbeat, workerState int
+	states                 map[string]bool
+}
+
+// readUntil reads the agent's messages until done holds, for at most 10 s.
+func (w *wire) readUntil(b *testing.B, ch <-chan testkit.Message, what string, done func() bool) {
+	b.Helper()
 	deadline := time.After(10 * time.Second)
-	for heartbeat == 0 || workerState == 0 {
+	for !done() {
 		select {
 		case m := <-ch:
 			topic := m.Topic.String()
 			switch m.Topic.Kind {
 			case lifelinev1.KindHeartbeat:
 				hb := &lifelinev1.Heartbeat{}
-				if proto.Unmarshal(m.Payload, hb) == nil {
-					heartbeat = 2 + 2 + len(topic) + len(m.Payload)
+				if w.heartbeat == 0 && proto.Unmarshal(m.Payload, hb) == nil {
+					w.heartbeat = 2 + 2 + len(topic) + len(m.Payload)
 				}
 			case lifelinev1.KindWorkerState:
-				workerState = 2 + 2 + len(topic) + 2 + len(m.Payload)
+				if w.workerState == 0 {
+					w.workerState = 2 + 2 + len(topic) + 2 + len(m.Payload)
+				}
+				if w.states == nil {
+					w.states = map[string]bool{}
+				}
+				w.states[m.Topic.Namespace+"/"+m.Topic.Pod] = true
 			}
 		case <-deadline:
-			b.Fatalf("no heartbeat (%d) or worker state (%d) seen", heartbeat, workerState)
+			b.Fatalf("no %s within 10 s: heartbeat %d bytes, worker state %d bytes, states of %d workers", what,
+				w.heartbeat, w.workerState, len(w.states))
 		}
 	}
-	return heartbeat, workerState
 }
 
 func startIdleMosquitto(b *testing.B, dir string) *exec.Cmd {

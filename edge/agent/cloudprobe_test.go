@@ -244,7 +244,7 @@ func TestEdgecoreProbeChecksTheCloudsCA(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go probe.Run(ctx)
-	time.Sleep(300 * time.Millisecond)
+	testkit.Until(t, 5*time.Second, "the first attempt on the impostor ended", probe.Probed)
 	if probe.Reachable() {
 		t.Error("a server the cloud's CA did not sign taken as cloudcore")
 	}

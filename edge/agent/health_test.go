@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -411,8 +412,11 @@ func TestProbesOfAnAgentWhoseDependenciesComeLate(t *testing.T) {
 	}
 	pub := publisher.New(publisher.Config{Broker: "tcp://" + brokerAddr, Cluster: "c", Node: "edge-1", StateDir: dir,
 		RetryInterval: 50 * time.Millisecond, MaxRetryInterval: 200 * time.Millisecond, Log: brokerErrors.Logger(logr.Discard())}, j)
+	// looks counts the times readiness is sampled, each reading the broker's error once: with no probe asked,
+	// those of Health.Run, which could log a line at each.
+	var looks atomic.Int64
 	health := &Health{RuntimeAddress: socket, RuntimeFresh: time.Second,
-		Broker: Session{Address: "tcp://" + brokerAddr, Up: pub.Connected, Err: brokerErrors.Err},
+		Broker: Session{Address: "tcp://" + brokerAddr, Up: pub.Connected, Err: func() error { looks.Add(1); return brokerErrors.Err() }},
 		Pods:   Session{Address: "http://" + podsAddr, Up: workers.Reachable, Err: podsErrors.Err}}
 	health.Loop(LoopAgent, 100*time.Millisecond)
 	a, err := New(Config{Cluster: "c", Node: "edge-1", Source: runtime, Workers: workers, Publisher: pub, Store: j,
@@ -436,6 +440,12 @@ func TestProbesOfAnAgentWhoseDependenciesComeLate(t *testing.T) {
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
+	}
+	// healthTurns waits until Health.Run has sampled n more times: n-1 turns, with their log lines, done since.
+	healthTurns := func(t *testing.T, n int64) {
+		t.Helper()
+		until := looks.Load() + n
+		testkit.Until(t, 10*time.Second, fmt.Sprintf("%d turns of the health loop", n), func() bool { return looks.Load() >= until })
 	}
 	eventually := func(t *testing.T, what string, cond func() (bool, string)) {
 		t.Helper()
@@ -477,7 +487,7 @@ func TestProbesOfAnAgentWhoseDependenciesComeLate(t *testing.T) {
 		},
 	}, {
 		name: "they keep failing for a few seconds",
-		do:   func(*testing.T) { time.Sleep(2500 * time.Millisecond) },
+		do:   func(t *testing.T) { healthTurns(t, 3) },
 		holds: func(t *testing.T) {
 			if n := logs.count(`"msg"="dependency failing"`); n != 3 {
 				t.Errorf("%d failure lines after a few seconds of retries, want the first 3 only", n)
@@ -508,7 +518,7 @@ func TestProbesOfAnAgentWhoseDependenciesComeLate(t *testing.T) {
 		},
 		holds: func(t *testing.T) {
 			eventually(t, "both seen out of reach", func() (bool, string) { return !pub.Connected() && !workers.Reachable(), "" })
-			time.Sleep(1500 * time.Millisecond) // a health tick or two
+			healthTurns(t, 2)
 			if ok, why := readyz(http.StatusOK, "[+]broker ok: reached since the agent started, out of reach now",
 				"[+]api-server ok: reached since the agent started, out of reach now")(); !ok {
 				t.Errorf("after losing the broker and the pod source: %s, want still ready", why)

@@ -44,37 +44,34 @@ func (s *recordingSender) last() (string, *lifelinev1.Heartbeat, int) {
 // Each heartbeat says, as it is sent, whether the node reaches the API server and how many messages wait in the
 // journal, counting from 1 within the session's birth.
 func TestHeartbeatsSayTheNodesReachAndJournalAsTheyAreSent(t *testing.T) {
-	s := &recordingSender{}
-	var mu sync.Mutex
-	reachable, journaled := true, int64(3)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		Heartbeats(ctx, "c", "edge1", 10*time.Millisecond, s, HeartbeatFacts{
-			APIReachable: func() bool { mu.Lock(); defer mu.Unlock(); return reachable },
-			Journaled:    func() int64 { mu.Lock(); defer mu.Unlock(); return journaled }})
-	}()
-	defer func() { cancel(); <-done }()
-	wait := func(ok func(*lifelinev1.Heartbeat) bool) *lifelinev1.Heartbeat {
-		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			if _, hb, _ := s.last(); hb != nil && ok(hb) {
-				return hb
-			}
+	synctest.Test(t, func(t *testing.T) {
+		s := &recordingSender{}
+		var mu sync.Mutex
+		reachable, journaled := true, int64(3)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			Heartbeats(ctx, "c", "edge1", 10*time.Millisecond, s, HeartbeatFacts{
+				APIReachable: func() bool { mu.Lock(); defer mu.Unlock(); return reachable },
+				Journaled:    func() int64 { mu.Lock(); defer mu.Unlock(); return journaled }})
+		}()
+		defer func() { cancel(); <-done }()
+		time.Sleep(10 * time.Millisecond) // the bubble's clock: one interval
+		synctest.Wait()
+		if topic, hb, n := s.last(); n != 1 || topic != "lifeline/v1/c/nodes/edge1/heartbeat" || hb.BirthSeq != 4 || hb.Seq != 1 ||
+			!hb.ApiReachable || hb.JournalReports != 3 {
+			t.Fatalf("after one interval, %d heartbeats, the last on %s: %v", n, topic, hb)
 		}
-		t.Fatal("no such heartbeat within 5 s")
-		return nil
-	}
-	hb := wait(func(hb *lifelinev1.Heartbeat) bool { return true })
-	if topic, _, _ := s.last(); topic != "lifeline/v1/c/nodes/edge1/heartbeat" || hb.BirthSeq != 4 || hb.Seq != 1 ||
-		!hb.ApiReachable || hb.JournalReports != 3 {
-		t.Fatalf("first heartbeat on %s: %v", topic, hb)
-	}
-	mu.Lock()
-	reachable, journaled = false, 1<<40 // more than the field holds: said as its largest value
-	mu.Unlock()
-	wait(func(hb *lifelinev1.Heartbeat) bool { return !hb.ApiReachable && hb.JournalReports == 1<<32-1 })
+		mu.Lock()
+		reachable, journaled = false, 1<<40 // more than the field holds: said as its largest value
+		mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		if _, hb, n := s.last(); n != 2 || hb.Seq != 2 || hb.ApiReachable || hb.JournalReports != 1<<32-1 {
+			t.Fatalf("after the next interval, %d heartbeats, the last %v", n, hb)
+		}
+	})
 }
 
 // A change of the node's reach goes out at once, not at the next interval: a cut is told when it is seen.

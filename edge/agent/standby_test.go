@@ -6,71 +6,79 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/go-logr/logr"
 )
 
 func TestTheStandbyActsOnlyWhileCutOffAndGivesWayToTheAgentPod(t *testing.T) {
-	dir := t.TempDir()
-	lock := NodeLock{Dir: dir}
-	var cutOff, acting atomic.Bool
-	var looks atomic.Int64
-	// waitLooks waits until the standby has looked n more times, any of which could have made it act.
-	waitLooks := func(n int64) {
-		t.Helper()
-		for until := looks.Load() + n; looks.Load() < until; {
-			time.Sleep(time.Millisecond)
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		lock := NodeLock{Dir: dir}
+		var cutOff, acting atomic.Bool
+		var looks atomic.Int64
+		// waitLooks lets the bubble's clock run until the standby has looked n more times, any of which could have
+		// made it act, and what a look set off is done.
+		waitLooks := func(n int64) {
+			t.Helper()
+			for until := looks.Load() + n; looks.Load() < until; {
+				time.Sleep(standbyInterval)
+				synctest.Wait()
+			}
 		}
-	}
-	standby := &Standby{Lock: lock, Interval: 10 * time.Millisecond, Log: logr.Discard(),
-		CutOff: func() bool { looks.Add(1); return cutOff.Load() }}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	acts := make(chan struct{}, 10)
-	go standby.Run(ctx, func(ctx context.Context) {
-		acting.Store(true)
-		acts <- struct{}{}
-		<-ctx.Done()
-		acting.Store(false)
+		standby := &Standby{Lock: lock, Interval: standbyInterval, Log: logr.Discard(),
+			CutOff: func() bool { looks.Add(1); return cutOff.Load() }}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		acts := make(chan struct{}, 10)
+		go standby.Run(ctx, func(ctx context.Context) {
+			acting.Store(true)
+			acts <- struct{}{}
+			<-ctx.Done()
+			acting.Store(false)
+		})
+
+		waitLooks(5)
+		if acting.Load() {
+			t.Fatal("the standby acts while the node reaches the API server")
+		}
+		cutOff.Store(true)
+		select {
+		case <-acts:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the standby does not act on a cut-off node without an agent pod")
+		}
+		if _, ok, _ := lock.TryUnasked(); ok {
+			t.Fatal("the lock is free while the standby acts")
+		}
+
+		release, err := lock.Hold(ctx, logr.Discard())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if acting.Load() {
+			t.Fatal("the agent pod holds the node while the standby still acts")
+		}
+		if lock.PodWaiting() {
+			t.Error("the agent pod still says it waits once it holds the node")
+		}
+		waitLooks(5)
+		if acting.Load() {
+			t.Fatal("the standby acts while the agent pod holds the node")
+		}
+
+		release()
+		select {
+		case <-acts:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the standby does not act again once the agent pod is gone and the node still cut off")
+		}
 	})
-
-	waitLooks(5)
-	if acting.Load() {
-		t.Fatal("the standby acts while the node reaches the API server")
-	}
-	cutOff.Store(true)
-	select {
-	case <-acts:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the standby does not act on a cut-off node without an agent pod")
-	}
-	if _, ok, _ := lock.TryUnasked(); ok {
-		t.Fatal("the lock is free while the standby acts")
-	}
-
-	release, err := lock.Hold(ctx, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if acting.Load() {
-		t.Fatal("the agent pod holds the node while the standby still acts")
-	}
-	if lock.PodWaiting() {
-		t.Error("the agent pod still says it waits once it holds the node")
-	}
-	waitLooks(5)
-	if acting.Load() {
-		t.Fatal("the standby acts while the agent pod holds the node")
-	}
-
-	release()
-	select {
-	case <-acts:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the standby does not act again once the agent pod is gone and the node still cut off")
-	}
 }
+
+// standbyInterval is how often the standby looks, on the bubble's clock.
+const standbyInterval = 10 * time.Millisecond
 
 func TestTheAgentPodTakesAFreeNodeAtOnce(t *testing.T) {
 	lock := NodeLock{Dir: t.TempDir()}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/edge/desired"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // renderedTrainer is an FL trainer as the controller renders it and the API server admits it: on the host
@@ -150,11 +151,7 @@ func TestHostileMetaServerStandInGetsNoManifestWritten(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go workers.Run(ctx, 50*time.Millisecond)
-	for deadline := time.Now().Add(10 * time.Second); !workers.Has("u-evil"); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the served pod never became a worker")
-		}
-	}
+	testkit.Until(t, 10*time.Second, "the served pod a worker", func() bool { return workers.Has("u-evil") })
 	staticDir := t.TempDir()
 	if r := ChooseRebuilder(pods, staticDir, false, workers, nil, logr.Discard()); r != nil {
 		t.Fatalf("rebuilder %T from a plain-HTTP source, want none unless told to trust it", r)

@@ -112,7 +112,7 @@ func TestWorkersSurviveARestartWhileCutOff(t *testing.T) {
 	if got := names(w.Workers()); got != ns+"/trainer-0(Restart) " {
 		t.Fatalf("after a restart while cut off the agent knows %q", got)
 	}
-	time.Sleep(300 * time.Millisecond)
+	testkit.Until(t, waitLimit, "the restarted agent's first list through the cut link ended", w.Answered)
 	if w.Reachable() {
 		t.Error("reachable through a cut link")
 	}

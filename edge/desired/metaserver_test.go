@@ -34,6 +34,8 @@ func TestWorkersFromTheMetaServer(t *testing.T) {
 	node, w, ctx := watchHollowNode(t, client)
 	var hold atomic.Bool
 	w.Hold = hold.Load
+	seen := &deletionsSeen{PodSource: w.pods, judged: make(chan string, 16)}
+	w.pods = seen
 	go w.Run(ctx, 100*time.Millisecond)
 	testkit.Until(t, waitLimit, "the worker, and only it, from the MetaServer", func() bool {
 		return w.Reachable() && names(w.Workers()) == "default/worker() "
@@ -43,7 +45,15 @@ func TestWorkersFromTheMetaServer(t *testing.T) {
 	if !node.LosePod("default", "worker") {
 		t.Fatal("the node had no pod to lose")
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Streaming from the node's store, the MetaServer tells the loss: the watcher must go past it. From the cloud,
+	// no word of it ever comes.
+	for judged := ""; seen.fromStore.Load() && judged != "uid-worker"; {
+		select {
+		case judged = <-seen.judged:
+		case <-time.After(waitLimit):
+			t.Fatal("the MetaServer's deletion of the lost pod never reached the watcher")
+		}
+	}
 	if names(w.Workers()) != "default/worker() " {
 		t.Fatalf("a pod the node lost while cut off was dropped from the workers: %q", names(w.Workers()))
 	}
@@ -53,6 +63,69 @@ func TestWorkersFromTheMetaServer(t *testing.T) {
 	}
 	hold.Store(false)
 	testkit.Until(t, waitLimit, "the deleted worker gone once the hold ended", func() bool { return len(w.Workers()) == 0 })
+}
+
+// deletionsSeen is a pod source that tells which store the watch streams from, and when the watcher has gone past
+// a deletion it delivered: after each, it hands the watcher one more event, of a pod on no node, which the
+// watcher takes only once it is done with the deletion.
+type deletionsSeen struct {
+	PodSource
+	fromStore atomic.Bool // the latest watch streams from the node's store, not the cloud
+	judged    chan string // the UID of each deleted pod the watcher went past
+}
+
+// Watch settles which store the MetaServer streams from: the node's while the node is not linked to the cloud
+// as it answers, the cloud's once it is (for good here: the fake API server never fails). The node's store
+// selects no pod by field: a list by field that finds none after the watch began shows the node still unlinked,
+// so was it when the watch began. A watch by field, which follows a list the cloud answered, streams from the
+// cloud; one that began while the node may have become linked is ended, and the watcher lists and watches again.
+func (d *deletionsSeen) Watch(ctx context.Context, sel Selector, resourceVersion string) (<-chan Event, error) {
+	ctx, stop := context.WithCancel(ctx)
+	events, err := d.PodSource.Watch(ctx, sel, resourceVersion)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	out := make(chan Event)
+	if sel.Fields == "" {
+		byField, err := d.PodSource.List(ctx, Selector{Fields: "spec.nodeName=edge-1"})
+		if err != nil || len(byField.Items) != 0 {
+			stop()
+			close(out)
+			return out, nil
+		}
+	}
+	d.fromStore.Store(sel.Fields == "")
+	send := func(ev Event) bool {
+		select {
+		case out <- ev:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	go func() {
+		defer close(out)
+		defer stop()
+		for ev := range events {
+			if !send(ev) {
+				return
+			}
+			if ev.Type != "DELETED" {
+				continue
+			}
+			var elsewhere Event
+			elsewhere.Type, elsewhere.Pod.Metadata.UID, elsewhere.Pod.Spec.NodeName = "MODIFIED", "uid-elsewhere", "no-such-node"
+			if !send(elsewhere) {
+				return
+			}
+			select {
+			case d.judged <- ev.Pod.Metadata.UID:
+			default:
+			}
+		}
+	}()
+	return out, nil
 }
 
 // A node with no worker yet must not take a watch of every node's workers: a connected MetaServer forwards it to

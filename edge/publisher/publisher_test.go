@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"google.golang.org/protobuf/proto"
@@ -75,17 +76,20 @@ func openJournal(t *testing.T) (string, *journal.Journal) {
 	return dir, j
 }
 
-// startPublisher runs a publisher of node edge-1 in cluster c, with cfg's broker and timings and a fresh
-// journal and state directory, until the test ends.
-func startPublisher(t *testing.T, cfg Config) *Publisher {
+// startPublisher runs a publisher of node edge-1 in cluster c, with cfg's broker, timings and log (none unless
+// set) and a fresh journal and state directory, until the test ends.
+func startPublisher(t *testing.T, cfg Config) (*Publisher, *journal.Journal) {
 	t.Helper()
 	dir, j := openJournal(t)
-	cfg.Cluster, cfg.Node, cfg.StateDir, cfg.Log = "c", "edge-1", dir, logr.Discard()
+	cfg.Cluster, cfg.Node, cfg.StateDir = "c", "edge-1", dir
+	if cfg.Log.GetSink() == nil {
+		cfg.Log = logr.Discard()
+	}
 	p := New(cfg, j)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go p.Run(ctx)
-	return p
+	return p, j
 }
 
 // enqueueReports journals the reports numbered from to to.
@@ -104,6 +108,14 @@ func seq(from, to int) []int {
 		out = append(out, i)
 	}
 	return out
+}
+
+// drained is a condition for testkit.UntilErr: the journal holds nothing left to send.
+func drained(j *journal.Journal) func(context.Context) (bool, error) {
+	return testkit.Why(func() (bool, string) {
+		pending, err := j.Pending()
+		return err == nil && len(pending) == 0, fmt.Sprintf("%d entries pending, %v", len(pending), err)
+	})
 }
 
 // [P-JRN-1] [P-BIRTH-2] [P-DEATH-1] A cut link loses nothing: what was journaled meanwhile arrives in order
@@ -132,17 +144,13 @@ func TestJournalIsReplayedInOrderAfterAnOutage_P_JRN_1(t *testing.T) {
 	// Delivered is not yet acknowledged: a report whose PUBACK the cut would lose is sent again, as QoS 1 allows
 	// (the controller drops it by its seq). Cut once the journal holds nothing, so every report after the cut was
 	// journaled while the link was down.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if pending, err := j.Pending(); err == nil && len(pending) == 0 {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("journal not drained before the outage: %d pending, %v", len(pending), err)
-		}
-	}
+	testkit.UntilErr(t, 5*time.Second, "the journal drained before the outage", drained(j))
 
+	tried := p.Attempts()
 	link.Cut()
 	enqueueReports(t, p, 6, 50)
-	time.Sleep(500 * time.Millisecond)
+	// The publisher saw the session lost, and an attempt to open another failed through the cut link.
+	testkit.Until(t, 5*time.Second, "a failed attempt through the cut link", func() bool { return p.Attempts() >= tried+2 })
 	link.Restore()
 	reports, births, deaths := collect(t, received, 50, 15*time.Second)
 	if fmt.Sprint(reports) != fmt.Sprint(seq(6, 50)) {
@@ -155,15 +163,7 @@ func TestJournalIsReplayedInOrderAfterAnOutage_P_JRN_1(t *testing.T) {
 		t.Errorf("deaths %v, want the first session's will", deaths)
 	}
 	// The subscriber may see the last report before the publisher has processed the broker's acknowledgement.
-	var pending []journal.Entry
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if pending, _ = j.Pending(); len(pending) == 0 {
-			break
-		}
-	}
-	if len(pending) != 0 {
-		t.Errorf("%d entries left in the journal after the broker acknowledged them", len(pending))
-	}
+	testkit.UntilErr(t, 5*time.Second, "the journal emptied once the broker acknowledged its entries", drained(j))
 
 	// A subscriber arriving later sees the retained birth and death, which it orders by birth sequence.
 	_, births, deaths = collect(t, testkit.Subscribe(t, broker, "c", "late"), -1, time.Second)
@@ -179,12 +179,12 @@ func TestJournalIsReplayedInOrderAfterAnOutage_P_JRN_1(t *testing.T) {
 	}
 }
 
-// slowAcks holds back the broker's acknowledgement of the first report by delay: mochi acknowledges a QoS 1
+// slowAcks holds back the broker's acknowledgement of the first report until release: mochi acknowledges a QoS 1
 // publish only once its hooks have run.
 type slowAcks struct {
 	mochi.HookBase
-	delay time.Duration
-	once  sync.Once
+	release <-chan struct{}
+	once    sync.Once
 }
 
 func (h *slowAcks) ID() string           { return "slow-acks" }
@@ -192,7 +192,7 @@ func (h *slowAcks) Provides(b byte) bool { return b == mochi.OnPublish }
 
 func (h *slowAcks) OnPublish(_ *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	if topic, err := lifelinev1.ParseTopic(pk.TopicName); err == nil && topic.Kind == lifelinev1.KindReport {
-		h.once.Do(func() { time.Sleep(h.delay) })
+		h.once.Do(func() { <-h.release })
 	}
 	return pk, nil
 }
@@ -200,12 +200,32 @@ func (h *slowAcks) OnPublish(_ *mochi.Client, pk packets.Packet) (packets.Packet
 // [P-JRN-1] A broker slower to acknowledge than AckTimeout keeps its session: the agent waits, and sends on in
 // the same session, rather than adding a new birth and a replay to a broker that is behind.
 func TestASlowAcknowledgementKeepsTheSession_P_JRN_1(t *testing.T) {
-	broker := testkit.StartBroker(t, &slowAcks{delay: 2 * time.Second})
+	release := make(chan struct{})
+	var released sync.Once
+	acknowledge := func() { released.Do(func() { close(release) }) }
+	broker := testkit.StartBroker(t, &slowAcks{release: release})
+	t.Cleanup(acknowledge) // before the broker stops: its hook must not hold it
 	received := testkit.Subscribe(t, broker, "c", "controller")
-	p := startPublisher(t, Config{Broker: "tcp://" + broker, BootID: "boot-1", RetryInterval: 100 * time.Millisecond,
-		AckTimeout: 300 * time.Millisecond})
+	// The publisher logs once it has waited AckTimeout for an acknowledgement: the broker is slower than that.
+	waited := make(chan struct{}, 1)
+	log := funcr.New(func(_, args string) {
+		if strings.Contains(args, "broker slow to acknowledge") {
+			select {
+			case waited <- struct{}{}:
+			default:
+			}
+		}
+	}, funcr.Options{Verbosity: 2})
+	p, _ := startPublisher(t, Config{Broker: "tcp://" + broker, BootID: "boot-1", RetryInterval: 100 * time.Millisecond,
+		AckTimeout: 300 * time.Millisecond, Log: log})
 
 	enqueueReports(t, p, 1, 5)
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the publisher never waited its AckTimeout for the held acknowledgement")
+	}
+	acknowledge()
 	reports, births, deaths := collect(t, received, 5, 10*time.Second)
 	if fmt.Sprint(reports) != fmt.Sprint(seq(1, 5)) {
 		t.Errorf("reports %v, want 1..5 in order", reports)

@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/lifeline-edge/lifeline/edge/cri"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // The hollow node's CRI subset shows its processes as the agent's CRI client reads a real runtime, and stopping
@@ -39,17 +40,21 @@ func TestCRISubsetServesTheNodesProcesses(t *testing.T) {
 	defer client.Close()
 
 	var pods []cri.Pod
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if pods, err = client.Pods(ctx); err == nil {
-			break
-		}
-	}
-	if err != nil || len(pods) != 1 || len(pods[0].Containers) != 1 {
-		t.Fatalf("pods %+v, %v", pods, err)
+	testkit.UntilErr(t, 5*time.Second, "the CRI socket answering", func(ctx context.Context) (bool, error) {
+		var err error
+		pods, err = client.Pods(ctx)
+		return err == nil, err
+	})
+	if len(pods) != 1 || len(pods[0].Containers) != 1 {
+		t.Fatalf("pods %+v", pods)
 	}
 	events := make(chan struct{}, 1)
 	go func() { _ = client.WatchEvents(ctx, events) }()
-	time.Sleep(200 * time.Millisecond) // the stream is open
+	testkit.Until(t, 5*time.Second, "the node serving the event stream", func() bool {
+		n.eventsMu.Lock()
+		defer n.eventsMu.Unlock()
+		return len(n.eventSubs) == 1
+	})
 	c := pods[0].Containers[0]
 	if pods[0].UID != "uid-1" || pods[0].Name != "w" || c.Name != "main" || !c.Running || c.Attempt != 2 {
 		t.Errorf("seen %+v / %+v", pods[0], c)

@@ -174,7 +174,7 @@ func apiContainerStatus(t *testing.T, client kubernetes.Interface, name string) 
 func TestPodsRestartOnlyStopsTheContainersAndTheCrashBackoffStands(t *testing.T) {
 	client := fake.NewClientset(workerPod("w", "edge-1", corev1.RestartPolicyAlways))
 	dir := t.TempDir()
-	_, base := startNode(t, client, dir, time.Minute)
+	n, base := startNode(t, client, dir, time.Minute)
 	testkit.Until(t, waitLimit, "the worker running", func() bool { return ProcessRuns(PIDFile(dir, "default", "w", "main")) })
 
 	if got, want := postRestart(t, base, "w"), `{"LogMessages":["the pod \"default/w\" restart successful"]}`; got != want {
@@ -192,7 +192,7 @@ func TestPodsRestartOnlyStopsTheContainersAndTheCrashBackoffStands(t *testing.T)
 	if got, want := postRestart(t, base, "nosuch"), `{"errMessages":["not found pod:\"/default/nosuch\""]}`; got != want {
 		t.Errorf("pods/restart of an unknown pod answered %s, want %s", got, want)
 	}
-	time.Sleep(time.Second) // a node that restarted at once would have done so by now
+	passAfter(t, n, client) // a node that restarted at once would have done so in it
 	if ProcessRuns(PIDFile(dir, "default", "w", "main")) {
 		t.Error("the container runs again before its one-minute crash back-off ended")
 	}
@@ -204,6 +204,32 @@ func TestPodsRestartOnlyStopsTheContainersAndTheCrashBackoffStands(t *testing.T)
 		t.Errorf("a stop of the exited container re-stamped its exit: %v, then %v",
 			stopped.LastTerminationState.Terminated.FinishedAt, now.LastTerminationState.Terminated.FinishedAt)
 	}
+}
+
+// passAfter waits for a whole sync pass of the node's one pod begun after the call. The node writes a status only
+// when it changed, so it is made to write it anew, at the end of the pod's pass; twice, so that the second pass
+// began after the first had ended.
+func passAfter(t *testing.T, n *Node, client *fake.Clientset) {
+	t.Helper()
+	rt := n.runtimesWhere(nil)[0]
+	for range 2 {
+		before := statusWrites(client)
+		rt.mu.Lock()
+		rt.reported = nil
+		rt.mu.Unlock()
+		testkit.Until(t, waitLimit, "the node writing the pod's status anew", func() bool { return statusWrites(client) > before })
+	}
+}
+
+// statusWrites counts the writes of a pod's status the API server took.
+func statusWrites(client *fake.Clientset) int {
+	writes := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "update" && a.GetResource().Resource == "pods" && a.GetSubresource() == "status" {
+			writes++
+		}
+	}
+	return writes
 }
 
 // The back-off of a crashing container doubles from its base at each restart up to its cap, and begins again
@@ -357,11 +383,16 @@ func TestRestampedExitReportsANewFinishTimeButKeepsTheBackoff(t *testing.T) {
 	}
 	n.StopPod("default", "w")
 	killed := time.Now()
-	time.Sleep(100 * time.Millisecond)
+	rt := n.runtimesWhere(nil)[0]
+	// The node has counted the kill as a crash: only then can a re-stamp be taken for another.
+	testkit.Until(t, waitLimit, "the node seeing the kill", func() bool {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		return rt.lastExit["main"] != nil
+	})
 	if !n.RestampExited("default", "w") {
 		t.Fatal("no exited container to re-stamp")
 	}
-	rt := n.runtimesWhere(nil)[0]
 	rt.mu.Lock()
 	_, _, _, finished := rt.procs["main"].state()
 	next := rt.nextStart["main"]

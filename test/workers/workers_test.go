@@ -16,6 +16,7 @@ import (
 	"time"
 
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // lcStandIn records what workers post to their LC endpoint, by path.
@@ -45,18 +46,14 @@ func newLC(t *testing.T) (*lcStandIn, string) {
 
 func (lc *lcStandIn) wait(t *testing.T, n int) ([]string, []map[string]any) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	testkit.Until(t, 20*time.Second, strconv.Itoa(n)+" reports", func() bool {
 		lc.mu.Lock()
-		if len(lc.reports) >= n {
-			defer lc.mu.Unlock()
-			return append([]string(nil), lc.paths...), append([]map[string]any(nil), lc.reports...)
-		}
-		lc.mu.Unlock()
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("fewer than %d reports within 20s", n)
-	return nil, nil
+		defer lc.mu.Unlock()
+		return len(lc.reports) >= n
+	})
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	return append([]string(nil), lc.paths...), append([]map[string]any(nil), lc.reports...)
 }
 
 func keys(m any) []string {
