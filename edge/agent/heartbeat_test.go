@@ -66,7 +66,7 @@ func TestHeartbeatsSayTheNodesReachAndJournalAsTheyAreSent(t *testing.T) {
 		mu.Lock()
 		reachable, journaled = false, 1<<40 // more than the field holds: said as its largest value
 		mu.Unlock()
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // the bubble's clock: the next interval
 		synctest.Wait()
 		if _, hb, n := s.last(); n != 2 || hb.Seq != 2 || hb.ApiReachable || hb.JournalReports != 1<<32-1 {
 			t.Fatalf("after the next interval, %d heartbeats, the last %v", n, hb)
