@@ -174,14 +174,19 @@ func (w *Watcher) Run(ctx context.Context, retry time.Duration) {
 			continue
 		}
 		w.replace(list.Items)
-		events, err := w.pods.Watch(ctx, sel, list.Metadata.ResourceVersion)
+		// Each watch has a context of its own: one that follow leaves (a hold ended) is closed, not left holding
+		// its connection and its reader until the agent stops.
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		events, err := w.pods.Watch(watchCtx, sel, list.Metadata.ResourceVersion)
 		if err != nil {
+			stopWatch()
 			w.failed(err)
 			sleep(ctx, retry)
 			continue
 		}
 		w.setReachable(true)
 		w.follow(events)
+		stopWatch()
 		// The watch ended: by the server's timeout (the list that follows succeeds), because the link broke
 		// (the list fails, and says so), or because a hold ended (the list that follows is the word to take).
 	}
