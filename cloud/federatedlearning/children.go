@@ -1,0 +1,254 @@
+package federatedlearning
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/outcome"
+)
+
+// syncChildren makes the children what the plan decided: the aggregator's Service, the missing workers, and the
+// pods to delete or let go.
+func (r *Reconciler) syncChildren(ctx context.Context, job *v1alpha1.FederatedLearningJob, p *plan) acted {
+	// The Service and the workers are created at once: under load a Service's creation is the slowest request
+	// of a job's start (its cluster IP is allocated), and the pass need not wait for it before the pods'.
+	service := make(chan serviceOutcome, 1)
+	if finished(p.status) {
+		service <- serviceOutcome{}
+	} else {
+		go func() { service <- r.ensureService(ctx, job) }()
+	}
+	var done acted
+	done.stalledMessage, done.err = r.createWorkers(ctx, job, p)
+	if done.stalledMessage != "" {
+		done.stalledReason = ReasonInputsNotFound
+	}
+	so := <-service
+	if !so.retryAt.IsZero() {
+		p.retryAt = earliest(p.retryAt, so.retryAt)
+	}
+	if so.conflict != "" {
+		done.stalledReason, done.stalledMessage = ReasonNameConflict, so.conflict
+	}
+	if done.err = errors.Join(so.err, done.err); done.err != nil {
+		return done
+	}
+	if done.err = r.removePods(ctx, job, p.remove); done.err != nil {
+		return done
+	}
+	done.err = r.releasePods(ctx, p.release)
+	return done
+}
+
+// createWorkers creates the missing workers decide chose, all at once as the Job controller creates a batch:
+// a new job's workers cost one round trip to the API server, not one per worker. A name still taken in the API
+// (the previous pod is not fully gone, or the cache is behind) is retried on the next pass: there is never more
+// than one pod per identity. It returns what is missing of the workers' inputs, if anything is: they then wait
+// for it.
+func (r *Reconciler) createWorkers(ctx context.Context, job *v1alpha1.FederatedLearningJob, p *plan) (string, error) {
+	if len(p.create) == 0 {
+		return "", nil
+	}
+	in, missing := r.readInputs(ctx, job)
+	if missing != "" {
+		p.retryAt = time.Time{}
+		return missing, nil
+	}
+	pods := make([]*corev1.Pod, 0, len(p.create))
+	for _, id := range p.create {
+		pod, err := renderWorker(in, id)
+		if err != nil {
+			return "", fmt.Errorf("rendering %s: %w", id.name, err)
+		}
+		pods = append(pods, pod)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex // guards errs, created and p.retryAt
+	var errs []error
+	var created []*corev1.Pod
+	for _, pod := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := r.Create(ctx, pod)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case apierrors.IsAlreadyExists(err):
+				p.retryAt = earliest(p.retryAt, r.now().Add(time.Second))
+			case err != nil:
+				errs = append(errs, fmt.Errorf("creating worker %s: %w", pod.Name, err))
+			default:
+				log.FromContext(ctx).V(2).Info("created worker", "pod", pod.Name)
+				created = append(created, pod)
+			}
+		}()
+	}
+	wg.Wait()
+	r.createdEvent(job, created)
+	return "", errors.Join(errs...)
+}
+
+// createdEvent tells of the pods one batch created in one Event, as the batch was one decision: a job's first
+// pass creates all its workers, and an Event each would double the requests its start costs the API server.
+func (r *Reconciler) createdEvent(job *v1alpha1.FederatedLearningJob, pods []*corev1.Pod) {
+	switch len(pods) {
+	case 0:
+	case 1:
+		r.event(job, pods[0], corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created pod %s", pods[0].Name)
+	default:
+		names := make([]string, len(pods))
+		for i, p := range pods {
+			names[i] = p.Name
+		}
+		slices.Sort(names)
+		r.event(job, nil, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created pods %s", strings.Join(names, ", "))
+	}
+}
+
+// readInputs reads the Models and Datasets the job names, and the metadata of their Secrets; the message says
+// what is missing.
+func (r *Reconciler) readInputs(ctx context.Context, job *v1alpha1.FederatedLearningJob) (inputs, string) {
+	in := inputs{job: job, secrets: map[string]*metav1.PartialObjectMetadata{}, lcServer: r.LCServer}
+	get := func(name string, obj client.Object) string {
+		if err := r.Get(ctx, types.NamespacedName{Namespace: job.Namespace, Name: name}, obj); err != nil {
+			kind := fmt.Sprintf("%T", obj)
+			if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+				kind = m.Kind
+			}
+			return fmt.Sprintf("%s %s: %v", kind, name, err)
+		}
+		return ""
+	}
+	in.model = &v1alpha1.Model{}
+	if msg := get(job.Spec.AggregationWorker.Model.Name, in.model); msg != "" {
+		return in, msg
+	}
+	credentials := []string{in.model.Spec.CredentialName}
+	if pm := job.Spec.PretrainedModel; pm != nil && pm.Name != "" { // {name: ""} is none, as with Sedna
+		in.pretrainedModel = &v1alpha1.Model{}
+		if msg := get(pm.Name, in.pretrainedModel); msg != "" {
+			return in, msg
+		}
+		credentials = append(credentials, in.pretrainedModel.Spec.CredentialName)
+	}
+	for _, tw := range job.Spec.TrainingWorkers {
+		ds := &v1alpha1.Dataset{}
+		if msg := get(tw.Dataset.Name, ds); msg != "" {
+			return in, msg
+		}
+		in.datasets = append(in.datasets, ds)
+		credentials = append(credentials, ds.Spec.CredentialName)
+	}
+	if t := job.Spec.Transmitter; t != nil && t.S3 != nil {
+		credentials = append(credentials, t.S3.CredentialName)
+	}
+	for _, name := range credentials {
+		if name == "" || in.secrets[name] != nil {
+			continue
+		}
+		s := contract.SecretMetadata()
+		if msg := get(name, s); msg != "" {
+			return in, msg
+		}
+		in.secrets[name] = s
+	}
+	return in, ""
+}
+
+// serviceOutcome is what ensureService did and found, for the plan.
+type serviceOutcome struct {
+	retryAt  time.Time // when to look again: a stale Service was removed
+	conflict string    // a Service of someone else's holds the name
+	err      error
+}
+
+// ensureService creates the aggregator's Service when it is missing. Its content depends only on the job's
+// name and UID, which never change, so it is never updated.
+func (r *Reconciler) ensureService(ctx context.Context, job *v1alpha1.FederatedLearningJob) serviceOutcome {
+	want := renderAggregationService(job)
+	got := &corev1.Service{}
+	err := r.Get(ctx, client.ObjectKeyFromObject(want), got)
+	switch {
+	case apierrors.IsNotFound(err):
+		created, err := outcome.Of(r.Create(ctx, want), apierrors.IsAlreadyExists)
+		if err != nil {
+			return serviceOutcome{err: fmt.Errorf("creating service %s: %w", want.Name, err)}
+		}
+		if created {
+			r.event(job, want, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created service %s", want.Name)
+		}
+		return serviceOutcome{}
+	case err != nil:
+		return serviceOutcome{err: fmt.Errorf("reading service %s: %w", want.Name, err)}
+	}
+	owner := metav1.GetControllerOf(got)
+	switch {
+	case owner != nil && owner.UID == job.UID:
+		return serviceOutcome{}
+	case owner != nil && owner.Kind == Kind && owner.Name == job.Name:
+		// Left by a deleted job of the same name; remove it and create ours on the next pass.
+		uid := got.UID
+		if err := r.Delete(ctx, got, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+			return serviceOutcome{err: fmt.Errorf("deleting stale service %s: %w", got.Name, err)}
+		}
+		return serviceOutcome{retryAt: r.now().Add(200 * time.Millisecond)}
+	default:
+		r.event(job, got, corev1.EventTypeWarning, ReasonNameConflict, "Service %s exists and is not owned by this job", got.Name)
+		return serviceOutcome{conflict: fmt.Sprintf("service %s exists and is not owned by this job", got.Name)}
+	}
+}
+
+// removePods deletes pods by UID, so a replacement under the same name is never touched.
+func (r *Reconciler) removePods(ctx context.Context, job *v1alpha1.FederatedLearningJob, pods []*corev1.Pod) error {
+	for _, pod := range pods {
+		uid := pod.UID
+		// Gone already, or replaced under the same name (the UID precondition failed): nothing was deleted.
+		deleted, err := outcome.Of(r.Delete(ctx, pod, client.Preconditions{UID: &uid}), apierrors.IsNotFound, apierrors.IsConflict)
+		if err != nil {
+			return fmt.Errorf("deleting worker %s: %w", pod.Name, err)
+		}
+		if deleted {
+			r.event(job, pod, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted pod %s", pod.Name)
+		}
+	}
+	return nil
+}
+
+// releasePods removes Lifeline's finalizer, with a patch that fails if the pod was replaced meanwhile.
+func (r *Reconciler) releasePods(ctx context.Context, pods []*corev1.Pod) error {
+	for _, pod := range pods {
+		var keep []string
+		for _, f := range pod.Finalizers {
+			if f != WorkerFinalizer {
+				keep = append(keep, f)
+			}
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"uid": pod.UID, "resourceVersion": pod.ResourceVersion, "finalizers": keep,
+		}})
+		if err != nil {
+			return err
+		}
+		err = r.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch))
+		if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return fmt.Errorf("releasing worker %s: %w", pod.Name, err)
+		}
+	}
+	return nil
+}
