@@ -128,12 +128,8 @@ func identityOf(job *v1alpha1.FederatedLearningJob, pod *corev1.Pod) string {
 // completion; one that fails is rebuilt under Lifeline's stable name. The pods are read from the API server: the
 // cache holds only pods already marked.
 func (r *Reconciler) adoptSednaPods(ctx context.Context, job *v1alpha1.FederatedLearningJob, free map[string]bool) (map[string]*corev1.Pod, error) {
-	reader := r.APIReader
-	if reader == nil {
-		reader = r.Client
-	}
 	pods := &corev1.PodList{}
-	if err := reader.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels(selectorLabels(job))); err != nil {
+	if err := r.Uncached().List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels(selectorLabels(job))); err != nil {
 		return nil, fmt.Errorf("listing pods Sedna made: %w", err)
 	}
 	candidates := sednaCandidates(job, pods.Items)

@@ -90,7 +90,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, job *v1alpha1.FederatedL
 			defer mu.Unlock()
 			switch {
 			case apierrors.IsAlreadyExists(err):
-				p.retryAt = earliest(p.retryAt, r.now().Add(time.Second))
+				p.retryAt = earliest(p.retryAt, r.Clock().Add(time.Second))
 			case err != nil:
 				errs = append(errs, fmt.Errorf("creating worker %s: %w", pod.Name, err))
 			default:
@@ -207,7 +207,7 @@ func (r *Reconciler) ensureService(ctx context.Context, job *v1alpha1.FederatedL
 		if err := r.Delete(ctx, got, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
 			return serviceOutcome{err: fmt.Errorf("deleting stale service %s: %w", got.Name, err)}
 		}
-		return serviceOutcome{retryAt: r.now().Add(200 * time.Millisecond)}
+		return serviceOutcome{retryAt: r.Clock().Add(200 * time.Millisecond)}
 	default:
 		r.event(job, got, corev1.EventTypeWarning, ReasonNameConflict, "Service %s exists and is not owned by this job", got.Name)
 		return serviceOutcome{conflict: fmt.Sprintf("service %s exists and is not owned by this job", got.Name)}

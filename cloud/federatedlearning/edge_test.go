@@ -12,6 +12,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
+	"github.com/lifeline-edge/lifeline/cloud/workload"
 	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
@@ -19,8 +20,8 @@ import (
 func runEdgeAware(t *testing.T) *harness.EdgeAware {
 	t.Helper()
 	return env.RunEdgeAware(t, func(mgr ctrl.Manager, e *edgeaware.Edge) error {
-		r := &fl.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("lifeline-controller"),
-			LCServer: contract.DefaultLCServer, Edge: e}
+		r := &fl.Reconciler{Deps: workload.Deps{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("lifeline-controller"),
+			LCServer: contract.DefaultLCServer, Edge: e}}
 		return r.SetupWithManager(env.CountPasses(mgr))
 	})
 }

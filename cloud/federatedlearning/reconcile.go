@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -19,23 +18,12 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/conditions"
 	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
+	"github.com/lifeline-edge/lifeline/cloud/workload"
 )
 
 // Reconciler runs FederatedLearningJobs like batch Jobs with named workers.
 type Reconciler struct {
-	client.Client
-	Recorder events.EventRecorder
-	// LCServer is the LC_SERVER handed to trainers: the node-local report endpoint.
-	LCServer string
-	// APIReader reads from the API server, past the cache, which holds only pods carrying Lifeline's role label:
-	// the pods Sedna's GM made are found through it. Nil means the client.
-	APIReader client.Reader
-	// Edge is the agents' view of the edge nodes; nil means the API server's word only.
-	Edge *edgeaware.Edge
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// MaxConcurrentReconciles is how many jobs are reconciled at once (never one job twice); zero means one.
-	MaxConcurrentReconciles int
+	workload.Deps
 }
 
 // Reconcile runs one level-triggered pass: observe the job's workers, decide (decide.go), act (make the children
@@ -59,7 +47,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	now := r.now()
+	now := r.Clock()
 	p := decide(job, workers, effectivePolicy(job), now)
 	done, actErr := r.act(ctx, job, &p, workers, now)
 	if done.err != nil {
@@ -162,7 +150,7 @@ func (r *Reconciler) observe(ctx context.Context, job *v1alpha1.FederatedLearnin
 	for _, id := range ids {
 		workers = append(workers, worker{id: id, pod: byName[id.name], record: records[id.name]})
 	}
-	views := r.Edge.Views(ctx, podsOf(workers), r.now())
+	views := r.Edge.Views(ctx, podsOf(workers), r.Clock())
 	for i := range workers {
 		if workers[i].pod != nil {
 			workers[i].view = views[workers[i].pod.Name]
@@ -266,11 +254,4 @@ func (r *Reconciler) event(job *v1alpha1.FederatedLearningJob, related client.Ob
 	if r.Recorder != nil {
 		r.Recorder.Eventf(job, related, eventType, reason, reason, note, args...)
 	}
-}
-
-func (r *Reconciler) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
-	}
-	return time.Now()
 }

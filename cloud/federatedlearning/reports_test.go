@@ -15,6 +15,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
+	"github.com/lifeline-edge/lifeline/cloud/workload"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/harness"
 )
@@ -28,8 +29,8 @@ func runReading(t *testing.T) *harness.EdgeAware {
 			return err
 		}
 		e.Tracker.Pods = liveness.CachePods{Reader: mgr.GetClient()}
-		r := &fl.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("lifeline-controller"),
-			LCServer: contract.DefaultLCServer, Edge: e}
+		r := &fl.Reconciler{Deps: workload.Deps{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("lifeline-controller"),
+			LCServer: contract.DefaultLCServer, Edge: e}}
 		return r.SetupWithManager(mgr)
 	})
 }

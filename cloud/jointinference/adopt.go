@@ -24,21 +24,13 @@ func sednaTemplate(d *appsv1.Deployment) bool {
 	return !marked
 }
 
-// apiReader reads from the API server, past the cache.
-func (r *Reconciler) apiReader() client.Reader {
-	if r.APIReader == nil {
-		return r.Client
-	}
-	return r.APIReader
-}
-
 // markSednaPods gives the pods of a worker Deployment still on Sedna's template Lifeline's role label, so they
 // enter the controller's cache (which holds only pods so marked) and the edge agents' view at once, not after the
 // next roll. Nothing else of them changes: the label is not in the Deployment's selector, so the ReplicaSet keeps
 // them. The pods are read from the API server; what it returns, marked, is the worker's pods.
 func (r *Reconciler) markSednaPods(ctx context.Context, ji *v1alpha1.JointInferenceService, workerType string) ([]corev1.Pod, error) {
 	pods := &corev1.PodList{}
-	if err := r.apiReader().List(ctx, pods, client.InNamespace(ji.Namespace),
+	if err := r.Uncached().List(ctx, pods, client.InNamespace(ji.Namespace),
 		client.MatchingLabels(contract.Labels(Kind, ji.Name, ji.UID, workerType))); err != nil {
 		return nil, fmt.Errorf("listing %s worker pods Sedna made: %w", workerType, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
+	"github.com/lifeline-edge/lifeline/cloud/workload"
 	"github.com/lifeline-edge/lifeline/test/harness"
 	"github.com/lifeline-edge/lifeline/test/simnode"
 )
@@ -23,8 +24,8 @@ import (
 func runEdgeAware(t testing.TB) *harness.EdgeAware {
 	t.Helper()
 	return env.RunEdgeAware(t, func(mgr ctrl.Manager, edge *edgeaware.Edge) error {
-		r := &jointinference.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("lifeline-controller"),
-			LCServer: contract.DefaultLCServer, Edge: edge}
+		r := &jointinference.Reconciler{Deps: workload.Deps{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("lifeline-controller"),
+			LCServer: contract.DefaultLCServer, Edge: edge}}
 		return r.SetupWithManager(env.CountPasses(mgr))
 	})
 }

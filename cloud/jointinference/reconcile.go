@@ -15,34 +15,20 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
-	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/outcome"
+	"github.com/lifeline-edge/lifeline/cloud/workload"
 )
 
 // Reconciler keeps each JointInferenceService's children equal to what its spec renders to.
 type Reconciler struct {
-	client.Client
-	Recorder events.EventRecorder
-	// LCServer is the LC_SERVER handed to edge workers: the node-local report endpoint.
-	LCServer string
-	// APIReader reads from the API server, past the cache, which holds only pods carrying Lifeline's role label:
-	// the pods of a Deployment Sedna's GM made are found through it. Nil means the client.
-	APIReader client.Reader
-	// Edge is the agents' view of the edge nodes; nil means the API server's word only.
-	Edge *edgeaware.Edge
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// MaxConcurrentReconciles is how many services are reconciled at once (never one service twice); zero
-	// means one.
-	MaxConcurrentReconciles int
+	workload.Deps
 }
 
 // Event reasons, stable for alerting.
@@ -103,7 +89,7 @@ type observation struct {
 }
 
 func (r *Reconciler) observe(ctx context.Context, ji *v1alpha1.JointInferenceService) (observation, error) {
-	obs := observation{now: r.now()}
+	obs := observation{now: r.Clock()}
 	obs.in, obs.missing = r.readInputs(ctx, ji)
 	for _, wt := range []string{workerCloud, workerEdge} {
 		w, err := r.observeWorker(ctx, ji, wt)
@@ -308,7 +294,7 @@ func (r *Reconciler) syncChild(ctx context.Context, ji *v1alpha1.JointInferenceS
 			}
 			// The cache holds only Deployments and HPAs with a service's label: one of someone else's under
 			// this name is read from the API server, and left alone below. Otherwise the cache is behind.
-			if err := r.apiReader().Get(ctx, client.ObjectKeyFromObject(desired), observed); err != nil {
+			if err := r.Uncached().Get(ctx, client.ObjectKeyFromObject(desired), observed); err != nil {
 				return fmt.Errorf("creating %s %s: it exists, and reading it: %w", kind, desired.GetName(), err)
 			}
 			if owner := metav1.GetControllerOf(observed); owner != nil && owner.Kind == Kind && owner.APIVersion == v1alpha1.GroupVersion.String() {
@@ -411,11 +397,4 @@ func (r *Reconciler) event(ji *v1alpha1.JointInferenceService, related client.Ob
 	if r.Recorder != nil {
 		r.Recorder.Eventf(ji, related, eventType, reason, action, note, args...)
 	}
-}
-
-func (r *Reconciler) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
-	}
-	return time.Now()
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/nodecondition"
+	"github.com/lifeline-edge/lifeline/cloud/workload"
 	"github.com/lifeline-edge/lifeline/internal/lograte"
 	"github.com/lifeline-edge/lifeline/internal/promreg"
 )
@@ -194,7 +195,7 @@ func setUp(mgr ctrl.Manager, opts Options, st *startState) error {
 	if opts.Clock != nil {
 		now = opts.Clock.Now
 	}
-	ji := &jointinference.Reconciler{
+	deps := workload.Deps{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("lifeline-controller"),
@@ -203,19 +204,10 @@ func setUp(mgr ctrl.Manager, opts Options, st *startState) error {
 		Now:                     now,
 		MaxConcurrentReconciles: opts.ConcurrentReconciles,
 	}
-	if err := ji.SetupWithManager(mgr); err != nil {
+	if err := (&jointinference.Reconciler{Deps: deps}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the JointInferenceService controller: %w", err)
 	}
-	fl := &federatedlearning.Reconciler{
-		Client:                  mgr.GetClient(),
-		APIReader:               mgr.GetAPIReader(),
-		Recorder:                mgr.GetEventRecorder("lifeline-controller"),
-		LCServer:                opts.LCServer,
-		Edge:                    edge,
-		Now:                     now,
-		MaxConcurrentReconciles: opts.ConcurrentReconciles,
-	}
-	if err := fl.SetupWithManager(mgr); err != nil {
+	if err := (&federatedlearning.Reconciler{Deps: deps}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the FederatedLearningJob controller: %w", err)
 	}
 	if err := (&datasetstatus.Reconciler{Client: mgr.GetClient(), Edge: edge}).SetupWithManager(mgr); err != nil {
