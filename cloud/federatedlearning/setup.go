@@ -8,14 +8,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/coalesce"
-	"github.com/lifeline-edge/lifeline/cloud/contract"
-	"github.com/lifeline-edge/lifeline/cloud/contract/nodewatch"
 )
 
 // Cache indexes.
@@ -40,9 +37,6 @@ const (
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	ctx := context.Background()
 	indexer := mgr.GetFieldIndexer()
-	if err := indexer.IndexField(ctx, &corev1.Pod{}, workloadIndex, contract.IndexWorkloadPods(Kind)); err != nil {
-		return err
-	}
 	if err := indexer.IndexField(ctx, &v1alpha1.FederatedLearningJob{}, modelIndex, func(o client.Object) []string {
 		job := o.(*v1alpha1.FederatedLearningJob)
 		names := []string{job.Spec.AggregationWorker.Model.Name}
@@ -81,17 +75,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
-	b := ctrl.NewControllerManagedBy(mgr)
-	if edge := r.Edge.Source(mgr.GetClient(), podToJob, Kind); edge != nil {
-		var err error
-		if b, err = nodewatch.Watch(ctx, mgr, b.WatchesRawSource(edge), nodeIndex, podToJob); err != nil {
-			return err
-		}
+	b, err := r.NewController(ctx, mgr, Kind, workloadIndex, nodeIndex, podToJob)
+	if err != nil {
+		return err
 	}
 	return b.
 		For(&v1alpha1.FederatedLearningJob{}).
 		Named("federatedlearningjob").
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		// A job's pods change in bursts as they start and end: their passes are folded, their losses are not.
 		Watches(&corev1.Pod{}, coalesce.Changes(handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(),
 			&v1alpha1.FederatedLearningJob{}, handler.OnlyControllerOwner()))).

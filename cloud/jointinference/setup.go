@@ -9,14 +9,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/coalesce"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
-	"github.com/lifeline-edge/lifeline/cloud/contract/nodewatch"
 )
 
 // Cache indexes.
@@ -37,9 +35,6 @@ const (
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	ctx := context.Background()
 	indexer := mgr.GetFieldIndexer()
-	if err := indexer.IndexField(ctx, &corev1.Pod{}, workloadIndex, contract.IndexWorkloadPods(Kind)); err != nil {
-		return err
-	}
 	if err := indexer.IndexField(ctx, &v1alpha1.JointInferenceService{}, modelIndex, func(o client.Object) []string {
 		ji := o.(*v1alpha1.JointInferenceService)
 		return []string{ji.Spec.EdgeWorker.Model.Name, ji.Spec.CloudWorker.Model.Name}
@@ -54,17 +49,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
-	b := ctrl.NewControllerManagedBy(mgr)
-	if edge := r.Edge.Source(mgr.GetClient(), podToService, Kind); edge != nil {
-		var err error
-		if b, err = nodewatch.Watch(ctx, mgr, b.WatchesRawSource(edge), nodeIndex, podToService); err != nil {
-			return err
-		}
+	b, err := r.NewController(ctx, mgr, Kind, workloadIndex, nodeIndex, podToService)
+	if err != nil {
+		return err
 	}
 	return b.
 		For(&v1alpha1.JointInferenceService{}).
 		Named("jointinferenceservice").
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		// A worker Deployment's status, and its pods, change in bursts as they roll out: their passes are folded; a
 		// deleted Deployment is rebuilt at once.
 		Watches(&appsv1.Deployment{}, coalesce.Changes(handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(),

@@ -1,14 +1,23 @@
 // Package workload holds what the JointInferenceService and FederatedLearningJob controllers are both built with,
-// so that the manager builds them from one value and both read their clock and the API server past the cache the
-// same way.
+// so that the manager builds them from one value, both read their clock and the API server past the cache the
+// same way, and both begin their controller the same way.
 package workload
 
 import (
+	"context"
+	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 
+	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/contract/nodewatch"
 	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 )
 
@@ -44,4 +53,20 @@ func (d *Deps) Uncached() client.Reader {
 		return d.Client
 	}
 	return d.APIReader
+}
+
+// NewController begins the controller of a workload kind on mgr: its worker pods indexed by workload name
+// (workloadIndex, contract.IndexWorkloadPods), its passes run MaxConcurrentReconciles at once, and, edge-aware,
+// it is woken by what the agents say of its workers and by the Ready condition of their nodes (nodeIndex).
+// podOwner maps a worker pod to its workload. The caller adds what its kind watches and completes it.
+func (d *Deps) NewController(ctx context.Context, mgr ctrl.Manager, kind, workloadIndex, nodeIndex string,
+	podOwner handler.MapFunc) (*builder.Builder, error) {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, workloadIndex, contract.IndexWorkloadPods(kind)); err != nil {
+		return nil, fmt.Errorf("indexing the %s worker pods: %w", kind, err)
+	}
+	b := ctrl.NewControllerManagedBy(mgr).WithOptions(controller.Options{MaxConcurrentReconciles: d.MaxConcurrentReconciles})
+	if edge := d.Edge.Source(mgr.GetClient(), podOwner, kind); edge != nil {
+		return nodewatch.Watch(ctx, mgr, b.WatchesRawSource(edge), nodeIndex, podOwner)
+	}
+	return b, nil
 }
