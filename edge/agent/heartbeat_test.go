@@ -99,7 +99,7 @@ func TestHeartbeatGoesOutWhenTheReachChanges(t *testing.T) {
 		if _, _, n := s.last(); n != 1 {
 			t.Fatalf("%d heartbeats before the interval ended", n)
 		}
-		time.Sleep(time.Nanosecond)
+		time.Sleep(time.Nanosecond) // the bubble's clock: to the interval's end
 		synctest.Wait()
 		if _, hb, n := s.last(); n != 2 || hb.Seq != 2 {
 			t.Fatalf("after the interval: %d heartbeats, the last %v", n, hb)

@@ -23,7 +23,7 @@ func TestTheStandbyActsOnlyWhileCutOffAndGivesWayToTheAgentPod(t *testing.T) {
 		waitLooks := func(n int64) {
 			t.Helper()
 			for until := looks.Load() + n; looks.Load() < until; {
-				time.Sleep(standbyInterval)
+				time.Sleep(standbyInterval) // the bubble's clock: one more look
 				synctest.Wait()
 			}
 		}
