@@ -98,24 +98,31 @@ func tableNodes(t *testing.T) float64 {
 
 // dropped is the count of connections and messages the broker refused for reason.
 func dropped(t *testing.T, reason string) float64 {
+	v, _ := counter(t, "lifeline_liveness_dropped_total", "reason", reason)
+	return v
+}
+
+// counter is the value of the controller's counter name in its sample labelled label=value; false when it has
+// none (a counter never incremented has no sample).
+func counter(t *testing.T, name, label, value string) (float64, bool) {
 	t.Helper()
 	families, err := metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range families {
-		if f.GetName() != "lifeline_liveness_dropped_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					return m.GetCounter().GetValue()
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue(), true
 				}
 			}
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // [P-AUTH-6] A node's certificate admits it only while the API server has an edge Node of its name, as the

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/lifeline-edge/lifeline/cloud/broker"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
@@ -146,24 +145,11 @@ func TestEdgeNodesCarryTheirAgentsStateAsACondition(t *testing.T) {
 // heartbeatsHeard is how many agents' heartbeats the controller's table took in.
 func heartbeatsHeard(t *testing.T) float64 {
 	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := counter(t, "lifeline_liveness_messages_total", "kind", lifelinev1.KindHeartbeat.String())
+	if !ok {
+		t.Fatal("the controller serves no lifeline_liveness_messages_total of heartbeats")
 	}
-	for _, f := range families {
-		if f.GetName() != "lifeline_liveness_messages_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "kind" && l.GetValue() == lifelinev1.KindHeartbeat.String() {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatal("the controller serves no lifeline_liveness_messages_total of heartbeats")
-	return 0
+	return v
 }
 
 // heardOf is a table that has heard of no agent, counting how often it is asked.
