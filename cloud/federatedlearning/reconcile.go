@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -55,6 +54,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, errors.Join(done.err, actErr)
 	}
 	if err := r.writeStatus(ctx, job, r.statusAfter(job, p, done, now)); err != nil || actErr != nil {
+		if actErr == nil && apierrors.IsConflict(err) {
+			// The pass decided on a stale copy: a newer job is on its way to the cache, and its arrival wakes the
+			// next pass, which decides again on it. An error would instead wait out a back-off, which in an
+			// outage, with many jobs in conflict, is the shared rate limiter's: seconds each.
+			return ctrl.Result{}, nil
+		}
 		return ctrl.Result{}, errors.Join(actErr, err)
 	}
 	for _, e := range p.events {
@@ -208,7 +213,7 @@ func (r *Reconciler) releaseOrphans(ctx context.Context, key types.NamespacedNam
 // status read at the start of the pass, so a stale read must not overwrite a newer count. The whole status is
 // sent (with the read's resourceVersion), so counters that stay 0 are written too.
 func (r *Reconciler) writeStatus(ctx context.Context, job *v1alpha1.FederatedLearningJob, status v1alpha1.FederatedLearningJobStatus) error {
-	if equality.Semantic.DeepEqual(status, job.Status) {
+	if workload.Unchanged(status, job.Status) {
 		return nil
 	}
 	updated := job.DeepCopy()

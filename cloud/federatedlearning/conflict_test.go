@@ -1,0 +1,62 @@
+package federatedlearning_test
+
+import (
+	"context"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
+	"github.com/lifeline-edge/lifeline/cloud/workload"
+)
+
+// staleJob is a cache that has not yet seen the latest version of one job: it reads the copy it was given.
+type staleJob struct {
+	client.Client
+	key  client.ObjectKey
+	copy *v1alpha1.FederatedLearningJob
+}
+
+func (s staleJob) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if job, isJob := obj.(*v1alpha1.FederatedLearningJob); isJob && key == s.key {
+		s.copy.DeepCopyInto(job)
+		return nil
+	}
+	return s.Client.Get(ctx, key, obj, opts...)
+}
+
+// TestStatusFromAStaleCopyWaitsForTheNewerJob: a pass that decided on a copy of the job older than the API
+// server's (a cache behind its watch) has its status write refused as a conflict. It stores nothing and returns
+// without an error, since the newer job's arrival wakes the next pass: an error would hold the job back for a
+// back-off, which an outage's many conflicts stretch to seconds.
+func TestStatusFromAStaleCopyWaitsForTheNewerJob(t *testing.T) {
+	_, mgr := runEdgeAwareManager(t)
+	job := startJob(t, "federated-learning.yaml", nil)
+	ctx := context.Background()
+	var stored *v1alpha1.FederatedLearningJob
+	eventually(t, within, "every worker recorded", func(context.Context) (bool, error) {
+		stored = getJob(t, job)
+		return len(stored.Status.Workers) == 1+len(job.Spec.TrainingWorkers), nil
+	})
+	// The copy the pass reads: the job before its first status write, at a resourceVersion the API server has
+	// since left behind (the annotation below).
+	stale := stored.DeepCopy()
+	stale.Status = v1alpha1.FederatedLearningJobStatus{}
+	if err := env.Client.Patch(ctx, stored, client.RawPatch("application/merge-patch+json",
+		[]byte(`{"metadata":{"annotations":{"test.lifeline.io/newer":"yes"}}}`))); err != nil {
+		t.Fatal(err)
+	}
+	stored = getJob(t, job)
+
+	r := &fl.Reconciler{Deps: workload.Deps{Client: staleJob{Client: mgr.GetClient(), key: client.ObjectKeyFromObject(job), copy: stale}}}
+	res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(job)})
+	if err != nil || !res.IsZero() {
+		t.Fatalf("a pass on a stale copy returned (%+v, %v), want nothing to retry: the newer job wakes the next", res, err)
+	}
+	if after := getJob(t, job); !equality.Semantic.DeepEqual(after.Status, stored.Status) {
+		t.Errorf("the stale pass changed the stored status:\n got %+v\nwant %+v", after.Status, stored.Status)
+	}
+}
