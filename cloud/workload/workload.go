@@ -4,7 +4,9 @@
 package workload
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -69,4 +71,14 @@ func (d *Deps) NewController(ctx context.Context, mgr ctrl.Manager, kind, worklo
 		return nodewatch.Watch(ctx, mgr, b.WatchesRawSource(edge), nodeIndex, podOwner)
 	}
 	return b, nil
+}
+
+// Unchanged tells whether a status computed in a pass says nothing the stored one does not, as the API server
+// stores it: as JSON, with times in whole seconds. A time taken in the pass (the agent's word, a transition) keeps
+// its nanoseconds, so comparing the values finds a change where writing would store the same bytes: a write, and
+// a pass more woken by it, for nothing — in an outage a third of the writes.
+func Unchanged(computed, stored any) bool {
+	a, errA := json.Marshal(computed)
+	b, errB := json.Marshal(stored)
+	return errA == nil && errB == nil && bytes.Equal(a, b)
 }
