@@ -81,7 +81,7 @@ func (e *Edge) Views(ctx context.Context, pods []*corev1.Pod, now time.Time) map
 
 func (e *Edge) nodeReady(ctx context.Context, name string) bool {
 	node := &corev1.Node{}
-	if err := e.Nodes.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+	if err := e.Nodes.Get(ctx, client.ObjectKey{Name: name}, node, client.UnsafeDisableDeepCopy); err != nil { // only read
 		return false
 	}
 	for _, c := range node.Status.Conditions {
@@ -163,7 +163,9 @@ func (e *Edge) Source(pods client.Reader, podOwner handler.MapFunc, ownerKind st
 	// that make or rebuild children, which it would otherwise delay.
 	toRequests := func(ctx context.Context, o client.Object) ([]reconcile.Request, bool) {
 		pod := &corev1.Pod{}
-		if err := pods.Get(ctx, client.ObjectKeyFromObject(o), pod); err != nil {
+		// Only read, never kept: an outage wakes every worker of a region at once, and copying each pod took a
+		// tenth of the controller's CPU there.
+		if err := pods.Get(ctx, client.ObjectKeyFromObject(o), pod, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, false
 		}
 		return podOwner(ctx, pod), e.Tracker.SpeaksFor(pod.Spec.NodeName, time.Now())
