@@ -375,6 +375,8 @@ func TestComponentLabels(t *testing.T) {
 			return "broker"
 		case name == "lifeline-release":
 			return "release"
+		case name == "lifeline-fl-immutable-workers":
+			return "api"
 		case strings.HasPrefix(name, "lifeline-controller"):
 			return "controller"
 		}

@@ -68,6 +68,10 @@ type ControlPlaneOptions struct {
 	// before kube-controller-manager starts, as in a cluster where the CRDs predate the workload: the garbage
 	// collector then watches their kinds from the start instead of after its next discovery resync.
 	CRDDirs []string
+	// Policies are YAML files whose ValidatingAdmissionPolicies and their bindings (other objects are left out:
+	// the chart's deploy/manifests/lifeline.yaml) are installed after the CRDs, and waited on until the API server
+	// enforces them.
+	Policies []string
 
 	// WithoutScheduler and WithoutControllerManager leave those components out.
 	WithoutScheduler, WithoutControllerManager bool
@@ -209,6 +213,12 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (_ *Contro
 			return nil, err
 		}
 		step("CRDs of %s established", dir)
+	}
+	if len(opts.Policies) > 0 {
+		if err := InstallPolicies(ctx, cp.Config, opts.Policies...); err != nil {
+			return nil, err
+		}
+		step("admission policies of %s enforced", strings.Join(opts.Policies, ", "))
 	}
 
 	if !opts.WithoutControllerManager {

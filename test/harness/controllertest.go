@@ -63,7 +63,7 @@ func Main(m *testing.M, use func(*Env)) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	opts := ControlPlaneOptions{WithoutScheduler: true, CRDDirs: []string{filepath.Join(root, "deploy", "crds")}}
+	opts := ControlPlaneOptions{WithoutScheduler: true, CRDDirs: []string{filepath.Join(root, "deploy", "crds")}, Policies: []string{filepath.Join(root, "deploy", "manifests", "lifeline.yaml")}}
 	env := &Env{Clock: &SteppingClock{}}
 	return RunTests(m, opts, func(cp *ControlPlane) error {
 		env.ControlPlane = cp

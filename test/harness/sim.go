@@ -43,7 +43,8 @@ type SimOptions struct {
 	CloudNodes, EdgeNodes []string
 	// CrashBackoff is the nodes' first restart delay of a crashing container (default 1 s, to keep demos short).
 	CrashBackoff time.Duration
-	// Cluster configures the control plane; its CRDDirs default to this repository's deploy/crds.
+	// Cluster configures the control plane; its CRDDirs default to this repository's deploy/crds, its
+	// Policies then to the chart's, from deploy/manifests.
 	Cluster ControlPlaneOptions
 	// Progress receives a line per step; nil means os.Stderr.
 	Progress io.Writer
@@ -121,6 +122,7 @@ func StartSim(ctx context.Context, opts SimOptions) (_ *Sim, err error) {
 	}
 	if opts.Cluster.CRDDirs == nil {
 		opts.Cluster.CRDDirs = []string{filepath.Join(root, "deploy", "crds")}
+		opts.Cluster.Policies = []string{filepath.Join(root, "deploy", "manifests", "lifeline.yaml")}
 	}
 	opts.Cluster.Progress = opts.Progress
 	cp, err := StartControlPlane(ctx, opts.Cluster)

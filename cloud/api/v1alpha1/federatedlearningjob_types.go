@@ -26,25 +26,20 @@ type FederatedLearningJob struct {
 	Status FederatedLearningJobStatus `json:"status,omitempty"`
 }
 
-// FederatedLearningJobSpec describes the workers of a job.
-//
-// +kubebuilder:validation:XValidation:rule="has(self.pretrainedModel) == has(oldSelf.pretrainedModel)",message="spec.pretrainedModel is immutable: delete and re-create the FederatedLearningJob to change it"
-// +kubebuilder:validation:XValidation:rule="has(self.transmitter) == has(oldSelf.transmitter)",message="spec.transmitter is immutable: delete and re-create the FederatedLearningJob to change it"
+// FederatedLearningJobSpec describes the workers of a job. Everything but RunPolicy is immutable, by the admission
+// policy of deploy/policies (not by rules of the schema, which the API server would evaluate on every status
+// write too).
 type FederatedLearningJobSpec struct {
 	// AggregationWorker runs in the cloud behind the `<name>-aggregation` Service.
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.aggregationWorker is immutable: delete and re-create the FederatedLearningJob to change it"
 	AggregationWorker AggregationWorker `json:"aggregationWorker"`
 	// TrainingWorkers each run on the node of their Dataset.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=128
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.trainingWorkers is immutable: delete and re-create the FederatedLearningJob to change it"
 	TrainingWorkers []TrainingWorker `json:"trainingWorkers"`
 	// PretrainedModel is handed to every worker as PRETRAINED_MODEL_URL.
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.pretrainedModel is immutable: delete and re-create the FederatedLearningJob to change it"
 	// +optional
 	PretrainedModel *PretrainedModel `json:"pretrainedModel,omitempty"`
 	// Transmitter is how workers exchange parameters; absent means websocket.
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.transmitter is immutable: delete and re-create the FederatedLearningJob to change it"
 	// +optional
 	Transmitter *Transmitter `json:"transmitter,omitempty"`
 

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	opts := harness.ControlPlaneOptions{WithoutControllerManager: true, WithoutScheduler: true,
-		CRDDirs: []string{filepath.Join(root, "deploy", "crds")}}
+		CRDDirs: []string{filepath.Join(root, "deploy", "crds")}, Policies: []string{filepath.Join(root, "deploy", "manifests", "lifeline.yaml")}}
 	os.Exit(harness.RunTests(m, opts, func(cp *harness.ControlPlane) error {
 		controlPlane = cp
 		var err error
