@@ -193,8 +193,11 @@ func podsOf(workers []worker) []*corev1.Pod {
 // releaseOrphans lets go of the deleting pods of a job that is gone or being deleted, and of an earlier job of
 // the same name.
 func (r *Reconciler) releaseOrphans(ctx context.Context, key types.NamespacedName, job *v1alpha1.FederatedLearningJob) error {
+	// Every pass asks, and almost always lets go of nothing: the cache's pods are read in place, and only those
+	// let go are copied (the patch writes its answer into its pod).
 	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingFields{workloadIndex: nameLabelValue(key.Name)}); err != nil {
+	if err := r.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingFields{workloadIndex: nameLabelValue(key.Name)},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing pods of deleted job: %w", err)
 	}
 	var release []*corev1.Pod
@@ -203,7 +206,7 @@ func (r *Reconciler) releaseOrphans(ctx context.Context, key types.NamespacedNam
 		// Only pods already being deleted: a pod that still runs is never let go before its end is counted.
 		live := job.UID != "" && job.DeletionTimestamp == nil && metav1.IsControlledBy(pod, job)
 		if hasFinalizer(pod) && pod.DeletionTimestamp != nil && !live {
-			release = append(release, pod)
+			release = append(release, pod.DeepCopy())
 		}
 	}
 	return r.releasePods(ctx, release)
