@@ -98,7 +98,7 @@ func waitEnforced(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return fmt.Errorf("creating the policy probe: %w", err)
 	}
-	defer jobs.Delete(context.WithoutCancel(ctx), created.GetName(), metav1.DeleteOptions{}) //nolint:errcheck // best effort: nothing watches it
+	defer func() { _ = jobs.Delete(context.WithoutCancel(ctx), created.GetName(), metav1.DeleteOptions{}) }() // nothing else saw it
 	edited := created.DeepCopy()
 	if err := unstructured.SetNestedField(edited.Object, "other", "spec", "aggregationWorker", "model", "name"); err != nil {
 		return err

@@ -26,9 +26,9 @@ type FederatedLearningJob struct {
 	Status FederatedLearningJobStatus `json:"status,omitempty"`
 }
 
-// FederatedLearningJobSpec describes the workers of a job. Everything but RunPolicy is immutable, by the admission
-// policy of deploy/policies (not by rules of the schema, which the API server would evaluate on every status
-// write too).
+// FederatedLearningJobSpec describes the workers of a job. Everything but RunPolicy is immutable, by the chart's
+// admission policy lifeline-fl-immutable-workers, not by rules of this schema, which the API server would evaluate
+// on every status write too.
 type FederatedLearningJobSpec struct {
 	// AggregationWorker runs in the cloud behind the `<name>-aggregation` Service.
 	AggregationWorker AggregationWorker `json:"aggregationWorker"`
