@@ -5,6 +5,7 @@
 package scale
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -73,8 +74,9 @@ type Config struct {
 	// SteadyWindow is how long controller CPU is measured with every agent heartbeating (default 20 s).
 	SteadyWindow time.Duration
 	// ProfileDir, when set, receives the controller's heap profile at the end of the run (heap-<nodes>.pprof, and
-	// as text heap-<nodes>.txt) and its CPU profiles of the steady windows (cpu-heartbeats-<nodes>.pprof,
-	// cpu-reports-<nodes>.pprof).
+	// as text heap-<nodes>.txt), its CPU profiles of the steady windows (cpu-heartbeats-<nodes>.pprof,
+	// cpu-reports-<nodes>.pprof), and its and the API server's of the outage and its heal
+	// (cpu-{outage,heal}-{controller,apiserver}-<nodes>.pprof).
 	ProfileDir string
 	// ControllerArgs are more flags for the controller, e.g. --concurrent-reconciles.
 	ControllerArgs []string
@@ -212,7 +214,7 @@ func Run(t testing.TB, cfg Config) *Result {
 	}()
 	h.measureCreation(ctx, r)
 	if cfg.CutOffsOnly {
-		h.waitQueuesDrained()
+		h.waitQuiet()
 		h.measureMassCutoff(ctx, r)
 		h.measureOutage(ctx, r)
 		end, err := sampleProc(h.controller.Pid())
@@ -228,6 +230,7 @@ func Run(t testing.TB, cfg Config) *Result {
 	r.DetectBehindReports = h.measureDetection(ctx, "detection behind the reports' passes")
 	h.waitQueuesDrained()
 	r.Detect = h.measureDetection(ctx, "detection")
+	h.waitQuiet()
 	h.measureMassCutoff(ctx, r)
 	h.measureOutage(ctx, r)
 	h.measureRecreation(r)
@@ -264,7 +267,8 @@ func (h *scaleRun) start(ctx context.Context) {
 		h.t.Fatal(err)
 	}
 	h.cp, err = harness.StartControlPlane(ctx, harness.ControlPlaneOptions{WithoutScheduler: true, Progress: h.cfg.Progress,
-		CRDDirs: []string{filepath.Join(root, "deploy", "crds")}, NodeMonitorGracePeriod: h.cfg.NodeGrace})
+		CRDDirs: []string{filepath.Join(root, "deploy", "crds")}, Policies: []string{filepath.Join(root, "deploy", "manifests", "lifeline.yaml")},
+		NodeMonitorGracePeriod: h.cfg.NodeGrace})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -719,6 +723,45 @@ func (h *scaleRun) measureMassCutoff(ctx context.Context, r *Result) {
 		h.check(fmt.Errorf("after the nodes turned not Ready: %d of %d workers on cut-off nodes in their agent's word", agent, total))
 	}
 	h.mend(ctx, cut)
+	h.waitQuiet()
+}
+
+// waitQuiet waits until what the steps before set off has died down: no pass queued, and three seconds in a row
+// in which the API server took no write but kwok's Lease renewals (the node lifecycle controller marking nodes
+// and their pods, the Deployment controller counting them, the passes and Events that follow). The next step then
+// meets only what it sets off itself. kwok does not make a node it takes back Ready again (its stages act on new
+// Nodes and Pods only), so the nodes a step cut stay not Ready, as do their pods, whose workers the status keeps
+// Alive.
+func (h *scaleRun) waitQuiet() {
+	h.waitQueuesDrained()
+	last, quiet := -1.0, 0
+	h.waitEvery(time.Second, 10*time.Minute, "the API server to take no write but kwok's Leases", func() (bool, error) {
+		writes := h.writesTaken()
+		if writes == last {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		last = writes
+		return quiet >= 3, fmt.Errorf("%.0f writes taken, the last %d s none", writes, quiet)
+	})
+	h.waitQueuesDrained()
+}
+
+// writesTaken counts the writes the API server has taken, but for Leases.
+func (h *scaleRun) writesTaken() float64 {
+	metrics, err := h.kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	h.check(err)
+	requests, err := parseGauges(bytes.NewReader(metrics), "apiserver_request_total", "verb", "resource", "subresource")
+	h.check(err)
+	writes := 0.0
+	for key, n := range requests {
+		verb, resource, _ := strings.Cut(key, "/")
+		if resource != "leases" && (verb == "POST" || verb == "PUT" || verb == "PATCH" || verb == "DELETE") {
+			writes += n
+		}
+	}
+	return writes
 }
 
 // measureOutage cuts every edge node off at once, a region's outage, and times until every status is in the
@@ -730,9 +773,9 @@ func (h *scaleRun) measureOutage(ctx context.Context, r *Result) {
 	costs := h.openCostWindow()
 	began := time.Now()
 	r.OutageAll, _ = h.cutOff(ctx, all)
-	profiled()
 	h.progress("outage: every worker of %d nodes in its agent's word in %v", len(all), r.OutageAll.Round(time.Millisecond))
 	costs.report("outage")
+	profiled()
 	// The outage lasts the grace and a little more, not until every node is marked: at 1,000 nodes down the node
 	// lifecycle controller marks them over minutes.
 	h.waitFor(2*time.Minute+h.cfg.NodeGrace, "a node marked not Ready", func() (bool, error) {
@@ -742,10 +785,12 @@ func (h *scaleRun) measureOutage(ctx context.Context, r *Result) {
 		return h.notReady(ctx, nodeSet(all)) > 0, errors.New("no node marked not Ready")
 	})
 	h.progress("outage: %d of %d nodes marked not Ready after %v", h.notReady(ctx, nodeSet(all)), len(all), time.Since(began).Round(time.Second))
+	profiled = h.profileCPU(ctx, "heal", 20*time.Second)
 	costs = h.openCostWindow()
 	r.OutageHeal = h.mend(ctx, all)
 	h.progress("outage healed: every worker of %d nodes in the API server's word in %v", len(all), r.OutageHeal.Round(time.Millisecond))
 	costs.report("outage healed")
+	profiled()
 }
 
 // profileCPU saves, with a profile directory, the controller's and the API server's CPU profiles of the next
@@ -779,11 +824,14 @@ func (h *scaleRun) profileCPU(ctx context.Context, name string, period time.Dura
 // their Leases. It returns when every worker status on them is in its agent's word: how long that took, and how
 // many workers there are.
 func (h *scaleRun) cutOff(ctx context.Context, nodes []string) (took time.Duration, workers int) {
+	// kwok leaves the nodes before the clock starts: taking its label off is the harness's own request per node,
+	// which a real outage does not make (its nodes simply stop posting), and the node lifecycle controller's
+	// grace (40 s) dwarfs the seconds it takes.
+	h.check(h.labelNodes(ctx, nodes, "null"))
 	began := time.Now()
 	for _, n := range nodes {
 		h.fleet.agents[n].setReachable(false)
 	}
-	h.check(h.labelNodes(ctx, nodes, "null"))
 	set := nodeSet(nodes)
 	h.waitFor(5*time.Minute, "every worker of the cut-off nodes in its agent's word", func() (bool, error) {
 		agent, total := h.records(set, inAgentsWord)
