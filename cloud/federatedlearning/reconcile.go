@@ -54,10 +54,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, errors.Join(done.err, actErr)
 	}
 	if err := r.writeStatus(ctx, job, r.statusAfter(job, p, done, now)); err != nil || actErr != nil {
-		if actErr == nil && apierrors.IsConflict(err) {
-			// The pass decided on a stale copy: a newer job is on its way to the cache, and its arrival wakes the
-			// next pass, which decides again on it. An error would instead wait out a back-off, which in an
-			// outage, with many jobs in conflict, is the shared rate limiter's: seconds each.
+		if actErr == nil && workload.Superseded(err) {
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, errors.Join(actErr, err)

@@ -70,6 +70,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, errors.Join(done.err, actErr)
 	}
 	if err := r.writeStatus(ctx, ji, obs, blocked, done.conflicts); err != nil || actErr != nil {
+		if actErr == nil && workload.Superseded(err) {
+			return ctrl.Result{}, nil
+		}
 		return ctrl.Result{}, errors.Join(actErr, err)
 	}
 	if done.removedStale {

@@ -36,7 +36,9 @@ type workerObservation struct {
 	pods       []corev1.Pod
 }
 
-// writeStatus computes the status from what the pass observed and patches it when it changed.
+// writeStatus computes the status from what the pass observed and writes it when it changed. It sends the whole
+// object at the version the pass read, refused if a newer one exists (workload.Superseded): a pass that decided
+// on a stale copy never overwrites what a later pass wrote.
 func (r *Reconciler) writeStatus(ctx context.Context, ji *v1alpha1.JointInferenceService, obs observation, blocked *problem, conflicts []string) error {
 	status := computeStatus(ji, obs.workers, obs.views, blocked, conflicts, metav1.NewTime(obs.now))
 	if metrics := edgeaware.ServiceMetrics(r.Edge.Reports(Kind, ji.Namespace, ji.Name)); metrics != nil {
@@ -45,10 +47,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, ji *v1alpha1.JointInferenc
 	if workload.Unchanged(status, ji.Status) {
 		return nil
 	}
-	patched := ji.DeepCopy()
-	patched.Status = status
-	if err := r.Status().Patch(ctx, patched, client.MergeFrom(ji)); err != nil {
-		return fmt.Errorf("patching status: %w", err)
+	updated := ji.DeepCopy()
+	updated.Status = status
+	if err := r.Status().Update(ctx, updated); err != nil {
+		return fmt.Errorf("writing status: %w", err)
 	}
 	return nil
 }

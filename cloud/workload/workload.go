@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -81,4 +82,12 @@ func Unchanged(computed, stored any) bool {
 	a, errA := json.Marshal(computed)
 	b, errB := json.Marshal(stored)
 	return errA == nil && errB == nil && bytes.Equal(a, b)
+}
+
+// Superseded tells whether a status write was refused only because the workload changed since the pass read it
+// (its cache behind its watch). The pass then ends without an error: the newer version is on its way to the cache
+// and its arrival wakes the next pass, which decides again on it, where an error would wait out a back-off (in an
+// outage, with many workloads behind, seconds each).
+func Superseded(err error) bool {
+	return apierrors.IsConflict(err)
 }

@@ -26,7 +26,7 @@ type costWindow struct {
 type waits struct {
 	queue     map[string]histogram // by controller: time a request waited in the work queue
 	work      map[string]histogram // by controller: time a pass took
-	apiserver map[string]histogram // by resource: the API server's status PATCHes
+	apiserver map[string]histogram // by resource: the API server's status writes (PUT)
 	creates   map[string]histogram // by resource: the API server's creations
 	requests  map[string]float64   // by verb/resource/subresource: every request the API server answered
 	own       map[string]float64   // by method: the requests the controller sent, its Events' among them
@@ -128,7 +128,7 @@ func (h *scaleRun) sampleWaits() waits {
 	h.check(err)
 	w.own, err = parseGauges(bytes.NewReader(controller), "rest_client_requests_total", "method")
 	h.check(err)
-	w.apiserver, err = parseHistograms(bytes.NewReader(apiserver), "apiserver_request_duration_seconds", "resource", "verb=PATCH", "subresource=status")
+	w.apiserver, err = parseHistograms(bytes.NewReader(apiserver), "apiserver_request_duration_seconds", "resource", "verb=PUT", "subresource=status")
 	h.check(err)
 	w.creates, err = parseHistograms(bytes.NewReader(apiserver), "apiserver_request_duration_seconds", "resource", "verb=POST", "subresource=")
 	h.check(err)
