@@ -11,22 +11,8 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/workload"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
-
-// staleJob is a cache that has not yet seen the latest version of one job: it reads the copy it was given.
-type staleJob struct {
-	client.Client
-	key  client.ObjectKey
-	copy *v1alpha1.FederatedLearningJob
-}
-
-func (s staleJob) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if job, isJob := obj.(*v1alpha1.FederatedLearningJob); isJob && key == s.key {
-		s.copy.DeepCopyInto(job)
-		return nil
-	}
-	return s.Client.Get(ctx, key, obj, opts...)
-}
 
 // TestStatusFromAStaleCopyWaitsForTheNewerJob: a pass that decided on a copy of the job older than the API
 // server's (a cache behind its watch) has its status write refused as a conflict. It stores nothing and returns
@@ -51,7 +37,7 @@ func TestStatusFromAStaleCopyWaitsForTheNewerJob(t *testing.T) {
 	}
 	stored = getJob(t, job)
 
-	r := &fl.Reconciler{Deps: workload.Deps{Client: staleJob{Client: mgr.GetClient(), key: client.ObjectKeyFromObject(job), copy: stale}}}
+	r := &fl.Reconciler{Deps: workload.Deps{Client: harness.Behind{Client: mgr.GetClient(), Copy: stale}}}
 	res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(job)})
 	if err != nil || !res.IsZero() {
 		t.Fatalf("a pass on a stale copy returned (%+v, %v), want nothing to retry: the newer job wakes the next", res, err)

@@ -11,23 +11,8 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
 	"github.com/lifeline-edge/lifeline/cloud/workload"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
-
-// staleService is a cache that has not yet seen the latest version of one service: it reads the copy it was
-// given.
-type staleService struct {
-	client.Client
-	key  client.ObjectKey
-	copy *v1alpha1.JointInferenceService
-}
-
-func (s staleService) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	if ji, isService := obj.(*v1alpha1.JointInferenceService); isService && key == s.key {
-		s.copy.DeepCopyInto(ji)
-		return nil
-	}
-	return s.Client.Get(ctx, key, obj, opts...)
-}
 
 // TestStatusFromAStaleCopyWaitsForTheNewerService: a pass that decided on a copy of the service older than the
 // API server's (a cache behind its watch) has its status write refused. It stores nothing, so an older status
@@ -49,7 +34,7 @@ func TestStatusFromAStaleCopyWaitsForTheNewerService(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := &jointinference.Reconciler{Deps: workload.Deps{Client: staleService{Client: mgr.GetClient(), key: client.ObjectKeyFromObject(ji), copy: stale}}}
+	r := &jointinference.Reconciler{Deps: workload.Deps{Client: harness.Behind{Client: mgr.GetClient(), Copy: stale}}}
 	res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ji)})
 	if err != nil || !res.IsZero() {
 		t.Fatalf("a pass on a stale copy returned (%+v, %v), want nothing to retry: the newer service wakes the next", res, err)
