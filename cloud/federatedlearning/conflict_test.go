@@ -19,7 +19,7 @@ import (
 // without an error, since the newer job's arrival wakes the next pass: an error would hold the job back for a
 // back-off, which an outage's many conflicts stretch to seconds.
 func TestStatusFromAStaleCopyWaitsForTheNewerJob(t *testing.T) {
-	_, mgr := runEdgeAwareManager(t)
+	mgr := runEdgeAware(t).Manager
 	job := startJob(t, "federated-learning.yaml", nil)
 	ctx := context.Background()
 	var stored *v1alpha1.FederatedLearningJob

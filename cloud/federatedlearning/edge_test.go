@@ -19,22 +19,11 @@ import (
 // runEdgeAware runs this package's reconciler edge-aware, in place of the shared controller, for one test.
 func runEdgeAware(t *testing.T) *harness.EdgeAware {
 	t.Helper()
-	ea, _ := runEdgeAwareManager(t)
-	return ea
-}
-
-// runEdgeAwareManager is runEdgeAware, with the manager it runs in: its client reads the cache the reconciler's
-// indexes are on.
-func runEdgeAwareManager(t *testing.T) (*harness.EdgeAware, ctrl.Manager) {
-	t.Helper()
-	var manager ctrl.Manager
-	ea := env.RunEdgeAware(t, func(mgr ctrl.Manager, e *edgeaware.Edge) error {
-		manager = mgr
+	return env.RunEdgeAware(t, func(mgr ctrl.Manager, e *edgeaware.Edge) error {
 		r := &fl.Reconciler{Deps: workload.Deps{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("lifeline-controller"),
 			LCServer: contract.DefaultLCServer, Edge: e}}
 		return r.SetupWithManager(env.CountPasses(mgr))
 	})
-	return ea, manager
 }
 
 // startJobOn creates the example job in ns whose first trainer is pinned to node, and returns that trainer's pod.

@@ -18,7 +18,7 @@ import (
 // API server's (a cache behind its watch) has its status write refused. It stores nothing, so an older status
 // never overwrites a newer one, and returns without an error: the newer service's arrival wakes the next pass.
 func TestStatusFromAStaleCopyWaitsForTheNewerService(t *testing.T) {
-	_, mgr := runEdgeAwareManager(t)
+	mgr := runEdgeAware(t).Manager
 	ji := waitReady(t, createService(t, "joint-inference.yaml"))
 	ctx := context.Background()
 	// The copy the pass reads: the service before its first status write, at a resourceVersion the API server

@@ -23,22 +23,11 @@ import (
 // runEdgeAware runs this package's reconciler edge-aware, in place of the shared controller, for one test.
 func runEdgeAware(t testing.TB) *harness.EdgeAware {
 	t.Helper()
-	ea, _ := runEdgeAwareManager(t)
-	return ea
-}
-
-// runEdgeAwareManager is runEdgeAware, with the manager it runs in: its client reads the cache the reconciler's
-// indexes are on.
-func runEdgeAwareManager(t testing.TB) (*harness.EdgeAware, ctrl.Manager) {
-	t.Helper()
-	var manager ctrl.Manager
-	ea := env.RunEdgeAware(t, func(mgr ctrl.Manager, edge *edgeaware.Edge) error {
-		manager = mgr
+	return env.RunEdgeAware(t, func(mgr ctrl.Manager, edge *edgeaware.Edge) error {
 		r := &jointinference.Reconciler{Deps: workload.Deps{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("lifeline-controller"),
 			LCServer: contract.DefaultLCServer, Edge: edge}}
 		return r.SetupWithManager(env.CountPasses(mgr))
 	})
-	return ea, manager
 }
 
 // createServiceOn creates the helmet example's service with its edge worker pinned to node.

@@ -38,6 +38,8 @@ const EdgeCluster = "test"
 // itself (Ingest) and the commands it sends to agents kept (Commands).
 type EdgeAware struct {
 	Tracker *liveness.Tracker
+	// Manager is the manager the controller runs in: its client reads the cache the controller's indexes are on.
+	Manager ctrl.Manager
 
 	mu   sync.Mutex
 	sent []NodeCommand
@@ -106,7 +108,7 @@ func (e *Env) RunEdgeAware(t testing.TB, setup func(mgr ctrl.Manager, edge *edge
 	if err != nil {
 		t.Fatal(err)
 	}
-	ea := &EdgeAware{Tracker: tracker}
+	ea := &EdgeAware{Tracker: tracker, Manager: mgr}
 	if err := setup(mgr, &edgeaware.Edge{Tracker: tracker, Commands: ea, Nodes: mgr.GetClient()}); err != nil {
 		t.Fatal(err)
 	}

@@ -733,7 +733,6 @@ func (h *scaleRun) measureMassCutoff(ctx context.Context, r *Result) {
 // Nodes and Pods only), so the nodes a step cut stay not Ready, as do their pods, whose workers the status keeps
 // Alive.
 func (h *scaleRun) waitQuiet() {
-	h.waitQueuesDrained()
 	last, quiet := -1.0, 0
 	h.waitEvery(time.Second, 10*time.Minute, "the API server to take no write but kwok's Leases", func() (bool, error) {
 		writes := h.writesTaken()
