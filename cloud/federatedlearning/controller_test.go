@@ -101,6 +101,8 @@ func startJobFrom(t testing.TB, set testkit.Set, file string, edit func(*v1alpha
 	return job
 }
 
+// waitRunning waits until n pods of the job run, and returns every pod of its namespace by name. A pod is the job's
+// when the job controls it: another job may share the namespace, or have had the job's name.
 func waitRunning(t testing.TB, job *v1alpha1.FederatedLearningJob, n int) map[string]*corev1.Pod {
 	t.Helper()
 	var pods map[string]*corev1.Pod
@@ -108,7 +110,7 @@ func waitRunning(t testing.TB, job *v1alpha1.FederatedLearningJob, n int) map[st
 		pods = workerPods(t, job)
 		running := 0
 		for _, p := range pods {
-			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && metav1.IsControlledBy(p, job) {
 				running++
 			}
 		}
