@@ -150,6 +150,8 @@ generate: $(BIN)/controller-gen $(BIN)/protoc-gen-go $(BIN)/helm ## Regenerate d
 	@echo "==> controller-gen: deepcopy and CRDs"
 	$(BIN)/controller-gen object paths=./cloud/api/...
 	$(BIN)/controller-gen crd:generateEmbeddedObjectMeta=true paths=./cloud/api/... output:crd:artifacts:config=deploy/crds
+	@echo "==> crdconstraints: what controller-gen's markers cannot reach, as OpenAPI"
+	$(GO) run ./deploy/crdconstraints deploy/crds/*.yaml
 	@echo "==> helm: the chart's CRDs and deploy/manifests/lifeline.yaml"
 	rm -f deploy/chart/lifeline/crds/*.yaml && cp deploy/crds/*.yaml deploy/chart/lifeline/crds/
 	@mkdir -p deploy/manifests

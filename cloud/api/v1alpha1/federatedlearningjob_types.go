@@ -51,14 +51,14 @@ type FederatedLearningJobSpec struct {
 // AggregationWorker is the job's aggregator.
 type AggregationWorker struct {
 	Model ModelRef `json:"model"`
-	// +kubebuilder:validation:XValidation:rule="has(self.spec) && size(self.spec.containers) > 0",message="must list at least one container",fieldPath=".spec.containers"
+	// Template of the aggregator's pods: a spec that lists at least one container.
 	Template corev1.PodTemplateSpec `json:"template"`
 }
 
 // TrainingWorker is one trainer and the Dataset it learns from.
 type TrainingWorker struct {
 	Dataset DatasetRef `json:"dataset"`
-	// +kubebuilder:validation:XValidation:rule="has(self.spec) && size(self.spec.containers) > 0",message="must list at least one container",fieldPath=".spec.containers"
+	// Template of the trainer's pods: a spec that lists at least one container.
 	Template corev1.PodTemplateSpec `json:"template"`
 }
 
@@ -189,8 +189,9 @@ type FederatedLearningJobStatus struct {
 	// +optional
 	Progress *TrainingProgress `json:"progress,omitempty"`
 	// Workers has one entry per worker identity. Lifeline addition.
-	// +listType=map
-	// +listMapKey=name
+	// The controller alone writes it, whole, so it is atomic: as a map the API server would track each field of
+	// each worker in the object's managed fields, on every write.
+	// +listType=atomic
 	// +optional
 	Workers []WorkerStatus `json:"workers,omitempty"`
 }

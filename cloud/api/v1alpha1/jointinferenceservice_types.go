@@ -8,6 +8,7 @@ import (
 )
 
 // JointInferenceService runs a small model on an edge node that sends hard examples to a big model in the cloud.
+// Its name is at most 53 characters: it is part of its workers' label values (at most 63).
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
@@ -16,7 +17,6 @@ import (
 // +kubebuilder:printcolumn:name="Edge",type=string,JSONPath=`.status.edgeReady`,description="ready/desired edge workers"
 // +kubebuilder:printcolumn:name="Cloud",type=string,JSONPath=`.status.cloudReady`,description="ready/desired cloud workers"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
-// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 53",message="metadata.name must be at most 53 characters: it is part of the workers' label values (at most 63)"
 type JointInferenceService struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -35,8 +35,7 @@ type JointInferenceServiceSpec struct {
 type EdgeWorker struct {
 	Model             ModelRef          `json:"model"`
 	HardExampleMining HardExampleMining `json:"hardExampleMining"`
-	// Template of the worker's pods.
-	// +kubebuilder:validation:XValidation:rule="has(self.spec) && size(self.spec.containers) > 0",message="must list at least one container",fieldPath=".spec.containers"
+	// Template of the worker's pods: a spec that lists at least one container.
 	Template corev1.PodTemplateSpec `json:"template"`
 	// HPA scales the edge worker's Deployment when set.
 	// +optional
@@ -55,8 +54,7 @@ type EdgeWorker struct {
 // CloudWorker is the big-model worker behind the `<name>-cloud` Service.
 type CloudWorker struct {
 	Model ModelRef `json:"model"`
-	// Template of the worker's pods.
-	// +kubebuilder:validation:XValidation:rule="has(self.spec) && size(self.spec.containers) > 0",message="must list at least one container",fieldPath=".spec.containers"
+	// Template of the worker's pods: a spec that lists at least one container.
 	Template corev1.PodTemplateSpec `json:"template"`
 	// HPA scales the cloud worker's Deployment when set.
 	// +optional
@@ -118,8 +116,9 @@ type JointInferenceServiceStatus struct {
 	// +optional
 	CloudReady string `json:"cloudReady,omitempty"`
 	// Workers has one entry per worker pod. Lifeline addition.
-	// +listType=map
-	// +listMapKey=name
+	// The controller alone writes it, whole, so it is atomic: as a map the API server would track each field of
+	// each worker in the object's managed fields, on every write.
+	// +listType=atomic
 	// +optional
 	Workers []WorkerStatus `json:"workers,omitempty"`
 }

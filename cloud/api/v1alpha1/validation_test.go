@@ -172,16 +172,16 @@ func TestAdmissionRules(t *testing.T) {
 		}, ""},
 		{"JI edge template with no containers", validJI, func(t *testing.T, o *unstructured.Unstructured) {
 			setField(t, o, []any{}, "spec", "edgeWorker", "template", "spec", "containers")
-		}, "spec.edgeWorker.template.spec.containers: Invalid value: must list at least one container"},
+		}, "spec.edgeWorker.template.spec.containers in body should have at least 1 items"},
 		{"JI cloud template with no pod spec", validJI, func(t *testing.T, o *unstructured.Unstructured) {
 			deleteField(o, "spec", "cloudWorker", "template", "spec")
-		}, "spec.cloudWorker.template.spec.containers: Invalid value: must list at least one container"},
+		}, "spec.cloudWorker.template.spec: Required value"},
 		{"FL aggregator template with no containers", validFL, func(t *testing.T, o *unstructured.Unstructured) {
 			setField(t, o, []any{}, "spec", "aggregationWorker", "template", "spec", "containers")
-		}, "spec.aggregationWorker.template.spec.containers: Invalid value: must list at least one container"},
+		}, "spec.aggregationWorker.template.spec.containers in body should have at least 1 items"},
 		{"FL trainer template with no containers", validFL, func(t *testing.T, o *unstructured.Unstructured) {
 			setField(t, o, []any{}, "spec", "trainingWorkers", "0", "template", "spec", "containers")
-		}, "spec.trainingWorkers[0].template.spec.containers: Invalid value: must list at least one container"},
+		}, "spec.trainingWorkers[0].template.spec.containers in body should have at least 1 items"},
 		{"FL run policy with an unknown trainer completion policy", validFL, func(t *testing.T, o *unstructured.Unstructured) {
 			setField(t, o, map[string]any{"trainersOnCompletion": "Linger"}, "spec", "runPolicy")
 		}, `spec.runPolicy.trainersOnCompletion: Unsupported value: "Linger": supported values: "Stop", "Wait"`},
@@ -190,7 +190,7 @@ func TestAdmissionRules(t *testing.T) {
 		}, ""},
 		{"JI with a 54-character name", validJI, func(t *testing.T, o *unstructured.Unstructured) {
 			o.SetName(strings.Repeat("b", 54))
-		}, "metadata.name must be at most 53 characters"},
+		}, "metadata.name: Too long: may not be more than 53 bytes"},
 		{"JI offline policy with an unknown action", validJI, func(t *testing.T, o *unstructured.Unstructured) {
 			setField(t, o, map[string]any{"action": "Reboot"}, "spec", "edgeWorker", "offlinePolicy")
 		}, `spec.edgeWorker.offlinePolicy.action: Unsupported value: "Reboot": supported values: "Restart", "None"`},
