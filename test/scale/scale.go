@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,8 +76,8 @@ type Config struct {
 	SteadyWindow time.Duration
 	// ProfileDir, when set, receives the controller's heap profile at the end of the run (heap-<nodes>.pprof, and
 	// as text heap-<nodes>.txt), its CPU profiles of the steady windows (cpu-heartbeats-<nodes>.pprof,
-	// cpu-reports-<nodes>.pprof), and its and the API server's of the outage and its heal
-	// (cpu-{outage,heal}-{controller,apiserver}-<nodes>.pprof).
+	// cpu-reports-<nodes>.pprof), and its, the API server's and the harness's of the outage and its heal
+	// (cpu-{outage,heal}-{controller,apiserver,harness}-<nodes>.pprof).
 	ProfileDir string
 	// ControllerArgs are more flags for the controller, e.g. --concurrent-reconciles.
 	ControllerArgs []string
@@ -792,8 +793,9 @@ func (h *scaleRun) measureOutage(ctx context.Context, r *Result) {
 	profiled()
 }
 
-// profileCPU saves, with a profile directory, the controller's and the API server's CPU profiles of the next
-// period as cpu-<name>-{controller,apiserver}-<nodes>.pprof; the returned function waits for both.
+// profileCPU saves, with a profile directory, the controller's, the API server's and the harness's own (its
+// simulated agents and caches) CPU profiles of the next period as cpu-<name>-{controller,apiserver,harness}-
+// <nodes>.pprof; the returned function waits for them.
 func (h *scaleRun) profileCPU(ctx context.Context, name string, period time.Duration) (wait func()) {
 	if h.cfg.ProfileDir == "" {
 		return func() {}
@@ -803,8 +805,9 @@ func (h *scaleRun) profileCPU(ctx context.Context, name string, period time.Dura
 	}
 	seconds := strconv.Itoa(int(period.Seconds()))
 	var wg sync.WaitGroup
-	var controllerErr, apiserverErr error
+	var controllerErr, apiserverErr, harnessErr error
 	wg.Go(func() { controllerErr = h.saveProfile("profile?seconds="+seconds, path("controller")) })
+	wg.Go(func() { harnessErr = profileSelf(path("harness"), period) })
 	wg.Go(func() {
 		var data []byte
 		data, apiserverErr = h.kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", seconds).
@@ -815,8 +818,23 @@ func (h *scaleRun) profileCPU(ctx context.Context, name string, period time.Dura
 	})
 	return func() {
 		wg.Wait()
-		h.check(errors.Join(controllerErr, apiserverErr))
+		h.check(errors.Join(controllerErr, apiserverErr, harnessErr))
 	}
+}
+
+// profileSelf writes this process's CPU profile of the next period to path.
+func profileSelf(path string, period time.Duration) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return fmt.Errorf("profiling the harness (go test -cpuprofile?): %w", err)
+	}
+	time.Sleep(period)
+	pprof.StopCPUProfile()
+	return f.Close()
 }
 
 // cutOff does to nodes what an outage does: their agents say they lost the API server, and kwok stops renewing
@@ -842,11 +860,14 @@ func (h *scaleRun) cutOff(ctx context.Context, nodes []string) (took time.Durati
 
 // mend undoes cutOff and returns when every worker status on nodes is in the API server's word again.
 func (h *scaleRun) mend(ctx context.Context, nodes []string) time.Duration {
+	// kwok takes the nodes back before the clock starts, as it left them: its label is the harness's own request
+	// per node, which a region coming back does not make. kwok's Lease renewals and lists of each node's pods
+	// that follow still share the clock's seconds, as the nodes' own would.
+	h.check(h.labelNodes(ctx, nodes, `"`+kwokValue+`"`))
 	began := time.Now()
 	for _, n := range nodes {
 		h.fleet.agents[n].setReachable(true)
 	}
-	h.check(h.labelNodes(ctx, nodes, `"`+kwokValue+`"`))
 	set := nodeSet(nodes)
 	h.waitFor(5*time.Minute, "every worker of the mended nodes in the API server's word", func() (bool, error) {
 		api, total := h.records(set, func(w v1alpha1.WorkerStatus) bool { return w.Source == v1alpha1.StatusSourceAPIServer })
