@@ -165,6 +165,8 @@ type Result struct {
 	// OutageHeal from mending them all, once the nodes were marked not Ready, until every status is in the API
 	// server's word again.
 	OutageAll, OutageHeal time.Duration
+	// OutageRaw is the anchor of both: a client that does nothing else writing the statuses the outage writes.
+	OutageRaw time.Duration
 	// RecreateJI and RecreateRS are the child re-creation samples: the JI's edge Deployment, and the anchor
 	// Deployment's ReplicaSet.
 	RecreateJI, RecreateRS []time.Duration
@@ -218,6 +220,7 @@ func Run(t testing.TB, cfg Config) *Result {
 		h.waitQuiet()
 		h.measureMassCutoff(ctx, r)
 		h.measureOutage(ctx, r)
+		h.measureOutageAnchor(ctx, r)
 		end, err := sampleProc(h.controller.Pid())
 		h.check(err)
 		r.ControllerRSS, r.ControllerPeakRSS = end.rss, end.hwm
@@ -234,6 +237,7 @@ func Run(t testing.TB, cfg Config) *Result {
 	h.waitQuiet()
 	h.measureMassCutoff(ctx, r)
 	h.measureOutage(ctx, r)
+	h.measureOutageAnchor(ctx, r)
 	h.measureRecreation(r)
 	end, err := sampleProc(h.controller.Pid())
 	h.check(err)
@@ -1060,11 +1064,16 @@ func (h *scaleRun) createAll(ctx context.Context, n int, obj func(i int) client.
 
 // forAll runs do(0..n-1) with Parallelism calls at once and returns the first error.
 func (h *scaleRun) forAll(n int, do func(i int) error) error {
+	return h.forEach(h.cfg.Parallelism, n, do)
+}
+
+// forEach calls do(0..n-1) from workers goroutines and returns the first error.
+func (h *scaleRun) forEach(workers, n int, do func(i int) error) error {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var first error
 	next := make(chan int)
-	for w := 0; w < h.cfg.Parallelism; w++ {
+	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

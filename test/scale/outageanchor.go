@@ -1,0 +1,168 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/manager"
+)
+
+// anchorGroup is the API group of the outage anchor's copies of the workloads: Lifeline's CRDs, schemas and all,
+// under a group no controller watches.
+const anchorGroup = "anchor.lifeline.test"
+
+// AnchorNamespace holds the outage anchor's copies of the workloads.
+const AnchorNamespace = "scale-outage-anchor"
+
+// anchorPlurals are the resources the outage writes the status of.
+var anchorPlurals = []string{"jointinferenceservices", "federatedlearningjobs"}
+
+// measureOutageAnchor times the outage's status writes made by a client that does nothing else, on the same
+// machine with the same fleet heartbeating: every workload, status and all, is copied into an object of the same
+// schema that no controller watches; once the API server is quiet, the copies' statuses are written as the
+// outage writes them (each worker on an edge node in its agent's word), with as many writes in flight as the
+// controller has passes (its default ConcurrentReconciles for each kind). What Lifeline takes beyond it is its
+// own: noticing the agents' word, the passes, and the CPU they take from the API server.
+func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
+	h.check(h.installAnchorCRDs(ctx))
+	dyn, err := dynamic.NewForConfig(h.cp.Config)
+	h.check(err)
+	_, err = h.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: AnchorNamespace}}, metav1.CreateOptions{})
+	h.check(err)
+	var copies []*unstructured.Unstructured
+	for _, plural := range anchorPlurals {
+		list, err := dyn.Resource(v1alpha1.GroupVersion.WithResource(plural)).Namespace(Namespace).List(ctx, metav1.ListOptions{})
+		h.check(err)
+		for i := range list.Items {
+			copies = append(copies, anchorCopy(&list.Items[i]))
+		}
+	}
+	resource := func(u *unstructured.Unstructured) dynamic.ResourceInterface {
+		plural := map[string]string{"JointInferenceService": anchorPlurals[0], "FederatedLearningJob": anchorPlurals[1]}[u.GetKind()]
+		return dyn.Resource(schema.GroupVersionResource{Group: anchorGroup, Version: "v1alpha1", Resource: plural}).Namespace(AnchorNamespace)
+	}
+	h.check(h.forEach(h.cfg.Parallelism, len(copies), func(i int) error {
+		status := copies[i].Object["status"]
+		created, err := resource(copies[i]).Create(ctx, copies[i], metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("creating the anchor's copy of %s: %w", copies[i].GetName(), err)
+		}
+		created.Object["status"] = status
+		copies[i], err = resource(created).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		return err
+	}))
+	h.waitQuiet()
+
+	edge, now := nodeSet(h.fleet.nodes()), time.Now().UTC().Format(time.RFC3339)
+	cut := 0
+	for _, c := range copies {
+		cut += toAgentsWord(c, edge, now)
+	}
+	if len(copies) != 2*h.cfg.Nodes || cut == 0 {
+		h.check(fmt.Errorf("the anchor copied %d workloads, want %d, with %d workers on edge nodes", len(copies), 2*h.cfg.Nodes, cut))
+	}
+	costs := h.openCostWindow()
+	began := time.Now()
+	h.check(h.forEach(2*manager.DefaultConcurrentReconciles, len(copies), func(i int) error {
+		_, err := resource(copies[i]).UpdateStatus(ctx, copies[i], metav1.UpdateOptions{})
+		return err
+	}))
+	r.OutageRaw = time.Since(began)
+	stored := 0
+	for _, plural := range anchorPlurals {
+		list, err := dyn.Resource(schema.GroupVersionResource{Group: anchorGroup, Version: "v1alpha1", Resource: plural}).Namespace(AnchorNamespace).
+			List(ctx, metav1.ListOptions{})
+		h.check(err)
+		for i := range list.Items {
+			stored += inAgentsWordCount(&list.Items[i])
+		}
+	}
+	if stored != cut {
+		h.check(fmt.Errorf("the anchor stored %d workers in their agents' word, want %d", stored, cut))
+	}
+	h.progress("outage anchor: a client wrote the statuses of %d copies of the workloads (%d workers in their agents' word) in %v",
+		len(copies), cut, r.OutageRaw.Round(time.Millisecond))
+	costs.report("outage anchor")
+}
+
+// installAnchorCRDs installs Lifeline's CRDs of the workloads under anchorGroup and waits until they serve.
+func (h *scaleRun) installAnchorCRDs(ctx context.Context) error {
+	client, err := apiextensionsclient.NewForConfig(h.cp.Config)
+	if err != nil {
+		return err
+	}
+	crds := client.ApiextensionsV1().CustomResourceDefinitions()
+	for _, plural := range anchorPlurals {
+		crd, err := crds.Get(ctx, plural+"."+v1alpha1.GroupVersion.Group, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		anchor := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: plural + "." + anchorGroup}, Spec: crd.Spec}
+		anchor.Spec.Group = anchorGroup
+		if _, err := crds.Create(ctx, anchor, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating the anchor's CRD %s: %w", anchor.Name, err)
+		}
+		h.waitFor(time.Minute, "the anchor's CRD "+anchor.Name+" established", func() (bool, error) {
+			got, err := crds.Get(ctx, anchor.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, c := range got.Status.Conditions {
+				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, fmt.Errorf("%s not established", anchor.Name)
+		})
+	}
+	return nil
+}
+
+// anchorCopy is workload as a user would create it in the anchor's group and namespace, its status kept.
+func anchorCopy(workload *unstructured.Unstructured) *unstructured.Unstructured {
+	c := &unstructured.Unstructured{Object: map[string]any{"spec": workload.Object["spec"], "status": workload.Object["status"]}}
+	c.SetAPIVersion(anchorGroup + "/v1alpha1")
+	c.SetKind(workload.GetKind())
+	c.SetName(workload.GetName())
+	c.SetNamespace(AnchorNamespace)
+	c.SetLabels(workload.GetLabels())
+	return c
+}
+
+// inAgentsWordCount counts the workers of u's status in their agents' word.
+func inAgentsWordCount(u *unstructured.Unstructured) int {
+	workers, _, _ := unstructured.NestedSlice(u.Object, "status", "workers")
+	n := 0
+	for _, w := range workers {
+		if record, ok := w.(map[string]any); ok && record["source"] == string(v1alpha1.StatusSourceAgent) {
+			n++
+		}
+	}
+	return n
+}
+
+// toAgentsWord sets, in u's status, each worker on a node of edge in its agent's word as the controller does in
+// an outage (source and last seen), and returns how many it set.
+func toAgentsWord(u *unstructured.Unstructured, edge map[string]bool, now string) int {
+	workers, _, _ := unstructured.NestedSlice(u.Object, "status", "workers")
+	n := 0
+	for _, w := range workers {
+		record, ok := w.(map[string]any)
+		if node, _ := record["node"].(string); ok && edge[node] {
+			record["source"], record["lastSeen"] = string(v1alpha1.StatusSourceAgent), now
+			n++
+		}
+	}
+	_ = unstructured.SetNestedSlice(u.Object, workers, "status", "workers")
+	return n
+}
