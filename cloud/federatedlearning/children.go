@@ -230,9 +230,11 @@ func (r *Reconciler) removePods(ctx context.Context, job *v1alpha1.FederatedLear
 	return nil
 }
 
-// releasePods removes Lifeline's finalizer, with a patch that fails if the pod was replaced meanwhile.
+// releasePods removes Lifeline's finalizer, with a patch that fails if the pod was replaced meanwhile. The pods
+// may be the cache's own: each patch answers into a copy.
 func (r *Reconciler) releasePods(ctx context.Context, pods []*corev1.Pod) error {
 	for _, pod := range pods {
+		pod = pod.DeepCopy()
 		var keep []string
 		for _, f := range pod.Finalizers {
 			if f != WorkerFinalizer {

@@ -23,9 +23,12 @@ func TestStatusFromAStaleCopyWaitsForTheNewerJob(t *testing.T) {
 	job := startJob(t, "federated-learning.yaml", nil)
 	ctx := context.Background()
 	var stored *v1alpha1.FederatedLearningJob
-	eventually(t, within, "every worker recorded", func(context.Context) (bool, error) {
+	// Settled: every worker running and recorded so, or the running controller's next pass (the one the edit
+	// below wakes) would change the status the test compares.
+	workers := int32(1 + len(job.Spec.TrainingWorkers))
+	eventually(t, within, "every worker running and recorded", func(context.Context) (bool, error) {
 		stored = getJob(t, job)
-		return len(stored.Status.Workers) == 1+len(job.Spec.TrainingWorkers), nil
+		return len(stored.Status.Workers) == int(workers) && stored.Status.Active == workers && stored.Status.Phase == v1alpha1.FLJobRunning, nil
 	})
 	// The copy the pass reads: the job before its first status write, at a resourceVersion the API server has
 	// since left behind (the annotation below).

@@ -105,8 +105,9 @@ func (r *Reconciler) statusAfter(job *v1alpha1.FederatedLearningJob, p plan, don
 // so none of its workers is created twice.
 func (r *Reconciler) observe(ctx context.Context, job *v1alpha1.FederatedLearningJob) ([]worker, error) {
 	pods := &corev1.PodList{}
+	// The cache's pods, not copies: a pass only reads them, but for releasePods, which patches a copy.
 	if err := r.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingFields{workloadIndex: nameLabelValue(job.Name)},
-		client.MatchingLabels(selectorLabels(job))); err != nil {
+		client.MatchingLabels(selectorLabels(job)), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing worker pods: %w", err)
 	}
 	ids := identities(job)
@@ -190,8 +191,8 @@ func podsOf(workers []worker) []*corev1.Pod {
 // releaseOrphans lets go of the deleting pods of a job that is gone or being deleted, and of an earlier job of
 // the same name.
 func (r *Reconciler) releaseOrphans(ctx context.Context, key types.NamespacedName, job *v1alpha1.FederatedLearningJob) error {
-	// Every pass asks, and almost always lets go of nothing: the cache's pods are read in place, and only those
-	// let go are copied (the patch writes its answer into its pod).
+	// Every pass asks, and almost always lets go of nothing: the cache's pods are read in place (releasePods
+	// patches copies).
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingFields{workloadIndex: nameLabelValue(key.Name)},
 		client.UnsafeDisableDeepCopy); err != nil {
@@ -203,7 +204,7 @@ func (r *Reconciler) releaseOrphans(ctx context.Context, key types.NamespacedNam
 		// Only pods already being deleted: a pod that still runs is never let go before its end is counted.
 		live := job.UID != "" && job.DeletionTimestamp == nil && metav1.IsControlledBy(pod, job)
 		if hasFinalizer(pod) && pod.DeletionTimestamp != nil && !live {
-			release = append(release, pod.DeepCopy())
+			release = append(release, pod)
 		}
 	}
 	return r.releasePods(ctx, release)
