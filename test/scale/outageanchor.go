@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
@@ -35,7 +36,9 @@ var anchorPlurals = []string{"jointinferenceservices", "federatedlearningjobs"}
 // own: noticing the agents' word, the passes, and the CPU they take from the API server.
 func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 	h.check(h.installAnchorCRDs(ctx))
-	dyn, err := dynamic.NewForConfig(h.cp.Config)
+	cfg := rest.CopyConfig(h.cp.Config)
+	cfg.QPS = -1 // as the controller's client: no limit but the API server's
+	dyn, err := dynamic.NewForConfig(cfg)
 	h.check(err)
 	_, err = h.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: AnchorNamespace}}, metav1.CreateOptions{})
 	h.check(err)
