@@ -144,6 +144,9 @@ func TestANodeWithoutWorkersKeepsNoOtherNodesPods(t *testing.T) {
 	}
 	client := fake.NewClientset(onNode("agent", "edge-1", false), onNode("elsewhere", "edge-2", true))
 	node, w, ctx := watchHollowNode(t, client)
+	// A connected MetaServer, as said: until the node links, its store answers, and no field selector selects
+	// there.
+	testkit.Until(t, waitLimit, "the node linked to the cloud", node.CloudLinked)
 	go w.Run(ctx, 100*time.Millisecond)
 	testkit.Until(t, waitLimit, "the watch established", w.Reachable)
 	if _, err := client.CoreV1().Pods("default").Create(ctx, onNode("worker", "edge-1", true), metav1.CreateOptions{}); err != nil {

@@ -50,9 +50,11 @@ func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 			copies = append(copies, anchorCopy(&list.Items[i]))
 		}
 	}
-	resource := func(u *unstructured.Unstructured) dynamic.ResourceInterface {
-		plural := map[string]string{"JointInferenceService": anchorPlurals[0], "FederatedLearningJob": anchorPlurals[1]}[u.GetKind()]
+	anchored := func(plural string) dynamic.ResourceInterface {
 		return dyn.Resource(schema.GroupVersionResource{Group: anchorGroup, Version: "v1alpha1", Resource: plural}).Namespace(AnchorNamespace)
+	}
+	resource := func(u *unstructured.Unstructured) dynamic.ResourceInterface {
+		return anchored(map[string]string{"JointInferenceService": anchorPlurals[0], "FederatedLearningJob": anchorPlurals[1]}[u.GetKind()])
 	}
 	h.check(h.forEach(h.cfg.Parallelism, len(copies), func(i int) error {
 		status := copies[i].Object["status"]
@@ -83,8 +85,7 @@ func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 	r.OutageRaw = time.Since(began)
 	stored := 0
 	for _, plural := range anchorPlurals {
-		list, err := dyn.Resource(schema.GroupVersionResource{Group: anchorGroup, Version: "v1alpha1", Resource: plural}).Namespace(AnchorNamespace).
-			List(ctx, metav1.ListOptions{})
+		list, err := anchored(plural).List(ctx, metav1.ListOptions{})
 		h.check(err)
 		for i := range list.Items {
 			stored += inAgentsWordCount(&list.Items[i])

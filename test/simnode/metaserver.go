@@ -245,6 +245,10 @@ func (n *Node) keepInStore(event watch.EventType, pod *corev1.Pod) {
 	n.foreign[pod.UID] = pod.DeepCopy()
 }
 
+// CloudLinked tells whether the node's own list and watch of the API server work now: until they do, its
+// MetaServer answers from the node's store.
+func (n *Node) CloudLinked() bool { return n.cloudLinked.Load() }
+
 // ForeignPodsStored names, as namespace/name, the other nodes' pods the node's store holds.
 func (n *Node) ForeignPodsStored() []string {
 	n.foreignMu.Lock()
