@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -365,7 +366,16 @@ func cutOffKnown(t testing.TB, node, what string, told func(ctx context.Context)
 	if err := rc.Cut(ctx, node, realnode.LinkAPI, inst.BrokerPort); err != nil {
 		t.Fatal(err)
 	}
-	harness.Eventually(t, 30*time.Second, what+": "+node+"'s agent knows it is cut off", told)
+	var last error // a failed read is not the end: the next may succeed
+	if wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		ok, err := told(ctx)
+		last = err
+		return ok, nil
+	}) != nil {
+		// Kept with the failure: the pods' own logs go with them when the run ends.
+		t.Fatalf("waiting 30s for %s: %s's agent knows it is cut off: not done (last error: %v)\nthe controller:\n%s\nthe agents:\n%s",
+			what, node, last, componentLogs(t, "lifeline-controller"), componentLogs(t, "lifeline-agent"))
+	}
 	if err := rc.Cut(ctx, node, realnode.LinkAll, inst.BrokerPort); err != nil {
 		t.Fatal(err)
 	}
@@ -581,7 +591,7 @@ func TestHelmUpgradeWhileANodeIsCutOffRestartsNoWorker(t *testing.T) {
 		t.Errorf("worker restarted by the upgrade: %s", w)
 	}
 	if len(u.lost) != 0 {
-		t.Errorf("%d reports lost while the agents were replaced:\n%s\nthe agents:\n%s", len(u.lost), strings.Join(u.lost, "\n"), agentLogs(t))
+		t.Errorf("%d reports lost while the agents were replaced:\n%s\nthe agents:\n%s", len(u.lost), strings.Join(u.lost, "\n"), componentLogs(t, "lifeline-agent"))
 	}
 	if !u.standbyFollowed {
 		t.Error("edge-1's standby is not of the new release")
@@ -590,11 +600,12 @@ func TestHelmUpgradeWhileANodeIsCutOffRestartsNoWorker(t *testing.T) {
 		u.took.Round(time.Second), u.handOvers, u.reportsRetried, len(u.lost))
 }
 
-// agentLogs is the log of every agent pod, and of its container's previous run if it restarted.
-func agentLogs(t testing.TB) string {
+// componentLogs is the log of every pod of a component of the release (lifeline-agent, lifeline-controller), and
+// of its container's previous run if it restarted.
+func componentLogs(t testing.TB, component string) string {
 	t.Helper()
 	ctx := context.Background()
-	pods, err := rc.Client().CoreV1().Pods(realnode.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=lifeline-agent"})
+	pods, err := rc.Client().CoreV1().Pods(realnode.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + component})
 	if err != nil {
 		return err.Error()
 	}
