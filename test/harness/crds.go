@@ -50,22 +50,30 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config, dir string) error {
 		names = append(names, crd.Name)
 	}
 	for _, name := range names {
-		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true,
-			func(ctx context.Context) (bool, error) {
-				crd, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
-				if err != nil {
-					return false, err
-				}
-				for _, c := range crd.Status.Conditions {
-					if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-						return true, nil
-					}
-				}
-				return false, nil
-			})
-		if err != nil {
-			return fmt.Errorf("waiting for CRD %s to be established: %w", name, err)
+		if err := WaitEstablished(ctx, client, name); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// WaitEstablished waits up to 30 s for the CRD name to be Established: its resources are served.
+func WaitEstablished(ctx context.Context, client apiextensionsclient.Interface, name string) error {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true,
+		func(ctx context.Context) (bool, error) {
+			crd, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, c := range crd.Status.Conditions {
+				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	if err != nil {
+		return fmt.Errorf("waiting for CRD %s to be established: %w", name, err)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
+	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
 // anchorGroup is the API group of the outage anchor's copies of the workloads: Lifeline's CRDs, schemas and all,
@@ -116,18 +117,9 @@ func (h *scaleRun) installAnchorCRDs(ctx context.Context) error {
 		if _, err := crds.Create(ctx, anchor, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating the anchor's CRD %s: %w", anchor.Name, err)
 		}
-		h.waitFor(time.Minute, "the anchor's CRD "+anchor.Name+" established", func() (bool, error) {
-			got, err := crds.Get(ctx, anchor.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			for _, c := range got.Status.Conditions {
-				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-					return true, nil
-				}
-			}
-			return false, fmt.Errorf("%s not established", anchor.Name)
-		})
+		if err := harness.WaitEstablished(ctx, client, anchor.Name); err != nil {
+			return err
+		}
 	}
 	return nil
 }

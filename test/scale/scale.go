@@ -833,8 +833,8 @@ func profileSelf(path string, period time.Duration) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
 	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
 		return fmt.Errorf("profiling the harness (go test -cpuprofile?): %w", err)
 	}
 	time.Sleep(period)
