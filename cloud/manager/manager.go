@@ -107,6 +107,11 @@ type Options struct {
 // nothing, as the API server's Service creations bound the passes then (docs/performance.md).
 const DefaultConcurrentReconciles = 10
 
+// ConditionYieldFor is how long the Nodes' LifelineAgent conditions wait at most for the workload passes queued
+// before them: in a region's outage the workloads' statuses are written first, and the conditions within this of
+// the agents' word even when the passes never drain.
+const ConditionYieldFor = 30 * time.Second
+
 // Scheme holds the built-in types and sedna.io/v1alpha1.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
@@ -187,7 +192,8 @@ func setUp(mgr ctrl.Manager, opts Options, st *startState) error {
 	if opts.Instrument != nil {
 		mgr = opts.Instrument(mgr)
 	}
-	edge, err := addEdge(mgr, opts, st)
+	backlog := &workload.Backlog{}
+	edge, err := addEdge(mgr, opts, st, backlog)
 	if err != nil {
 		return err
 	}
@@ -203,6 +209,7 @@ func setUp(mgr ctrl.Manager, opts Options, st *startState) error {
 		Edge:                    edge,
 		Now:                     now,
 		MaxConcurrentReconciles: opts.ConcurrentReconciles,
+		Backlog:                 backlog,
 	}
 	if err := (&jointinference.Reconciler{Deps: deps}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the JointInferenceService controller: %w", err)
@@ -261,7 +268,7 @@ func must(r *labels.Requirement, err error) labels.Requirement {
 
 // addEdge adds the liveness tracker and the broker session (embedded broker, or an external broker's client) to
 // the manager; nil when neither is configured.
-func addEdge(mgr ctrl.Manager, opts Options, st *startState) (*edgeaware.Edge, error) {
+func addEdge(mgr ctrl.Manager, opts Options, st *startState, backlog nodecondition.Backlog) (*edgeaware.Edge, error) {
 	if opts.MQTTAddress == "" && opts.MQTTBrokerURL == "" {
 		return nil, nil
 	}
@@ -303,7 +310,7 @@ func addEdge(mgr ctrl.Manager, opts Options, st *startState) (*edgeaware.Edge, e
 		now = opts.Clock.Now
 	}
 	if err := mgr.Add(&nodecondition.Writer{Client: mgr.GetClient(), Agents: tracker, Interval: time.Second, Rehear: 30 * time.Second,
-		Now: now, Log: mgr.GetLogger().WithName("nodecondition")}); err != nil {
+		Backlog: backlog, YieldFor: ConditionYieldFor, Now: now, Log: mgr.GetLogger().WithName("nodecondition")}); err != nil {
 		return nil, err
 	}
 	return &edgeaware.Edge{Tracker: tracker, Commands: s, Nodes: mgr.GetClient(), ReportPeriod: max(opts.ReportStatusPeriod, 0)}, nil

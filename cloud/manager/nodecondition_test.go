@@ -208,3 +208,78 @@ func TestANewLeaderDoesNotFlapTheFleetToNeverHeard(t *testing.T) {
 		t.Errorf("condition %s once the rehearing time is over, want %s", got, nodecondition.ReasonNeverHeard)
 	}
 }
+
+// agentOf is a table that has heard of one node's agent, in the state it holds, and of no other.
+type agentOf struct {
+	node  string
+	state atomic.Pointer[liveness.AgentState]
+	asked atomic.Int64
+}
+
+func (a *agentOf) AgentOf(node string, _ time.Time) liveness.AgentState {
+	if node != a.node {
+		return liveness.AgentState{}
+	}
+	a.asked.Add(1)
+	return *a.state.Load()
+}
+
+// queued is a backlog of n workload passes.
+type queued struct{ n atomic.Int64 }
+
+func (q *queued) Len() int { return int(q.n.Load()) }
+
+// In a storm the workloads' statuses go first: while workload passes are queued, the writer holds the Nodes'
+// conditions back, for at most YieldFor, and writes them once the passes are done or YieldFor is over.
+func TestConditionsWaitForTheWorkloadPassesQueued(t *testing.T) {
+	createNode(t, "edge-yield", map[string]string{broker.EdgeNodeLabel: ""})
+	reason := func() string {
+		node := &corev1.Node{}
+		if err := kube.Get(context.Background(), client.ObjectKey{Name: "edge-yield"}, node); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == nodecondition.Type {
+				return c.Reason
+			}
+		}
+		return ""
+	}
+	agents, backlog := &agentOf{node: "edge-yield"}, &queued{}
+	start := func(yieldFor time.Duration) (stop func()) {
+		// Rehear keeps every other edge Node of the control plane as it is: this table heard of none of them.
+		w := &nodecondition.Writer{Client: kube, Agents: agents, Interval: 20 * time.Millisecond, Rehear: time.Hour,
+			Backlog: backlog, YieldFor: yieldFor, Now: time.Now, Log: logr.Discard()}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = w.Start(ctx); close(done) }()
+		return func() { cancel(); <-done }
+	}
+
+	agents.state.Store(&liveness.AgentState{Heard: true, Online: true, APIKnown: true, APIReachable: true, LastHeartbeat: time.Now()})
+	backlog.n.Store(5)
+	stop := start(time.Hour)
+	asked := agents.asked.Load()
+	testkit.Until(t, 10*time.Second, "ten passes of the writer", func() bool { return agents.asked.Load() >= asked+10 })
+	if got := reason(); got != "" {
+		t.Errorf("the writer wrote %s with 5 workload passes queued", got)
+	}
+	backlog.n.Store(0)
+	testkit.Until(t, 10*time.Second, "edge-yield's condition once the passes are done", func() bool {
+		return reason() == nodecondition.ReasonConnected
+	})
+	stop()
+
+	agents.state.Store(&liveness.AgentState{Heard: true, Online: true, APIKnown: true, LastHeartbeat: time.Now()})
+	backlog.n.Store(5)
+	const yieldFor = 500 * time.Millisecond
+	began := time.Now()
+	stop = start(yieldFor)
+	defer stop()
+	testkit.Until(t, 10*time.Second, "edge-yield's condition with passes still queued", func() bool {
+		return reason() == nodecondition.ReasonAPIServerUnreachable
+	})
+	if took := time.Since(began); took < yieldFor {
+		t.Errorf("the condition was written %v after the writer started, with passes queued, before YieldFor (%v)", took, yieldFor)
+	}
+}

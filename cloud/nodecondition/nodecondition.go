@@ -46,6 +46,11 @@ type Agents interface {
 	AgentOf(node string, now time.Time) liveness.AgentState
 }
 
+// Backlog is how many workload passes are queued and ready to run.
+type Backlog interface {
+	Len() int
+}
+
 // Writer keeps the condition of every edge Node true. It writes a Node only when the condition's status, reason
 // or message changes, so the API server sees a write per transition, not per heartbeat; its heartbeat time is
 // the agent's heartbeat at that transition.
@@ -58,10 +63,16 @@ type Writer struct {
 	// has: a new leader's table is empty until the agents reconnect to its broker, and a fleet flapping to
 	// AgentNeverHeard and back at every hand-over would be a false alarm and two writes a node.
 	Rehear time.Duration
-	Now    func() time.Time
-	Log    logr.Logger
+	// Backlog, when set, holds writes back while workload passes are queued, for at most YieldFor: in a region's
+	// outage the agents of hundreds of nodes change state at once, and the API server's writes go first to the
+	// workloads' statuses, where users and controllers read their workers' state; the Nodes' conditions follow.
+	Backlog  Backlog
+	YieldFor time.Duration
+	Now      func() time.Time
+	Log      logr.Logger
 
-	started time.Time
+	started       time.Time
+	yieldingSince time.Time // when the writer first held a write back for the backlog; zero when it holds none
 }
 
 // Start compares and writes every Interval until ctx ends (a manager.Runnable: the leader's alone).
@@ -97,6 +108,9 @@ func (w *Writer) Sync(ctx context.Context) error {
 		if have != nil && (same(*have, want) || !agent.Heard && now.Sub(w.started) < w.Rehear) {
 			continue
 		}
+		if w.yields(now) {
+			return firstErr
+		}
 		if have != nil && have.Status == want.Status {
 			want.LastTransitionTime = have.LastTransitionTime // another reason, the same status
 		}
@@ -105,7 +119,21 @@ func (w *Writer) Sync(ctx context.Context) error {
 		}
 		w.Log.V(1).Info("LifelineAgent condition", "node", node.Name, "status", want.Status, "reason", want.Reason)
 	}
+	w.yieldingSince = time.Time{}
 	return firstErr
+}
+
+// yields tells whether the next write waits for the workload passes queued: while there are any, for at most
+// YieldFor from the first write it held back.
+func (w *Writer) yields(now time.Time) bool {
+	if w.Backlog == nil || w.Backlog.Len() == 0 {
+		w.yieldingSince = time.Time{}
+		return false
+	}
+	if w.yieldingSince.IsZero() {
+		w.yieldingSince = now
+	}
+	return now.Sub(w.yieldingSince) < w.YieldFor
 }
 
 // Condition is the node's condition for what the table holds of its agent at now. Pure.

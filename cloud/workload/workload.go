@@ -37,6 +37,8 @@ type Deps struct {
 	Edge *edgeaware.Edge
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Backlog, when set, counts the passes each controller has queued.
+	Backlog *Backlog
 	// MaxConcurrentReconciles is how many workloads of the controller's kind are reconciled at once (never one
 	// twice); zero means one.
 	MaxConcurrentReconciles int
@@ -67,7 +69,11 @@ func (d *Deps) NewController(ctx context.Context, mgr ctrl.Manager, kind, worklo
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, workloadIndex, contract.IndexWorkloadPods(kind)); err != nil {
 		return nil, fmt.Errorf("indexing the %s worker pods: %w", kind, err)
 	}
-	b := ctrl.NewControllerManagedBy(mgr).WithOptions(controller.Options{MaxConcurrentReconciles: d.MaxConcurrentReconciles})
+	opts := controller.Options{MaxConcurrentReconciles: d.MaxConcurrentReconciles}
+	if d.Backlog != nil {
+		opts.NewQueue = d.Backlog.newQueue(mgr.GetLogger())
+	}
+	b := ctrl.NewControllerManagedBy(mgr).WithOptions(opts)
 	if edge := d.Edge.Source(mgr.GetClient(), podOwner, kind); edge != nil {
 		return nodewatch.Watch(ctx, mgr, b.WatchesRawSource(edge), nodeIndex, podOwner)
 	}
