@@ -241,7 +241,8 @@ func cacheOptions(opts Options, workerPods labels.Selector) cache.Options {
 	// or Sedna's GM's to adopt) are cached, not every one of the cluster. One of another owner under a name Lifeline
 	// needs is found when its creation is refused (jointinference.syncChild).
 	jiChildren := labels.NewSelector().Add(must(labels.NewRequirement(contract.LabelPrefix(jointinference.Kind)+"name", selection.Exists, nil)))
-	c := cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: workerPods},
+	c := cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: workerPods, Transform: cachedWorkerPod},
+		&corev1.Node{}:       {Transform: cachedNode},
 		&appsv1.Deployment{}: {Label: jiChildren}, &autoscalingv2.HorizontalPodAutoscaler{}: {Label: jiChildren}},
 		// Nothing reads who manages which field; the cache holds every Service of the cluster, and managedFields
 		// are a large part of each object.
