@@ -29,7 +29,8 @@ type Reconciler struct {
 // what was decided, ask the agents of cut-off nodes to heal, write the output Model's status), and write status once.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	job := &v1alpha1.FederatedLearningJob{}
-	err := r.Get(ctx, req.NamespacedName, job)
+	// The cache's job, not a copy: a pass only reads it, and writes its status from a copy (writeStatus).
+	err := r.Get(ctx, req.NamespacedName, job, client.UnsafeDisableDeepCopy)
 	if client.IgnoreNotFound(err) != nil {
 		return ctrl.Result{}, err
 	}

@@ -51,7 +51,8 @@ const staleRequeue = 200 * time.Millisecond
 // (make the cluster match, then ask the agents of cut-off nodes to heal), and write status once.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ji := &v1alpha1.JointInferenceService{}
-	if err := r.Get(ctx, req.NamespacedName, ji); err != nil {
+	// The cache's service, not a copy: a pass only reads it, and writes its status from a copy (writeStatus).
+	if err := r.Get(ctx, req.NamespacedName, ji, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if ji.DeletionTimestamp != nil {
@@ -288,7 +289,8 @@ func (r *Reconciler) syncChild(ctx context.Context, ji *v1alpha1.JointInferenceS
 	hash := templateHash(desired)
 	desired.SetAnnotations(merge(desired.GetAnnotations(), map[string]string{TemplateHashAnnotation: hash}))
 
-	err := r.Get(ctx, client.ObjectKeyFromObject(desired), observed)
+	// The cache's child, not a copy, copied below only when it is to change: most passes find it as rendered.
+	err := r.Get(ctx, client.ObjectKeyFromObject(desired), observed, client.UnsafeDisableDeepCopy)
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := r.Create(ctx, desired); err != nil {
@@ -329,11 +331,13 @@ func (r *Reconciler) syncChild(ctx context.Context, ji *v1alpha1.JointInferenceS
 		return nil
 	}
 
-	annotations := observed.GetAnnotations()
-	switch current, ok := annotations[TemplateHashAnnotation]; {
-	case ok && current == hash:
+	current, ok := observed.GetAnnotations()[TemplateHashAnnotation]
+	if ok && current == hash {
 		return nil
-	case !ok && kind == "Deployment":
+	}
+	observed = observed.DeepCopyObject().(client.Object)
+	annotations := observed.GetAnnotations()
+	if !ok && kind == "Deployment" {
 		// Made by Sedna for this very service: take it over as it runs, without restarting its pods. The next
 		// change of the service rolls it into Lifeline's rendering.
 		observed.SetAnnotations(merge(annotations, map[string]string{TemplateHashAnnotation: hash}))

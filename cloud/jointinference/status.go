@@ -58,7 +58,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, ji *v1alpha1.JointInferenc
 func (r *Reconciler) observeWorker(ctx context.Context, ji *v1alpha1.JointInferenceService, workerType string) (workerObservation, error) {
 	obs := workerObservation{workerType: workerType}
 	d := &appsv1.Deployment{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: ji.Namespace, Name: DeploymentName(ji.Name, workerType)}, d)
+	// Only read (readiness, ownership): the cache's Deployment, not a copy.
+	err := r.Get(ctx, types.NamespacedName{Namespace: ji.Namespace, Name: DeploymentName(ji.Name, workerType)}, d, client.UnsafeDisableDeepCopy)
 	if client.IgnoreNotFound(err) != nil {
 		return obs, fmt.Errorf("reading %s deployment: %w", workerType, err)
 	}
