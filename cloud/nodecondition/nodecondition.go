@@ -95,7 +95,8 @@ func (w *Writer) Start(ctx context.Context) error {
 // Sync writes the condition of every edge Node whose condition is not what the table says.
 func (w *Writer) Sync(ctx context.Context) error {
 	nodes := &corev1.NodeList{}
-	if err := w.Client.List(ctx, nodes, client.HasLabels{EdgeNodeLabel}); err != nil {
+	// The cache's Nodes, not copies, every second: only read, and written by patches.
+	if err := w.Client.List(ctx, nodes, client.HasLabels{EdgeNodeLabel}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing edge nodes: %w", err)
 	}
 	now := w.Now()
