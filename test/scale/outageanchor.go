@@ -72,32 +72,61 @@ func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 	edge, now := nodeSet(h.fleet.nodes()), time.Now().UTC().Format(time.RFC3339)
 	cut := 0
 	for _, c := range copies {
-		cut += toAgentsWord(c, edge, now)
+		cut += toWord(c, edge, v1alpha1.StatusSourceAgent, now)
 	}
 	if len(copies) != 2*h.cfg.Nodes || cut == 0 {
 		h.check(fmt.Errorf("the anchor copied %d workloads, want %d, with %d workers on edge nodes", len(copies), 2*h.cfg.Nodes, cut))
 	}
-	costs := h.openCostWindow()
-	began := time.Now()
-	h.check(h.forEach(2*manager.DefaultConcurrentReconciles, len(copies), func(i int) error {
-		_, err := resource(copies[i]).UpdateStatus(ctx, copies[i], metav1.UpdateOptions{})
-		return err
-	}))
-	r.OutageRaw = time.Since(began)
-	stored := 0
-	for _, plural := range anchorPlurals {
-		list, err := anchored(plural).List(ctx, metav1.ListOptions{})
-		h.check(err)
-		for i := range list.Items {
-			stored += inAgentsWordCount(&list.Items[i])
-		}
+	writeAll := func() time.Duration {
+		began := time.Now()
+		h.check(h.forEach(2*manager.DefaultConcurrentReconciles, len(copies), func(i int) error {
+			var err error
+			copies[i], err = resource(copies[i]).UpdateStatus(ctx, copies[i], metav1.UpdateOptions{})
+			return err
+		}))
+		return time.Since(began)
 	}
-	if stored != cut {
+	costs := h.openCostWindow()
+	r.OutageRaw = writeAll()
+	inAgentsWord := func() int {
+		n := 0
+		for _, plural := range anchorPlurals {
+			list, err := anchored(plural).List(ctx, metav1.ListOptions{})
+			h.check(err)
+			for i := range list.Items {
+				n += inAgentsWordCount(&list.Items[i])
+			}
+		}
+		return n
+	}
+	if stored := inAgentsWord(); stored != cut {
 		h.check(fmt.Errorf("the anchor stored %d workers in their agents' word, want %d", stored, cut))
 	}
 	h.progress("outage anchor: a client wrote the statuses of %d copies of the workloads (%d workers in their agents' word) in %v",
 		len(copies), cut, r.OutageRaw.Round(time.Millisecond))
 	costs.report("outage anchor")
+
+	// The heal's anchor: the same writes, back in the API server's word, while kwok takes every edge node back
+	// as in the heal: its label comes off and, once kwok has let the nodes go, on again before the clock starts;
+	// its Lease renewals and lists of each node's pods share the clock's seconds. The nodes are let go for a few
+	// seconds, not the outage's grace: no node turns not Ready, so the controller, whose agents still reach the
+	// API server, has nothing to write meanwhile.
+	nodes := h.fleet.nodes()
+	h.check(h.labelNodes(ctx, nodes, "null"))
+	time.Sleep(5 * time.Second)
+	h.check(h.labelNodes(ctx, nodes, `"`+kwokValue+`"`))
+	now = time.Now().UTC().Format(time.RFC3339)
+	for _, c := range copies {
+		toWord(c, edge, v1alpha1.StatusSourceAPIServer, now)
+	}
+	costs = h.openCostWindow()
+	r.HealRaw = writeAll()
+	if stored := inAgentsWord(); stored != 0 {
+		h.check(fmt.Errorf("the heal's anchor left %d workers in their agents' word, want none", stored))
+	}
+	h.progress("heal anchor: a client wrote the statuses of %d copies back in the API server's word in %v, as kwok took %d nodes back",
+		len(copies), r.HealRaw.Round(time.Millisecond), len(nodes))
+	costs.report("heal anchor")
 }
 
 // installAnchorCRDs installs Lifeline's CRDs of the workloads under anchorGroup and waits until they serve.
@@ -147,15 +176,15 @@ func inAgentsWordCount(u *unstructured.Unstructured) int {
 	return n
 }
 
-// toAgentsWord sets, in u's status, each worker on a node of edge in its agent's word as the controller does in
-// an outage (source and last seen), and returns how many it set.
-func toAgentsWord(u *unstructured.Unstructured, edge map[string]bool, now string) int {
+// toWord sets, in u's status, each worker on a node of edge in source's word as the controller does in an outage
+// and its heal (source and last seen), and returns how many it set.
+func toWord(u *unstructured.Unstructured, edge map[string]bool, source v1alpha1.StatusSource, now string) int {
 	workers, _, _ := unstructured.NestedSlice(u.Object, "status", "workers")
 	n := 0
 	for _, w := range workers {
 		record, ok := w.(map[string]any)
 		if node, _ := record["node"].(string); ok && edge[node] {
-			record["source"], record["lastSeen"] = string(v1alpha1.StatusSourceAgent), now
+			record["source"], record["lastSeen"] = string(source), now
 			n++
 		}
 	}

@@ -36,6 +36,8 @@ func (r *Result) metrics() []metric {
 		{r.OutageHeal.Seconds(), "outage-heal-s"},
 		{r.OutageRaw.Seconds(), "outage-raw-s"},
 		{r.OutageAll.Seconds() / r.OutageRaw.Seconds(), "outage-ratio-to-raw"},
+		{r.HealRaw.Seconds(), "heal-raw-s"},
+		{r.OutageHeal.Seconds() / r.HealRaw.Seconds(), "heal-ratio-to-raw"},
 		{ms(jiP50), "recreate-ji-p50-ms"},
 		{ms(rsP50), "recreate-rs-p50-ms"},
 		{jiP50.Seconds() / rsP50.Seconds(), "recreate-ratio-to-rs"},

@@ -166,8 +166,9 @@ type Result struct {
 	// OutageHeal from mending them all, once the nodes were marked not Ready, until every status is in the API
 	// server's word again.
 	OutageAll, OutageHeal time.Duration
-	// OutageRaw is the outage's anchor: a client that does nothing else writing the statuses the outage writes.
-	OutageRaw time.Duration
+	// OutageRaw is the outage's anchor: a client that does nothing else writing the statuses the outage writes;
+	// HealRaw the heal's: the same client writing them back while kwok takes the nodes back.
+	OutageRaw, HealRaw time.Duration
 	// RecreateJI and RecreateRS are the child re-creation samples: the JI's edge Deployment, and the anchor
 	// Deployment's ReplicaSet.
 	RecreateJI, RecreateRS []time.Duration

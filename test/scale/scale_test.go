@@ -53,8 +53,8 @@ func TestScaleSmoke(t *testing.T) {
 	if r.CutOffWorkers != 5*(1+TrainersPerJob) || r.MassCutoff <= 0 || r.NodesUnknown < r.MassCutoff {
 		t.Errorf("mass cut-off: %d workers in %v, nodes not Ready after %v", r.CutOffWorkers, r.MassCutoff, r.NodesUnknown)
 	}
-	if r.OutageAll <= 0 || r.OutageHeal <= 0 || r.OutageRaw <= 0 {
-		t.Errorf("outage: every node cut in %v, mended in %v, the anchor's writes in %v", r.OutageAll, r.OutageHeal, r.OutageRaw)
+	if r.OutageAll <= 0 || r.OutageHeal <= 0 || r.OutageRaw <= 0 || r.HealRaw <= 0 {
+		t.Errorf("outage: every node cut in %v, mended in %v, the anchors' writes in %v and %v", r.OutageAll, r.OutageHeal, r.OutageRaw, r.HealRaw)
 	}
 	if len(r.RecreateJI) != 3 || len(r.RecreateRS) != 3 {
 		t.Errorf("re-creations: %d and %d samples", len(r.RecreateJI), len(r.RecreateRS))
