@@ -37,9 +37,9 @@ type Edge struct {
 	ReportPeriod time.Duration
 }
 
-// LivenessPriority is the work-queue priority of a pass an agent's word on a worker of a cut-off node calls for:
-// above that of every other (0), so a death there is acted on ahead of the passes that creations, rollouts and
-// reports queued.
+// LivenessPriority is the work-queue priority of a pass an agent's word on a worker of a cut-off node calls for,
+// or of a node whose link has just come back: above that of every other (0), so a death there, and a region's
+// cut or return, is acted on ahead of the passes that creations, rollouts and reports queued.
 const LivenessPriority = 10
 
 // addFirst queues reqs ahead of the rest when q is controller-runtime's priority queue (its default), at the
@@ -158,9 +158,10 @@ func (e *Edge) Source(pods client.Reader, podOwner handler.MapFunc, ownerKind st
 	if e == nil || e.Tracker == nil {
 		return nil
 	}
-	// A worker on a cut-off node is in its agent's word alone: its pass goes first. Elsewhere the agent only
-	// confirms the API server, and its pass, as a report's, only refreshes a status: it waits behind the passes
-	// that make or rebuild children, which it would otherwise delay.
+	// A worker on a cut-off node is in its agent's word alone: its pass goes first, as does that of a worker
+	// whose node's link has just come back, whose record goes back to the API server's word. Elsewhere the agent
+	// only confirms the API server, and its pass, as a report's, only refreshes a status: it waits behind the
+	// passes that make or rebuild children, which it would otherwise delay.
 	toRequests := func(ctx context.Context, o client.Object) ([]reconcile.Request, bool) {
 		pod := &corev1.Pod{}
 		// Only read, never kept: an outage wakes every worker of a region at once, and copying each pod took a
@@ -168,7 +169,8 @@ func (e *Edge) Source(pods client.Reader, podOwner handler.MapFunc, ownerKind st
 		if err := pods.Get(ctx, client.ObjectKeyFromObject(o), pod, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, false
 		}
-		return podOwner(ctx, pod), e.Tracker.SpeaksFor(pod.Spec.NodeName, time.Now())
+		now := time.Now()
+		return podOwner(ctx, pod), e.Tracker.SpeaksFor(pod.Spec.NodeName, now) || e.Tracker.Rejoined(pod.Spec.NodeName, now)
 	}
 	return source.Channel(e.Tracker.Subscribe(), handler.Funcs{
 		GenericFunc: func(ctx context.Context, ev event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {

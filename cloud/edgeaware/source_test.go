@@ -110,17 +110,28 @@ func (q *addsSeen) waitAdd(t *testing.T) {
 	}
 }
 
-// On controller-runtime's priority queue, a pass for an agent's word on a worker of a cut-off node goes ahead
-// of those queued for anything else; the word of an agent whose node reaches the API server waits its turn.
+// On controller-runtime's priority queue, a pass for an agent's word on a worker of a cut-off node, or of a node
+// whose link has just come back, goes ahead of those queued for anything else; the word of an agent whose node
+// reaches the API server waits its turn.
 func TestCutOffLivenessJumpsTheQueue(t *testing.T) {
-	for _, cutOff := range []bool{true, false} {
-		t.Run(fmt.Sprintf("cut off %v", cutOff), func(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		links []bool // what the agent's heartbeats say of the node's link, in turn
+		first bool   // whether the agent's word goes first
+	}{
+		{"cut off", []bool{false}, true},
+		{"reaches the API server", []bool{true}, false},
+		{"link back after a cut", []bool{false, true}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
 			b := newBench(t)
 			pod := b.addPod("edge1", "default", "svc-edge-x", "e")
 			b.pods[podRef{"default", "svc-edge-x"}] = liveness.PodInfo{Node: "edge1", UID: "e", Worker: "svc-edge", OwnerKind: "JointInferenceService", OwnerName: "svc"}
 			now := time.Now() // SpeaksFor asks whether the agent is heard now
 			b.birth("edge1", 1, "s", now)
-			b.heartbeat("edge1", 1, 1, !cutOff, now)
+			for i, reachable := range tt.links {
+				b.heartbeat("edge1", 1, uint64(i+1), reachable, now)
+			}
 			svc := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "default", Name: "svc"}}
 			src := (&Edge{Tracker: b.tr}).Source(podsByName{pod.Name: pod}, func(context.Context, client.Object) []reconcile.Request {
 				return []reconcile.Request{svc}
@@ -137,8 +148,8 @@ func TestCutOffLivenessJumpsTheQueue(t *testing.T) {
 			}
 			b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: pod.Name, Uid: "e", Seq: 1, Phase: lifelinev1.Phase_PHASE_FAILED}, now)
 			testkit.Until(t, 5*time.Second, "the agent's word queued", func() bool { return q.Len() == 51 })
-			if first, _ := q.Get(); (first == svc) != cutOff {
-				t.Errorf("first pass %v; the agent's word first: %v, want %v", first, first == svc, cutOff)
+			if first, _ := q.Get(); (first == svc) != tt.first {
+				t.Errorf("first pass %v; the agent's word first: %v, want %v", first, first == svc, tt.first)
 			}
 		})
 	}

@@ -376,3 +376,30 @@ func TestStalePodAfterReconnectKeepsTheAgentsWord(t *testing.T) {
 		t.Errorf("a node never cut off: truth %s, want APIServer", v.Truth)
 	}
 }
+
+// A node whose link has just come back has rejoined for freshAfterReconnect: its workers are going back to the
+// API server's word. A node never cut off, one still cut off, and one whose agent fell silent have not.
+func TestRejoinedIsTheLinkBackLately(t *testing.T) {
+	b := newBench(t)
+	now := time.Unix(1000, 0)
+	b.birth("steady", 1, "s", now)
+	b.heartbeat("steady", 1, 1, true, now)
+	b.cutOff("edge1", now)
+	if b.tr.Rejoined("steady", now) || b.tr.Rejoined("edge1", now) || b.tr.Rejoined("unheard", now) {
+		t.Error("a node never cut off, a cut-off node or an unheard one has rejoined")
+	}
+	back := now.Add(10 * time.Second)
+	b.heartbeat("edge1", 1, 2, true, back)
+	for _, tt := range []struct {
+		after time.Duration
+		want  bool
+	}{{0, true}, {freshAfterReconnect - time.Second, true}, {freshAfterReconnect, false}} {
+		b.heartbeat("edge1", 1, 3+uint64(tt.after/time.Second), true, back.Add(tt.after)) // heard all along
+		if got := b.tr.Rejoined("edge1", back.Add(tt.after)); got != tt.want {
+			t.Errorf("%v after the link came back: rejoined %v, want %v", tt.after, got, tt.want)
+		}
+	}
+	if b.tr.Rejoined("edge1", back.Add(time.Hour)) {
+		t.Error("a silent node has rejoined")
+	}
+}

@@ -81,6 +81,15 @@ func (t *Tracker) ViewOf(pod *corev1.Pod, nodeReady bool, now time.Time) View {
 	return v
 }
 
+// Rejoined tells whether node's link to the API server came back lately (within freshAfterReconnect), its agent
+// heard: its workers are going back to the API server's word, a change of whose word as urgent as the cut.
+func (t *Tracker) Rejoined(node string, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.nodes[node]
+	return t.isOnline(n, now) && n.apiReachable && !n.apiBackAt.IsZero() && now.Sub(n.apiBackAt) < freshAfterReconnect
+}
+
 // SpeaksFor tells whether the agent of node is the truth for its workers now: heard, and cut off from the API
 // server.
 func (t *Tracker) SpeaksFor(node string, now time.Time) bool {
