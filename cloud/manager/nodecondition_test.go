@@ -176,37 +176,44 @@ func TestANewLeaderDoesNotFlapTheFleetToNeverHeard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reason := func() string {
-		got := &corev1.Node{}
-		if err := kube.Get(context.Background(), client.ObjectKey{Name: "edge-rehear"}, got); err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range got.Status.Conditions {
-			if c.Type == nodecondition.Type {
-				return c.Reason
-			}
-		}
-		return ""
-	}
 	run := func(rehear time.Duration, passes int64) {
 		t.Helper()
 		agents := &heardOf{}
-		w := &nodecondition.Writer{Client: kube, Agents: agents, Interval: 20 * time.Millisecond, Rehear: rehear, Now: time.Now, Log: logr.Discard()}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { _ = w.Start(ctx); close(done) }()
+		stop := runWriter(&nodecondition.Writer{Client: kube, Agents: agents, Interval: 20 * time.Millisecond, Rehear: rehear, Now: time.Now, Log: logr.Discard()})
 		testkit.Until(t, 10*time.Second, "the writer's passes", func() bool { return agents.asked.Load() >= passes })
-		cancel()
-		<-done
+		stop()
 	}
 	run(time.Hour, 10)
-	if got := reason(); got != nodecondition.ReasonConnected {
+	if got := agentReason(t, "edge-rehear"); got != nodecondition.ReasonConnected {
 		t.Errorf("a new writer changed the condition to %s before its agent could reconnect", got)
 	}
 	run(0, 3)
-	if got := reason(); got != nodecondition.ReasonNeverHeard {
+	if got := agentReason(t, "edge-rehear"); got != nodecondition.ReasonNeverHeard {
 		t.Errorf("condition %s once the rehearing time is over, want %s", got, nodecondition.ReasonNeverHeard)
 	}
+}
+
+// agentReason is the reason of node's LifelineAgent condition, or "" without one.
+func agentReason(t *testing.T, node string) string {
+	t.Helper()
+	got := &corev1.Node{}
+	if err := kube.Get(context.Background(), client.ObjectKey{Name: node}, got); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range got.Status.Conditions {
+		if c.Type == nodecondition.Type {
+			return c.Reason
+		}
+	}
+	return ""
+}
+
+// runWriter starts w and returns what stops it.
+func runWriter(w *nodecondition.Writer) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = w.Start(ctx); close(done) }()
+	return func() { cancel(); <-done }
 }
 
 // agentOf is a table that has heard of one node's agent, in the state it holds, and of no other.
@@ -233,27 +240,12 @@ func (q *queued) Len() int { return int(q.n.Load()) }
 // conditions back, for at most YieldFor, and writes them once the passes are done or YieldFor is over.
 func TestConditionsWaitForTheWorkloadPassesQueued(t *testing.T) {
 	createNode(t, "edge-yield", map[string]string{broker.EdgeNodeLabel: ""})
-	reason := func() string {
-		node := &corev1.Node{}
-		if err := kube.Get(context.Background(), client.ObjectKey{Name: "edge-yield"}, node); err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range node.Status.Conditions {
-			if c.Type == nodecondition.Type {
-				return c.Reason
-			}
-		}
-		return ""
-	}
+	reason := func() string { return agentReason(t, "edge-yield") }
 	agents, backlog := &agentOf{node: "edge-yield"}, &queued{}
 	start := func(yieldFor time.Duration) (stop func()) {
 		// Rehear keeps every other edge Node of the control plane as it is: this table heard of none of them.
-		w := &nodecondition.Writer{Client: kube, Agents: agents, Interval: 20 * time.Millisecond, Rehear: time.Hour,
-			Backlog: backlog, YieldFor: yieldFor, Now: time.Now, Log: logr.Discard()}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { _ = w.Start(ctx); close(done) }()
-		return func() { cancel(); <-done }
+		return runWriter(&nodecondition.Writer{Client: kube, Agents: agents, Interval: 20 * time.Millisecond, Rehear: time.Hour,
+			Backlog: backlog, YieldFor: yieldFor, Now: time.Now, Log: logr.Discard()})
 	}
 
 	agents.state.Store(&liveness.AgentState{Heard: true, Online: true, APIKnown: true, APIReachable: true, LastHeartbeat: time.Now()})
