@@ -33,8 +33,9 @@ var anchorPlurals = []string{"jointinferenceservices", "federatedlearningjobs"}
 // machine with the same fleet heartbeating: every workload, status and all, is copied into an object of the same
 // schema that no controller watches; once the API server is quiet, the copies' statuses are written as the
 // outage writes them (each worker on an edge node in its agent's word), with as many writes in flight as the
-// controller has passes (its default ConcurrentReconciles for each kind). What Lifeline takes beyond it is its
-// own: noticing the agents' word, the passes, and the CPU they take from the API server.
+// controller has passes (its default ConcurrentReconciles for each kind); then written back in the API server's
+// word as kwok takes the nodes back, as the heal writes them. What Lifeline takes beyond them is its own:
+// noticing the agents' word, the passes, and the CPU they take from the API server.
 func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 	h.check(h.installAnchorCRDs(ctx))
 	cfg := rest.CopyConfig(h.cp.Config)
