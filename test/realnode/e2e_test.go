@@ -18,7 +18,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -366,16 +365,14 @@ func cutOffKnown(t testing.TB, node, what string, told func(ctx context.Context)
 	if err := rc.Cut(ctx, node, realnode.LinkAPI, inst.BrokerPort); err != nil {
 		t.Fatal(err)
 	}
-	var last error // a failed read is not the end: the next may succeed
-	if wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		ok, err := told(ctx)
-		last = err
-		return ok, nil
-	}) != nil {
-		// Kept with the failure: the pods' own logs go with them when the run ends.
-		t.Fatalf("waiting 30s for %s: %s's agent knows it is cut off: not done (last error: %v)\nthe controller:\n%s\nthe agents:\n%s",
-			what, node, last, componentLogs(t, "lifeline-controller"), componentLogs(t, "lifeline-agent"))
-	}
+	known := false
+	defer func() {
+		if !known { // the wait failed the test: its output keeps the logs, the pods' own go with them when the run ends
+			t.Logf("the controller:\n%s\nthe agents:\n%s", componentLogs(t, "lifeline-controller"), componentLogs(t, "lifeline-agent"))
+		}
+	}()
+	harness.Eventually(t, 30*time.Second, what+": "+node+"'s agent knows it is cut off", told)
+	known = true
 	if err := rc.Cut(ctx, node, realnode.LinkAll, inst.BrokerPort); err != nil {
 		t.Fatal(err)
 	}
