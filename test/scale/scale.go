@@ -87,7 +87,7 @@ type Config struct {
 	MemoryLimit int64
 	// Progress receives one line per step (default: discarded).
 	Progress io.Writer
-	// CutOffsOnly measures only the mass cut-off, the outage and the outage's anchor once the workloads have
+	// CutOffsOnly measures only the mass cut-off, the outage, its heal and their anchors once the workloads have
 	// settled: no children's anchor, no steady windows, no detection, re-creation or restart (a third of a full
 	// run's time at 1,000 nodes).
 	CutOffsOnly bool
