@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -94,11 +95,18 @@ func (e *RefusedError) Error() string {
 	return "refused by the API server: " + e.Status + ": " + e.Body
 }
 
+// connectTimeout bounds each step of a request's way to the server's answer: the connection, the TLS handshake,
+// the answer's headers.
+var connectTimeout = 10 * time.Second
+
 // NewPodClient returns a client of the API at server (https://host:port or http://host:port); tlsConfig and
 // token may be nil and empty.
 func NewPodClient(server string, tlsConfig *tls.Config, token string) *PodClient {
+	// A watch has no deadline of its own: without these, one begun as the link is cut waits on its connection for
+	// minutes (TCP's retries), told neither reachable nor not, and is not made again until they end.
 	transport := &http.Transport{TLSClientConfig: tlsConfig, IdleConnTimeout: 90 * time.Second,
-		ResponseHeaderTimeout: 10 * time.Second}
+		DialContext:         (&net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: connectTimeout, ResponseHeaderTimeout: connectTimeout}
 	return &PodClient{base: strings.TrimSuffix(server, "/"), token: token,
 		authenticated: strings.HasPrefix(server, "https://") && (tlsConfig == nil || !tlsConfig.InsecureSkipVerify),
 		http:          &http.Client{Transport: transport, Timeout: 10 * time.Second}, watch: &http.Client{Transport: transport}}

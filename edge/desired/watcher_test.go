@@ -2,8 +2,10 @@ package desired
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -290,5 +292,36 @@ func TestWorkerIsKnownByItsWorkerName(t *testing.T) {
 	}
 	if w.HasWorker("other", "helmet-edge") {
 		t.Error("a worker name taken in another namespace")
+	}
+}
+
+// A watch begun as the link is cut (the server silent once the connection is made) fails within connectTimeout:
+// the watcher then says the API server is out of reach and tries again, instead of waiting on TCP's retries.
+func TestWatchOnASilentLinkFailsWithinTheConnectTimeout(t *testing.T) {
+	defer func(d time.Duration) { connectTimeout = d }(connectTimeout)
+	connectTimeout = 200 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		var held []net.Conn // accepted, never answered, closed with the listener
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				for _, c := range held {
+					c.Close()
+				}
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	pods := NewPodClient("https://"+ln.Addr().String(), &tls.Config{InsecureSkipVerify: true}, "") //nolint:gosec // no server to check
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := pods.Watch(ctx, Selector{}, "1"); err == nil || ctx.Err() != nil {
+		t.Fatalf("the watch on a silent link: %v; want an error before the test's own deadline", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -331,6 +332,12 @@ func failNeverTrainerCutOff(t testing.TB, name string) handOver {
 		n, err := edge.RunningContainers(ctx, trainer)
 		return n == 1, err
 	})
+	// The agent learns a pod from its watch of the API server: one bound while that watch is being made again
+	// (as after the last test's mend) and cut off before it is made, the agent never hears of. Its stand-in,
+	// armed, says the agent follows it.
+	harness.Eventually(t, 30*time.Second, "trainer 0's stand-in armed by edge-1's agent", func(context.Context) (bool, error) {
+		return slices.ContainsFunc(standIns(t, edge), func(s standIn) bool { return s.pod.Name == trainer && !s.standing }), nil
+	})
 	cutOffKnown(t, "edge-1", "trainer 0's status from the agent", func(ctx context.Context) (bool, error) {
 		got := &v1alpha1.FederatedLearningJob{}
 		if err := kc.Get(ctx, client.ObjectKeyFromObject(job), got); err != nil {
@@ -420,28 +427,46 @@ func mendAndHandBack(t testing.TB, worker string, h *handOver, done func() bool)
 	h.gaveWay = time.Since(mended)
 }
 
-// standingStandIns lists the stand-ins in the node's manifest directory that stand in for a worker: written by a
-// rebuild, or armed with their gate open. An armed stand-in whose gate is closed waits for a rebuild: it is no
-// instance of its worker, and one is armed again after every hand-back.
-func standingStandIns(t testing.TB, n *realnode.Node) []string {
+// standIn is a stand-in in a node's manifest directory: its pod, and whether it stands in for its worker
+// (written by a rebuild, or armed with its gate open). An armed stand-in whose gate is closed waits for a rebuild:
+// it is no instance of its worker, and one is armed again after every hand-back.
+type standIn struct {
+	pod      corev1.Pod
+	standing bool
+}
+
+// standIns reads the stand-ins in the node's manifest directory.
+func standIns(t testing.TB, n *realnode.Node) []standIn {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(n.Disk, realnode.StaticPodDir, "lifeline-*.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var standing []string
+	var out []standIn
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			continue // removed meanwhile
 		}
-		var pod corev1.Pod
-		if err := json.Unmarshal(data, &pod); err != nil {
+		var s standIn
+		if err := json.Unmarshal(data, &s.pod); err != nil {
 			t.Fatalf("stand-in %s: %v", f, err)
 		}
-		gate := pod.Annotations[agent.ArmedAnnotation]
-		if _, err := os.Stat(filepath.Join(n.Disk, gate, "open")); gate == "" || err == nil {
-			standing = append(standing, filepath.Base(f))
+		gate := s.pod.Annotations[agent.ArmedAnnotation]
+		_, err = os.Stat(filepath.Join(n.Disk, gate, "open"))
+		s.standing = gate == "" || err == nil
+		out = append(out, s)
+	}
+	return out
+}
+
+// standingStandIns names the pods of the stand-ins in the node's manifest directory that stand in for a worker.
+func standingStandIns(t testing.TB, n *realnode.Node) []string {
+	t.Helper()
+	var standing []string
+	for _, s := range standIns(t, n) {
+		if s.standing {
+			standing = append(standing, s.pod.Name)
 		}
 	}
 	return standing
