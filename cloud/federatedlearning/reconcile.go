@@ -218,8 +218,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, job *v1alpha1.FederatedLea
 	if workload.Unchanged(status, job.Status) {
 		return nil
 	}
-	updated := job.DeepCopy()
-	updated.Status = status
+	updated := &v1alpha1.FederatedLearningJob{ObjectMeta: workload.StatusWriteMeta(job), Status: status}
 	if err := r.Status().Update(ctx, updated); err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}

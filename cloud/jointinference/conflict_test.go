@@ -2,6 +2,7 @@ package jointinference_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -45,5 +46,46 @@ func TestStatusFromAStaleCopyWaitsForTheNewerService(t *testing.T) {
 	}
 	if !equality.Semantic.DeepEqual(after.Status, stored.Status) {
 		t.Errorf("the stale pass changed the stored status:\n got %+v\nwant %+v", after.Status, stored.Status)
+	}
+}
+
+// TestStatusWritesLeaveTheRestAsItWas: a status write sends the status alone (workload.StatusWriteMeta); the API
+// server keeps the service's spec, labels and annotations as they were, and the controller's status writes own
+// no field beyond the status.
+func TestStatusWritesLeaveTheRestAsItWas(t *testing.T) {
+	runEdgeAware(t)
+	created := createService(t, "joint-inference.yaml")
+	ready := waitReady(t, created)
+	stored := &v1alpha1.JointInferenceService{}
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(created), stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored.Status.StartTime == nil || stored.ResourceVersion == created.ResourceVersion {
+		t.Fatalf("no status was written: %+v", ready.Status)
+	}
+	if !equality.Semantic.DeepEqual(stored.Spec, created.Spec) {
+		t.Errorf("the spec changed with the status writes:\n got %+v\nwant %+v", stored.Spec, created.Spec)
+	}
+	if !equality.Semantic.DeepEqual(stored.Labels, created.Labels) || !equality.Semantic.DeepEqual(stored.Annotations, created.Annotations) {
+		t.Errorf("labels %v, annotations %v; want %v, %v", stored.Labels, stored.Annotations, created.Labels, created.Annotations)
+	}
+	statusWrites := 0
+	for _, m := range stored.ManagedFields {
+		if m.Subresource != "status" {
+			continue
+		}
+		statusWrites++
+		var owned map[string]any
+		if err := json.Unmarshal(m.FieldsV1.Raw, &owned); err != nil {
+			t.Fatal(err)
+		}
+		for field := range owned {
+			if field != "f:status" {
+				t.Errorf("%s's status writes own %s", m.Manager, field)
+			}
+		}
+	}
+	if statusWrites == 0 {
+		t.Errorf("no manager of the status among %+v", stored.ManagedFields)
 	}
 }

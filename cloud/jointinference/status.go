@@ -36,8 +36,8 @@ type workerObservation struct {
 	pods       []corev1.Pod
 }
 
-// writeStatus computes the status from what the pass observed and writes it when it changed. It sends the whole
-// object at the version the pass read, refused if a newer one exists (workload.Superseded): a pass that decided
+// writeStatus computes the status from what the pass observed and writes it when it changed. It sends the status
+// at the version the pass read, refused if a newer one exists (workload.Superseded): a pass that decided
 // on a stale copy never overwrites what a later pass wrote.
 func (r *Reconciler) writeStatus(ctx context.Context, ji *v1alpha1.JointInferenceService, obs observation, blocked *problem, conflicts []string) error {
 	status := computeStatus(ji, obs.workers, obs.views, blocked, conflicts, metav1.NewTime(obs.now))
@@ -47,8 +47,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, ji *v1alpha1.JointInferenc
 	if workload.Unchanged(status, ji.Status) {
 		return nil
 	}
-	updated := ji.DeepCopy()
-	updated.Status = status
+	updated := &v1alpha1.JointInferenceService{ObjectMeta: workload.StatusWriteMeta(ji), Status: status}
 	if err := r.Status().Update(ctx, updated); err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -88,6 +89,15 @@ func Unchanged(computed, stored any) bool {
 	a, errA := json.Marshal(computed)
 	b, errB := json.Marshal(stored)
 	return errA == nil && errB == nil && bytes.Equal(a, b)
+}
+
+// StatusWriteMeta is the metadata a status write sends with the status: the workload's name, UID and the version
+// the pass read. The API server keeps everything but the status from the object it holds (a write to the status
+// subresource changes nothing else), so the spec, a FederatedLearningJob's five pod templates, is neither
+// copied nor sent, nor decoded, defaulted and tracked by the API server at every write.
+func StatusWriteMeta(obj metav1.Object) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: obj.GetUID(),
+		ResourceVersion: obj.GetResourceVersion()}
 }
 
 // Superseded tells whether a status write was refused only because the workload changed since the pass read it
