@@ -82,7 +82,7 @@ func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 		began := time.Now()
 		h.check(h.forEach(2*manager.DefaultConcurrentReconciles, len(copies), func(i int) error {
 			var err error
-			copies[i], err = resource(copies[i]).UpdateStatus(ctx, copies[i], metav1.UpdateOptions{})
+			copies[i], err = resource(copies[i]).UpdateStatus(ctx, statusOnly(copies[i]), metav1.UpdateOptions{})
 			return err
 		}))
 		return time.Since(began)
@@ -162,6 +162,19 @@ func anchorCopy(workload *unstructured.Unstructured) *unstructured.Unstructured 
 	c.SetName(workload.GetName())
 	c.SetNamespace(AnchorNamespace)
 	c.SetLabels(workload.GetLabels())
+	return c
+}
+
+// statusOnly is what the controller sends of u in a status write (workload.StatusWriteMeta): its identity, the
+// version it read, and the status.
+func statusOnly(u *unstructured.Unstructured) *unstructured.Unstructured {
+	c := &unstructured.Unstructured{Object: map[string]any{"status": u.Object["status"]}}
+	c.SetAPIVersion(u.GetAPIVersion())
+	c.SetKind(u.GetKind())
+	c.SetName(u.GetName())
+	c.SetNamespace(u.GetNamespace())
+	c.SetUID(u.GetUID())
+	c.SetResourceVersion(u.GetResourceVersion())
 	return c
 }
 
