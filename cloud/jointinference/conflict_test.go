@@ -76,7 +76,7 @@ func TestStatusWritesLeaveTheRestAsItWas(t *testing.T) {
 		}
 		statusWrites++
 		var owned map[string]any
-		if err := json.Unmarshal(m.FieldsV1.Raw, &owned); err != nil {
+		if err := json.Unmarshal(m.FieldsV1.GetRawBytes(), &owned); err != nil {
 			t.Fatal(err)
 		}
 		for field := range owned {
