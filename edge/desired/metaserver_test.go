@@ -34,7 +34,7 @@ func TestWorkersFromTheMetaServer(t *testing.T) {
 	node, w, ctx := watchHollowNode(t, client)
 	var hold atomic.Bool
 	w.Hold = hold.Load
-	seen := &deletionsSeen{PodSource: w.pods, judged: make(chan string, 16)}
+	seen := &deletionsSeen{PodSource: w.pods, judged: make(chan string, 16), linked: node.CloudLinked}
 	w.pods = seen
 	go w.Run(ctx, 100*time.Millisecond)
 	testkit.Until(t, waitLimit, "the worker, and only it, from the MetaServer", func() bool {
@@ -47,10 +47,12 @@ func TestWorkersFromTheMetaServer(t *testing.T) {
 	}
 	// Streaming from the node's store, the MetaServer tells the loss: the watcher must go past it. From the cloud,
 	// no word of it ever comes.
+	deadline := time.After(waitLimit)
 	for judged := ""; seen.fromStore.Load() && judged != "uid-worker"; {
 		select {
 		case judged = <-seen.judged:
-		case <-time.After(waitLimit):
+		case <-time.After(10 * time.Millisecond): // the node linked meanwhile: the watch from its store ends
+		case <-deadline:
 			t.Fatal("the MetaServer's deletion of the lost pod never reached the watcher")
 		}
 	}
@@ -72,6 +74,7 @@ type deletionsSeen struct {
 	PodSource
 	fromStore atomic.Bool // the latest watch streams from the node's store, not the cloud
 	judged    chan string // the UID of each deleted pod the watcher went past
+	linked    func() bool // whether the node is linked to the cloud
 }
 
 // Watch settles which store the MetaServer streams from: the node's while the node is not linked to the cloud
@@ -79,6 +82,8 @@ type deletionsSeen struct {
 // selects no pod by field: a list by field that finds none after the watch began shows the node still unlinked,
 // so was it when the watch began. A watch by field, which follows a list the cloud answered, streams from the
 // cloud; one that began while the node may have become linked is ended, and the watcher lists and watches again.
+// A watch from the store is ended too once the node links: the node's store then follows the cloud, which puts
+// back a pod the node lost before the stream can tell the loss.
 func (d *deletionsSeen) Watch(ctx context.Context, sel Selector, resourceVersion string) (<-chan Event, error) {
 	ctx, stop := context.WithCancel(ctx)
 	events, err := d.PodSource.Watch(ctx, sel, resourceVersion)
@@ -107,7 +112,22 @@ func (d *deletionsSeen) Watch(ctx context.Context, sel Selector, resourceVersion
 	go func() {
 		defer close(out)
 		defer stop()
-		for ev := range events {
+		linkedNow := time.NewTicker(10 * time.Millisecond)
+		defer linkedNow.Stop()
+		for {
+			var ev Event
+			select {
+			case e, ok := <-events:
+				if !ok {
+					return
+				}
+				ev = e
+			case <-linkedNow.C:
+				if d.fromStore.Load() && d.linked() {
+					return
+				}
+				continue
+			}
 			if !send(ev) {
 				return
 			}
