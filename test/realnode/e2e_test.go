@@ -422,7 +422,8 @@ func mendAndHandBack(t testing.TB, worker string, h *handOver, done func() bool)
 			h.overlap += now.Sub(last)
 		}
 		last = now
-		return static == 0 && len(standingStandIns(t, edge)) == 0 && running == 1 && (done == nil || done()), nil
+		standing := slices.ContainsFunc(standIns(t, edge), func(s standIn) bool { return s.standing })
+		return static == 0 && !standing && running == 1 && (done == nil || done()), nil
 	})
 	h.gaveWay = time.Since(mended)
 }
@@ -458,18 +459,6 @@ func standIns(t testing.TB, n *realnode.Node) []standIn {
 		out = append(out, s)
 	}
 	return out
-}
-
-// standingStandIns names the pods of the stand-ins in the node's manifest directory that stand in for a worker.
-func standingStandIns(t testing.TB, n *realnode.Node) []string {
-	t.Helper()
-	var standing []string
-	for _, s := range standIns(t, n) {
-		if s.standing {
-			standing = append(standing, s.pod.Name)
-		}
-	}
-	return standing
 }
 
 // TestNodeRebootedWhileCutOffGetsItsWorkersBack: edge-1 reboots while cut off from everything. Its kubelet then
