@@ -26,16 +26,17 @@ const anchorGroup = "anchor.lifeline.test"
 // AnchorNamespace holds the outage anchor's copies of the workloads.
 const AnchorNamespace = "scale-outage-anchor"
 
-// anchorPlurals are the resources the outage writes the status of.
-var anchorPlurals = []string{"jointinferenceservices", "federatedlearningjobs"}
+// anchorPlurals are the resources the outage writes the status of, by kind.
+var anchorPlurals = map[string]string{"JointInferenceService": "jointinferenceservices", "FederatedLearningJob": "federatedlearningjobs"}
 
 // measureOutageAnchor times the outage's status writes made by a client that does nothing else, on the same
 // machine with the same fleet heartbeating: every workload, status and all, is copied into an object of the same
-// schema that no controller watches; once the API server is quiet, the copies' statuses are written as the
-// outage writes them (each worker on an edge node in its agent's word), with as many writes in flight as the
-// controller has passes (its default ConcurrentReconciles for each kind); then written back in the API server's
-// word as kwok takes the nodes back, as the heal writes them. What Lifeline takes beyond them is its own:
-// noticing the agents' word, the passes, and the CPU they take from the API server.
+// schema that no controller watches; once the API server is quiet and kwok has left every edge node, as in the
+// outage, the copies' statuses are written as the outage writes them (each worker on an edge node in its agent's
+// word), with as many writes in flight as the controller has passes (its default ConcurrentReconciles for each
+// kind); then, once this outage has lasted as long as the one measured, written back in the API server's word as
+// kwok takes the nodes back, as the heal writes them. What Lifeline takes beyond them is its own: noticing the
+// agents' word, the passes, and the CPU they take from the API server.
 func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 	h.check(h.installAnchorCRDs(ctx))
 	cfg := rest.CopyConfig(h.cp.Config)
@@ -56,7 +57,7 @@ func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 		return dyn.Resource(schema.GroupVersionResource{Group: anchorGroup, Version: "v1alpha1", Resource: plural}).Namespace(AnchorNamespace)
 	}
 	resource := func(u *unstructured.Unstructured) dynamic.ResourceInterface {
-		return anchored(map[string]string{"JointInferenceService": anchorPlurals[0], "FederatedLearningJob": anchorPlurals[1]}[u.GetKind()])
+		return anchored(anchorPlurals[u.GetKind()])
 	}
 	h.check(h.forEach(h.cfg.Parallelism, len(copies), func(i int) error {
 		status := copies[i].Object["status"]
@@ -87,6 +88,11 @@ func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 		}))
 		return time.Since(began)
 	}
+	// kwok leaves every edge node before the clock starts, as in the outage, so that its Lease renewals are not
+	// the anchor's to share, and takes them back once the outage has lasted as long as the one measured.
+	nodes := h.fleet.nodes()
+	h.check(h.labelNodes(ctx, nodes, "null"))
+	began := time.Now()
 	costs := h.openCostWindow()
 	r.OutageRaw = writeAll()
 	inAgentsWord := func() int {
@@ -108,13 +114,9 @@ func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 	costs.report("outage anchor")
 
 	// The heal's anchor: the same writes, back in the API server's word, while kwok takes every edge node back
-	// as in the heal: its label comes off and, once kwok has let the nodes go, on again before the clock starts;
-	// its Lease renewals and lists of each node's pods share the clock's seconds. The nodes are let go for a few
-	// seconds, not the outage's grace: no node turns not Ready, so the controller, whose agents still reach the
-	// API server, has nothing to write meanwhile.
-	nodes := h.fleet.nodes()
-	h.check(h.labelNodes(ctx, nodes, "null"))
-	time.Sleep(5 * time.Second)
+	// as in the heal: its label goes on again before the clock starts, and its renewals of the lapsed Leases and
+	// lists of each node's pods share the clock's seconds.
+	h.lastTheGrace(ctx, "outage anchor", began, nodes)
 	h.check(h.labelNodes(ctx, nodes, `"`+kwokValue+`"`))
 	now = time.Now().UTC().Format(time.RFC3339)
 	for _, c := range copies {

@@ -726,8 +726,8 @@ func (h *scaleRun) measureMassCutoff(ctx context.Context, r *Result) {
 	h.waitNotReady(ctx, cut)
 	r.NodesUnknown = time.Since(began)
 	time.Sleep(2 * time.Second) // let the reconciles the Ready flips woke write their statuses
-	if agent, total := h.records(nodeSet(cut), inAgentsWord); agent != total {
-		h.check(fmt.Errorf("after the nodes turned not Ready: %d of %d workers on cut-off nodes in their agent's word", agent, total))
+	if t := h.records(nodeSet(cut), inAgentsWord); t.matching != t.total {
+		h.check(fmt.Errorf("after the nodes turned not Ready: %v of %v workers on cut-off nodes in their agent's word (JI, FL)", t.matching, t.total))
 	}
 	h.mend(ctx, cut)
 	h.waitQuiet()
@@ -782,21 +782,27 @@ func (h *scaleRun) measureOutage(ctx context.Context, r *Result) {
 	h.progress("outage: every worker of %d nodes in its agent's word in %v", len(all), r.OutageAll.Round(time.Millisecond))
 	costs.report("outage")
 	profiled()
-	// The outage lasts the grace and a little more, not until every node is marked: at 1,000 nodes down the node
-	// lifecycle controller marks them over minutes.
-	h.waitFor(2*time.Minute+h.cfg.NodeGrace, "a node marked not Ready", func() (bool, error) {
-		if since := time.Since(began); since < h.cfg.NodeGrace+5*time.Second {
-			return false, fmt.Errorf("the outage lasted %v", since.Round(time.Second))
-		}
-		return h.notReady(ctx, nodeSet(all)) > 0, errors.New("no node marked not Ready")
-	})
-	h.progress("outage: %d of %d nodes marked not Ready after %v", h.notReady(ctx, nodeSet(all)), len(all), time.Since(began).Round(time.Second))
+	h.lastTheGrace(ctx, "outage", began, all)
 	profiled = h.profileCPU(ctx, "heal", 20*time.Second)
 	costs = h.openCostWindow()
 	r.OutageHeal = h.mend(ctx, all)
 	h.progress("outage healed: every worker of %d nodes in the API server's word in %v", len(all), r.OutageHeal.Round(time.Millisecond))
 	costs.report("outage healed")
 	profiled()
+}
+
+// lastTheGrace waits until the outage of nodes that began has lasted the node lifecycle controller's grace and a
+// little more, and it has marked a node not Ready: not until every node is, since at 1,000 nodes down it marks
+// them over minutes.
+func (h *scaleRun) lastTheGrace(ctx context.Context, outage string, began time.Time, nodes []string) {
+	set := nodeSet(nodes)
+	h.waitFor(2*time.Minute+h.cfg.NodeGrace, "a node marked not Ready", func() (bool, error) {
+		if since := time.Since(began); since < h.cfg.NodeGrace+5*time.Second {
+			return false, fmt.Errorf("the %s lasted %v", outage, since.Round(time.Second))
+		}
+		return h.notReady(ctx, set) > 0, errors.New("no node marked not Ready")
+	})
+	h.progress("%s: %d of %d nodes marked not Ready after %v", outage, h.notReady(ctx, set), len(nodes), time.Since(began).Round(time.Second))
 }
 
 // profileCPU saves, with a profile directory, the controller's, the API server's and the harness's own (its
@@ -855,13 +861,7 @@ func (h *scaleRun) cutOff(ctx context.Context, nodes []string) (took time.Durati
 	for _, n := range nodes {
 		h.fleet.agents[n].setReachable(false)
 	}
-	set := nodeSet(nodes)
-	h.waitFor(5*time.Minute, "every worker of the cut-off nodes in its agent's word", func() (bool, error) {
-		agent, total := h.records(set, inAgentsWord)
-		workers = total
-		return total > 0 && agent == total, fmt.Errorf("%d of %d workers on cut-off nodes in their agent's word", agent, total)
-	})
-	return time.Since(began), workers
+	return h.waitRecords(began, nodeSet(nodes), "in their agents' word", inAgentsWord)
 }
 
 // mend undoes cutOff and returns when every worker status on nodes is in the API server's word again.
@@ -874,12 +874,31 @@ func (h *scaleRun) mend(ctx context.Context, nodes []string) time.Duration {
 	for _, n := range nodes {
 		h.fleet.agents[n].setReachable(true)
 	}
-	set := nodeSet(nodes)
-	h.waitFor(5*time.Minute, "every worker of the mended nodes in the API server's word", func() (bool, error) {
-		api, total := h.records(set, func(w v1alpha1.WorkerStatus) bool { return w.Source == v1alpha1.StatusSourceAPIServer })
-		return total > 0 && api == total, fmt.Errorf("%d of %d workers on mended nodes in the API server's word", api, total)
+	took, _ := h.waitRecords(began, nodeSet(nodes), "in the API server's word", func(w v1alpha1.WorkerStatus) bool {
+		return w.Source == v1alpha1.StatusSourceAPIServer
 	})
-	return time.Since(began)
+	return took
+}
+
+// waitRecords waits until every worker record on nodes matches, and returns how long that took from began and
+// how many records there are. It prints when each kind's records were done, since the two kinds' passes run
+// in separate work queues and either may be the tail.
+func (h *scaleRun) waitRecords(began time.Time, nodes map[string]bool, what string, match func(v1alpha1.WorkerStatus) bool) (took time.Duration, workers int) {
+	var done [2]time.Duration
+	h.waitFor(5*time.Minute, "every worker record on the nodes "+what, func() (bool, error) {
+		t := h.records(nodes, match)
+		for kind := range done {
+			if done[kind] == 0 && t.total[kind] > 0 && t.matching[kind] == t.total[kind] {
+				done[kind] = time.Since(began)
+			}
+		}
+		workers = t.total[jiKind] + t.total[flKind]
+		matching := t.matching[jiKind] + t.matching[flKind]
+		return workers > 0 && matching == workers, fmt.Errorf("%d of %d worker records on the nodes %s", matching, workers, what)
+	})
+	h.progress("the JointInferenceServices' records %s after %v, the FederatedLearningJobs' after %v",
+		what, done[jiKind].Round(time.Millisecond), done[flKind].Round(time.Millisecond))
+	return time.Since(began), workers
 }
 
 // labelNodes sets kwok's label on nodes to value, JSON (null: removed, and kwok no longer renews their Leases).
@@ -928,31 +947,41 @@ func inAgentsWord(w v1alpha1.WorkerStatus) bool {
 	return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
 }
 
-// records counts the edge and trainer records on nodes, and those that match.
-func (h *scaleRun) records(nodes map[string]bool, match func(v1alpha1.WorkerStatus) bool) (matching, total int) {
+// The kinds of workload records counts apart.
+const (
+	jiKind = iota
+	flKind
+)
+
+// recordTally counts worker records by the kind of their workload (jiKind, flKind).
+type recordTally struct{ matching, total [2]int }
+
+// records counts the edge and trainer records on nodes, and those that match, by kind (total -1: the cache
+// could not be read).
+func (h *scaleRun) records(nodes map[string]bool, match func(v1alpha1.WorkerStatus) bool) (t recordTally) {
 	ctx := context.Background()
 	jis := &v1alpha1.JointInferenceServiceList{}
 	fls := &v1alpha1.FederatedLearningJobList{}
 	if h.cache.List(ctx, jis, client.InNamespace(Namespace), client.UnsafeDisableDeepCopy) != nil || h.cache.List(ctx, fls, client.InNamespace(Namespace), client.UnsafeDisableDeepCopy) != nil {
-		return 0, -1
+		return recordTally{total: [2]int{-1, -1}}
 	}
-	count := func(ws []v1alpha1.WorkerStatus) {
+	count := func(kind int, ws []v1alpha1.WorkerStatus) {
 		for _, w := range ws {
 			if nodes[w.Node] {
-				total++
+				t.total[kind]++
 				if match(w) {
-					matching++
+					t.matching[kind]++
 				}
 			}
 		}
 	}
 	for _, ji := range jis.Items {
-		count(ji.Status.Workers)
+		count(jiKind, ji.Status.Workers)
 	}
 	for _, fl := range fls.Items {
-		count(fl.Status.Workers)
+		count(flKind, fl.Status.Workers)
 	}
-	return matching, total
+	return t
 }
 
 // edgePod is the pod of the i-th JI's edge worker.
