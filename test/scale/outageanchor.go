@@ -93,6 +93,7 @@ func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 	nodes := h.fleet.nodes()
 	h.check(h.labelNodes(ctx, nodes, "null"))
 	began := time.Now()
+	profiled := h.profileCPU(ctx, "outage-anchor", 20*time.Second)
 	costs := h.openCostWindow()
 	r.OutageRaw = writeAll()
 	inAgentsWord := func() int {
@@ -112,6 +113,7 @@ func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 	h.progress("outage anchor: a client wrote the statuses of %d copies of the workloads (%d workers in their agents' word) in %v",
 		len(copies), cut, r.OutageRaw.Round(time.Millisecond))
 	costs.report("outage anchor")
+	profiled()
 
 	// The heal's anchor: the same writes, back in the API server's word, while kwok takes every edge node back
 	// as in the heal: its label goes on again before the clock starts, and its renewals of the lapsed Leases and
@@ -122,6 +124,7 @@ func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 	for _, c := range copies {
 		toWord(c, edge, v1alpha1.StatusSourceAPIServer, now)
 	}
+	profiled = h.profileCPU(ctx, "heal-anchor", 20*time.Second)
 	costs = h.openCostWindow()
 	r.HealRaw = writeAll()
 	if stored := inAgentsWord(); stored != 0 {
@@ -130,6 +133,7 @@ func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 	h.progress("heal anchor: a client wrote the statuses of %d copies back in the API server's word in %v, as kwok took %d nodes back",
 		len(copies), r.HealRaw.Round(time.Millisecond), len(nodes))
 	costs.report("heal anchor")
+	profiled()
 }
 
 // installAnchorCRDs installs Lifeline's CRDs of the workloads under anchorGroup and waits until they serve.

@@ -77,7 +77,7 @@ type Config struct {
 	// ProfileDir, when set, receives the controller's heap profile at the end of the run (heap-<nodes>.pprof, and
 	// as text heap-<nodes>.txt), its CPU profiles of the steady windows (cpu-heartbeats-<nodes>.pprof,
 	// cpu-reports-<nodes>.pprof), and its, the API server's and the harness's of the outage and its heal
-	// (cpu-{outage,heal}-{controller,apiserver,harness}-<nodes>.pprof).
+	// and their anchors' (cpu-{outage,heal,outage-anchor,heal-anchor}-{controller,apiserver,harness}-<nodes>.pprof).
 	ProfileDir string
 	// ControllerArgs are more flags for the controller, e.g. --concurrent-reconciles.
 	ControllerArgs []string
