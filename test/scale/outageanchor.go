@@ -118,7 +118,7 @@ func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 	// The heal's anchor: the same writes, back in the API server's word, while kwok takes every edge node back
 	// as in the heal: its label goes on again before the clock starts, and its renewals of the lapsed Leases and
 	// lists of each node's pods share the clock's seconds.
-	h.lastTheGrace(ctx, "outage anchor", began, nodes)
+	h.waitOutTheGrace(ctx, "outage anchor", began, nodes)
 	h.check(h.labelNodes(ctx, nodes, `"`+kwokValue+`"`))
 	now = time.Now().UTC().Format(time.RFC3339)
 	for _, c := range copies {

@@ -782,7 +782,7 @@ func (h *scaleRun) measureOutage(ctx context.Context, r *Result) {
 	h.progress("outage: every worker of %d nodes in its agent's word in %v", len(all), r.OutageAll.Round(time.Millisecond))
 	costs.report("outage")
 	profiled()
-	h.lastTheGrace(ctx, "outage", began, all)
+	h.waitOutTheGrace(ctx, "outage", began, all)
 	profiled = h.profileCPU(ctx, "heal", 20*time.Second)
 	costs = h.openCostWindow()
 	r.OutageHeal = h.mend(ctx, all)
@@ -791,10 +791,10 @@ func (h *scaleRun) measureOutage(ctx context.Context, r *Result) {
 	profiled()
 }
 
-// lastTheGrace waits until the outage of nodes that began has lasted the node lifecycle controller's grace and a
-// little more, and it has marked a node not Ready: not until every node is, since at 1,000 nodes down it marks
-// them over minutes.
-func (h *scaleRun) lastTheGrace(ctx context.Context, outage string, began time.Time, nodes []string) {
+// waitOutTheGrace waits until the outage of nodes that began then has lasted the node lifecycle controller's
+// grace and a little more, and it has marked a node not Ready: not until every node is, since at 1,000 nodes down
+// it marks them over minutes.
+func (h *scaleRun) waitOutTheGrace(ctx context.Context, outage string, began time.Time, nodes []string) {
 	set := nodeSet(nodes)
 	h.waitFor(2*time.Minute+h.cfg.NodeGrace, "a node marked not Ready", func() (bool, error) {
 		if since := time.Since(began); since < h.cfg.NodeGrace+5*time.Second {
@@ -947,7 +947,7 @@ func inAgentsWord(w v1alpha1.WorkerStatus) bool {
 	return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
 }
 
-// The kinds of workload records counts apart.
+// jiKind and flKind index a recordTally by the kind of workload a record belongs to.
 const (
 	jiKind = iota
 	flKind
