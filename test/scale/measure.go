@@ -183,37 +183,8 @@ func (h histogram) quantile(q float64) float64 {
 	return lower
 }
 
-// scrapeCounter sums every sample of the counter name at a Prometheus text endpoint.
-func scrapeCounter(url, name string) (float64, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0, fmt.Errorf("scraping %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	return sumCounter(resp.Body, name)
-}
-
-func sumCounter(r io.Reader, name string) (float64, error) {
-	var sum float64
-	s := bufio.NewScanner(r)
-	s.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for s.Scan() {
-		line := s.Text()
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		fields := strings.Fields(line)
-		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-		if err != nil {
-			return 0, fmt.Errorf("unparsable sample %q: %w", line, err)
-		}
-		sum += v
-	}
-	return sum, s.Err()
-}
-
-// scrapeGauges reads the gauge name from a Prometheus text endpoint, summed by the value of the label key (e.g.
-// a work queue's depth over its priorities).
+// scrapeGauges reads the samples of name (a gauge or a counter) from a Prometheus text endpoint, summed by the
+// value of the label key (e.g. a work queue's depth over its priorities).
 func scrapeGauges(url, name, key string) (map[string]float64, error) {
 	resp, err := http.Get(url)
 	if err != nil {

@@ -81,8 +81,8 @@ apiserver_request_duration_seconds_bucket{component="apiserver",resource="nodes"
 	if diff := cmp.Diff(map[string]histogram{"pods": {0.1: 3}, "nodes": {0.1: 2}}, got); diff != "" {
 		t.Errorf("parseHistograms of PATCH status only (-want +got):\n%s", diff)
 	}
-	if n, err := sumCounter(strings.NewReader(text), "controller_runtime_reconcile_total"); err != nil || n != 10 {
-		t.Errorf("sumCounter = %v, %v; want 10", n, err)
+	if byController, err := parseGauges(strings.NewReader(text), "controller_runtime_reconcile_total", "controller"); err != nil || byController["ji"] != 10 {
+		t.Errorf("parseGauges of a counter = %v, %v; want ji 10", byController, err)
 	}
 }
 

@@ -150,8 +150,9 @@ type Result struct {
 	// ControllerCores is the controller's CPU while the workloads were created and settled; IngestionCores while
 	// nothing happened but every agent's heartbeats, at MessagesPerSecond.
 	ControllerCores, IngestionCores, MessagesPerSecond float64
-	// ReportingCores is the controller's CPU while the JI edge workers also report, at ReportingMessagesPerSecond.
-	ReportingCores, ReportingMessagesPerSecond float64
+	// ReportingCores is the controller's CPU while the JI edge workers also report, at ReportingMessagesPerSecond,
+	// ReportsPerSecond of them reports.
+	ReportingCores, ReportingMessagesPerSecond, ReportsPerSecond float64
 	// ControllerRSS is the controller's resident set at the end, ControllerPeakRSS its peak (bytes).
 	ControllerRSS, ControllerPeakRSS int64
 	// Detect holds, per worker death on a cut-off node, the time from the agent's state until the status showed
@@ -568,22 +569,24 @@ func dropSednaLabels(labels map[string]string) {
 // reports its counters every ReportInterval, each report changing its service's status.
 func (h *scaleRun) measureSteady(r *Result) {
 	time.Sleep(h.cfg.SteadyWindow / 4) // let the anchor's pods and what they wake go by
-	r.IngestionCores, r.MessagesPerSecond = h.window("heartbeats")
+	r.IngestionCores, r.MessagesPerSecond, _ = h.window("heartbeats")
 	h.progress("heartbeats: %.3f cores at %.0f messages/s", r.IngestionCores, r.MessagesPerSecond)
 	stop := h.reportEvery(ReportInterval)
 	defer stop()
 	time.Sleep(ReportInterval) // the first reports' status writes
-	r.ReportingCores, r.ReportingMessagesPerSecond = h.window("reports")
-	h.progress("heartbeats and reports: %.3f cores at %.0f messages/s", r.ReportingCores, r.ReportingMessagesPerSecond)
+	r.ReportingCores, r.ReportingMessagesPerSecond, r.ReportsPerSecond = h.window("reports")
+	h.progress("heartbeats and reports: %.3f cores at %.0f messages/s, %.1f of them reports", r.ReportingCores,
+		r.ReportingMessagesPerSecond, r.ReportsPerSecond)
 }
 
 // ReportInterval is how often each JI edge worker reports in the second steady window.
 const ReportInterval = 2 * time.Second
 
-// window is the controller's CPU, in cores, and the messages per second its table accepted, over SteadyWindow.
-// With a profile directory, the controller's CPU profile of the window is saved there as cpu-<name>-<nodes>.pprof.
-func (h *scaleRun) window(name string) (float64, float64) {
-	m0, err := h.messages()
+// window is the controller's CPU, in cores, and the messages and the reports per second its table accepted, over
+// SteadyWindow. With a profile directory, the controller's CPU profile of the window is saved there as
+// cpu-<name>-<nodes>.pprof.
+func (h *scaleRun) window(name string) (controllerCores, messages, reports float64) {
+	m0, r0, err := h.messages()
 	h.check(err)
 	p0, err := sampleProc(h.controller.Pid())
 	h.check(err)
@@ -596,9 +599,10 @@ func (h *scaleRun) window(name string) (float64, float64) {
 	}
 	p1, err := sampleProc(h.controller.Pid())
 	h.check(err)
-	m1, err := h.messages()
+	m1, r1, err := h.messages()
 	h.check(err)
-	return cores(p0, p1), (m1 - m0) / p1.at.Sub(p0.at).Seconds()
+	took := p1.at.Sub(p0.at).Seconds()
+	return cores(p0, p1), (m1 - m0) / took, (r1 - r0) / took
 }
 
 // reportEvery makes each node's agent report its JI edge worker's counters every interval, as Sedna's worker
@@ -626,9 +630,14 @@ func (h *scaleRun) reportEvery(interval time.Duration) func() {
 	return func() { cancel(); wg.Wait() }
 }
 
-// messages is how many messages the controller's liveness table accepted so far.
-func (h *scaleRun) messages() (float64, error) {
-	return scrapeCounter(h.metricsURL, "lifeline_liveness_messages_total")
+// messages is how many messages the controller's liveness table accepted so far, and how many of them were
+// workers' reports.
+func (h *scaleRun) messages() (all, reports float64, err error) {
+	byKind, err := scrapeGauges(h.metricsURL, "lifeline_liveness_messages_total", "kind")
+	for _, n := range byKind {
+		all += n
+	}
+	return all, byKind[lifelinev1.KindReport.String()], err
 }
 
 // measureDetection kills, one after the other, the JI edge workers of nodes cut off from the API server while

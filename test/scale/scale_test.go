@@ -42,9 +42,10 @@ func TestScaleSmoke(t *testing.T) {
 		t.Errorf("controller: RSS %d, peak %d, %.3f cores", r.ControllerRSS, r.ControllerPeakRSS, r.ControllerCores)
 	}
 	// Ten agents heartbeat once a second, then also report every 2 s: a 3 s window holds one or two reports of each.
-	if r.MessagesPerSecond < 8 || r.ReportingMessagesPerSecond < r.MessagesPerSecond+2 {
-		t.Errorf("%.1f, then %.1f messages/s reached the controller's table, want the heartbeats', then the reports' too",
-			r.MessagesPerSecond, r.ReportingMessagesPerSecond)
+	// The reports are counted apart: a window's heartbeats vary by a few (a late one falls into the next window).
+	if r.MessagesPerSecond < 8 || r.ReportingMessagesPerSecond < 8 || r.ReportsPerSecond < 2 {
+		t.Errorf("%.1f, then %.1f messages/s reached the controller's table, %.1f/s of them reports; want the heartbeats', then the reports' too",
+			r.MessagesPerSecond, r.ReportingMessagesPerSecond, r.ReportsPerSecond)
 	}
 	if len(r.Detect) != 5 || len(r.DetectBehindReports) != 5 {
 		t.Errorf("%d and %d deaths detected, want 5 and 5", len(r.DetectBehindReports), len(r.Detect))
