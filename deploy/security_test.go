@@ -15,8 +15,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -363,5 +365,71 @@ func TestAgentCountsDatasetsOnlyInListedNodeDirectories(t *testing.T) {
 		if v.HostPath != nil && v.HostPath.Path == "/" {
 			t.Errorf("volume %s mounts the node's root", v.Name)
 		}
+	}
+}
+
+// Item 6 of the third hardening round: RBAC gives the controller's token `patch nodes/status` on every Node and
+// every field of it. The chart's admission policy holds that token to what the controller writes: the
+// LifelineAgent condition of edge Nodes. Asked of the real API server, as the controller's account.
+func TestStolenControllerTokenWritesOnlyTheLifelineConditionOfEdgeNodes(t *testing.T) {
+	harness.SkipIfShort(t)
+	ctx := context.Background()
+	var installed []*unstructured.Unstructured
+	for _, o := range renderChart(t, "--set", "nodeIdentity.mode=password") {
+		if strings.HasPrefix(o.GetAPIVersion(), "rbac.authorization.k8s.io/") || o.GetName() == "lifeline-controller-node-status" {
+			installed = append(installed, o)
+		}
+	}
+	admin := kubernetes.NewForConfigOrDie(controlPlane.Config)
+	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	applyObjects(t, "the chart", installed)
+	t.Cleanup(func() { deleteObjects(t, installed) })
+
+	for name, labels := range map[string]map[string]string{"vap-edge-1": {"node-role.kubernetes.io/edge": ""}, "vap-cloud-1": nil} {
+		node, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}
+		node.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
+		if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}) })
+	}
+
+	cfg := rest.CopyConfig(controlPlane.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: controllerUser,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}}
+	stolen := kubernetes.NewForConfigOrDie(cfg)
+	patch := func(node, status string) error {
+		_, err := stolen.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, []byte(`{"status":`+status+`}`),
+			metav1.PatchOptions{}, "status")
+		return err
+	}
+	lifeline := `{"conditions":[{"type":"LifelineAgent","status":"True","reason":"Connected","message":"m"}]}`
+	testkit.Until(t, 20*time.Second, "the policy in force", func() bool { return patch("vap-cloud-1", lifeline) != nil })
+	if err := patch("vap-edge-1", lifeline); err != nil {
+		t.Errorf("the controller's own write, its condition on an edge Node: %v", err)
+	}
+	for _, tc := range []struct{ node, status, message string }{
+		{"vap-cloud-1", lifeline, "edge Nodes only"},
+		{"vap-edge-1", `{"conditions":[{"type":"Ready","status":"False","reason":"Stolen"}]}`, "no Node condition but LifelineAgent"},
+		{"vap-edge-1", `{"capacity":{"cpu":"64"}}`, "status.capacity"},
+		{"vap-edge-1", `{"addresses":[{"type":"InternalIP","address":"10.6.6.6"}]}`, "status.addresses"},
+	} {
+		if err := patch(tc.node, tc.status); err == nil || !strings.Contains(err.Error(), tc.message) {
+			t.Errorf("patching %s's status with %s: %v, want a refusal saying %q", tc.node, tc.status, err, tc.message)
+		}
+	}
+	node, err := admin.CoreV1().Nodes().Get(ctx, "vap-edge-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpu := node.Status.Capacity[corev1.ResourceCPU]; cpu.String() != "2" || len(node.Status.Addresses) != 0 {
+		t.Errorf("the edge Node's status was changed: capacity %v, addresses %v", node.Status.Capacity, node.Status.Addresses)
 	}
 }

@@ -56,6 +56,7 @@ func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, c checked, now t
 		flipped := n.apiReachable != m.ApiReachable || n.dead
 		n.setAPIReachable(m.ApiReachable, now)
 		n.lastHeartbeat, n.heartbeatSeq, n.dead, n.journaled = now, m.Seq, false, m.JournalReports
+		n.oversized = min(m.OversizedWorkers, maxOversized)
 		if flipped {
 			changed.pods = workersOf(n)
 		}

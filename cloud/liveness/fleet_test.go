@@ -11,19 +11,20 @@ import (
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
-// The fleet's gauges count the nodes heard by state, the workers down on cut-off nodes, and the messages the
-// heard agents say wait in their journals; a silent agent's last word on its journal is not counted.
+// The fleet's gauges count the nodes heard by state, the workers down on cut-off nodes, the messages the heard
+// agents say wait in their journals and the workers they say get no stand-in (a claim beyond any agent's bound
+// counted at the bound); a silent agent's last word on either is not counted.
 func TestFleetMetricsCountNodesByStateAndTheJournalsOfAgentsHeard(t *testing.T) {
 	b := newBench(t)
 	now := time.Now()
-	heartbeat := func(node string, reachable bool, journaled uint32, at time.Time) {
+	heartbeat := func(node string, reachable bool, journaled, oversized uint32, at time.Time) {
 		b.birth(node, 1, "state-"+node, at)
 		b.tr.Ingest(lifelinev1.NodeTopic("c", node, lifelinev1.KindHeartbeat).String(),
-			marshal(&lifelinev1.Heartbeat{BirthSeq: 1, Seq: 1, ApiReachable: reachable, JournalReports: journaled}), at)
+			marshal(&lifelinev1.Heartbeat{BirthSeq: 1, Seq: 1, ApiReachable: reachable, JournalReports: journaled, OversizedWorkers: oversized}), at)
 	}
-	heartbeat("connected", true, 5, now)
-	heartbeat("cut", false, 7, now)
-	heartbeat("silent", false, 100, now.Add(-time.Hour))
+	heartbeat("connected", true, 5, 3, now)
+	heartbeat("cut", false, 7, 4_000_000_000, now)
+	heartbeat("silent", false, 100, 9, now.Add(-time.Hour))
 	b.addPod("cut", "default", "trainer", "u1")
 	b.state("cut", &lifelinev1.WorkerState{Namespace: "default", Name: "trainer", Uid: "u1", Seq: 1, Phase: lifelinev1.Phase_PHASE_FAILED}, now)
 
@@ -36,8 +37,12 @@ lifeline_edge_cut_off_workers_down 1
 # HELP lifeline_edge_journal_reports Messages waiting in the journals of the agents heard (connected or cut off), as their last heartbeats said.
 # TYPE lifeline_edge_journal_reports gauge
 lifeline_edge_journal_reports 12
+# HELP lifeline_edge_oversized_workers Workers that the agents heard (connected or cut off) keep no stand-in for, their pods beyond the agent's size bounds, as their last heartbeats said: those workers are not healed offline.
+# TYPE lifeline_edge_oversized_workers gauge
+lifeline_edge_oversized_workers 1027
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lifeline_edge_cut_off_workers_down", "lifeline_edge_journal_reports"); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lifeline_edge_cut_off_workers_down", "lifeline_edge_journal_reports",
+		"lifeline_edge_oversized_workers"); err != nil {
 		t.Error(err)
 	}
 	for state, n := range map[AgentStatus]float64{AgentConnected: 1, AgentCutOff: 1, AgentSilent: 1, AgentStopped: 0} {

@@ -167,7 +167,14 @@ type AgentState struct {
 	APIKnown, APIReachable bool
 	// LastHeartbeat is when its latest heartbeat (or birth) arrived.
 	LastHeartbeat time.Time
+	// OversizedWorkers is how many of the node's workers its agent said get no stand-in: their pods are beyond
+	// the agent's size bounds, so they are not healed offline.
+	OversizedWorkers int
 }
+
+// maxOversized bounds what one node's heartbeat may claim of its oversized workers: an agent keeps at most 1,024
+// workers, and a node that claims more only says it has many.
+const maxOversized = 1024
 
 // AgentStatus is what an AgentState comes to, for the Node condition and the fleet's metrics alike.
 type AgentStatus string
@@ -209,14 +216,14 @@ func (t *Tracker) agentState(n *nodeRecord, now time.Time) AgentState {
 		return AgentState{}
 	}
 	return AgentState{Heard: true, Stopped: n.dead, Online: t.isOnline(n, now), APIKnown: n.apiKnown, APIReachable: n.apiReachable,
-		LastHeartbeat: n.lastHeartbeat}
+		LastHeartbeat: n.lastHeartbeat, OversizedWorkers: int(n.oversized)}
 }
 
 // fleetCollector exports, at each scrape, how many edge nodes are in each state and how many workers the agents
 // of cut-off nodes report failed or gone: the alerts' inputs, bounded in cardinality whatever the fleet's size.
 type fleetCollector struct {
-	t                           *Tracker
-	nodes, downOnCut, journaled *prometheus.Desc
+	t                                      *Tracker
+	nodes, downOnCut, journaled, oversized *prometheus.Desc
 }
 
 func newFleetCollector(t *Tracker) *fleetCollector {
@@ -228,7 +235,10 @@ func newFleetCollector(t *Tracker) *fleetCollector {
 		downOnCut: prometheus.NewDesc("lifeline_edge_cut_off_workers_down",
 			"Workers that the agents of nodes cut off from the API server report failed or gone.", nil, nil),
 		journaled: prometheus.NewDesc("lifeline_edge_journal_reports",
-			"Messages waiting in the journals of the agents heard (connected or cut off), as their last heartbeats said.", nil, nil)}
+			"Messages waiting in the journals of the agents heard (connected or cut off), as their last heartbeats said.", nil, nil),
+		oversized: prometheus.NewDesc("lifeline_edge_oversized_workers",
+			"Workers that the agents heard (connected or cut off) keep no stand-in for, their pods beyond the agent's size bounds, "+
+				"as their last heartbeats said: those workers are not healed offline.", nil, nil)}
 }
 
 // Describe sends the collector's descriptions.
@@ -236,13 +246,14 @@ func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.nodes
 	ch <- c.downOnCut
 	ch <- c.journaled
+	ch <- c.oversized
 }
 
 // Collect counts the table now.
 func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
 	counts := map[AgentStatus]float64{AgentConnected: 0, AgentCutOff: 0, AgentSilent: 0, AgentStopped: 0}
-	down, journaled := 0.0, 0.0
+	down, journaled, oversized := 0.0, 0.0, 0.0
 	c.t.mu.Lock()
 	for _, n := range c.t.nodes {
 		status := c.t.agentState(n, now).Status()
@@ -252,6 +263,7 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		counts[status]++
 		if status == AgentConnected || status == AgentCutOff {
 			journaled += float64(n.journaled)
+			oversized += float64(n.oversized)
 		}
 		if status != AgentCutOff {
 			continue
@@ -268,4 +280,5 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.downOnCut, prometheus.GaugeValue, down)
 	ch <- prometheus.MustNewConstMetric(c.journaled, prometheus.GaugeValue, journaled)
+	ch <- prometheus.MustNewConstMetric(c.oversized, prometheus.GaugeValue, oversized)
 }

@@ -80,6 +80,9 @@ type nodeRecord struct {
 	apiKnown  bool // the agent has said whether its node reaches the API server
 	// journaled is how many messages the agent's last heartbeat said wait in its journal (fleet metrics only).
 	journaled uint32
+	// oversized is how many of the node's workers its agent's last heartbeat said get no stand-in, their pods
+	// beyond the agent's size bounds (the Node condition's message and fleet metrics only).
+	oversized uint32
 	workers   map[podRef]*workerRecord
 	pending   int // workers whose state is kept while the cache does not know their pod
 	results   int // results waiting in Tracker.actions

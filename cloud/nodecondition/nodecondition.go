@@ -160,6 +160,10 @@ func Condition(a liveness.AgentState, now time.Time) corev1.NodeCondition {
 		c.Status, c.Reason = corev1.ConditionTrue, ReasonConnected
 		c.Message = "the node's Lifeline agent is heard and the node reaches the API server"
 	}
+	if a.OversizedWorkers > 0 && a.Online {
+		c.Message += fmt.Sprintf("; %d of the node's workers get no offline healing: their pods are beyond the agent's size bounds (its log names them)",
+			a.OversizedWorkers)
+	}
 	return c
 }
 

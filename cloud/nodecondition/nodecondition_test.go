@@ -1,6 +1,7 @@
 package nodecondition
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -43,5 +44,20 @@ func TestConditionSaysWhatTheTableHoldsOfTheAgent(t *testing.T) {
 				t.Errorf("heartbeat time %v, want %v", c.LastHeartbeatTime, wantBeat)
 			}
 		})
+	}
+}
+
+// An agent that keeps no stand-in for some of its node's workers (a tenant's pods beyond its size bounds) says so,
+// and the Node's condition tells how many, in its message: the status and reason stay what the link makes them.
+func TestConditionTellsWorkersThatGetNoOfflineHealing(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	agent := liveness.AgentState{Heard: true, Online: true, APIKnown: true, APIReachable: true, LastHeartbeat: now, OversizedWorkers: 20}
+	c := Condition(agent, now)
+	if c.Status != corev1.ConditionTrue || c.Reason != ReasonConnected || !strings.Contains(c.Message, "20 of the node's workers get no offline healing") {
+		t.Errorf("condition %s %s %q", c.Status, c.Reason, c.Message)
+	}
+	agent.OversizedWorkers = 0
+	if c2 := Condition(agent, now); same(c, c2) {
+		t.Error("the message does not change when the tenant's pods are gone: the condition would not be written again")
 	}
 }

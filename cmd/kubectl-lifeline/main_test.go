@@ -173,3 +173,25 @@ func hasLine(out string, fields ...string) bool {
 	}
 	return false
 }
+
+// Item 7 of the third hardening round: a worker's phase is what a node wrote. An OSC 52 sequence in it would set
+// the admin's clipboard, a bidirectional override would reorder what the admin reads; the table prints them as
+// text.
+func TestNodeWrittenControlSequencesDoNotReachTheTerminal(t *testing.T) {
+	osc52 := "Running\x1b]52;c;Y3VybCBldmlsIHwgc2g=\x07"
+	f := fleet{workloads: []workload{{kind: "FederatedLearningJob", namespace: "default", name: "fl", workers: []v1alpha1.WorkerStatus{
+		{Name: "fl-trainworker-0", Node: "edge-a", Phase: osc52},
+		{Name: "fl-trainworker-1", Node: "edge-a", Phase: "Run\u202eGNINNUR\tx\ny"},
+	}}}}
+	var out bytes.Buffer
+	if err := printTable(&out, workerTable(f, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsFunc(out.String(), func(r rune) bool { return r == '\x1b' || r == '\x07' || r == '\u202e' || r == '\t' }) ||
+		strings.Count(out.String(), "\n") != 3 {
+		t.Errorf("the table carries control characters:\n%q", out.String())
+	}
+	if !strings.Contains(out.String(), `Running\x1b]52;c;Y3VybCBldmlsIHwgc2g=\a`) {
+		t.Errorf("the phase is not shown as text:\n%s", out.String())
+	}
+}

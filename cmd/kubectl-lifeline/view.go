@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -122,15 +124,42 @@ func workerTable(f fleet, now time.Time) [][]string {
 	return rows
 }
 
-// printTable writes rows in aligned columns, as kubectl get does.
+// printTable writes rows in aligned columns, as kubectl get does, each cell printable (printable): some are what
+// a node wrote (a pod's phase), and a control sequence in one would reach the admin's terminal.
 func printTable(out io.Writer, rows [][]string) error {
 	tw := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
 	for _, r := range rows {
-		if _, err := fmt.Fprintln(tw, strings.Join(r, "\t")); err != nil {
+		cells := make([]string, len(r))
+		for i, cell := range r {
+			cells[i] = printable(cell)
+		}
+		if _, err := fmt.Fprintln(tw, strings.Join(cells, "\t")); err != nil {
 			return err
 		}
 	}
 	return tw.Flush()
+}
+
+// printable is s with every control character (ESC, BEL, the C1 controls, a tab or a newline that would break
+// the columns) and every bidirectional override written as a Go escape, so that it prints as text.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, unprintable) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unprintable(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func unprintable(r rune) bool {
+	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
 }
 
 func age(t, now time.Time) string {

@@ -43,6 +43,8 @@ func TestFlagValidation(t *testing.T) {
 		{args: []string{"--node-name="}, want: "--node-name (or $NODE_NAME) is required"},
 		{args: []string{"--cloud-probe=https://cloudcore:10002/ca.crt", "--cloud-probe-period=1s", "--cloud-probe-timeout=2s"}},
 		{args: []string{"--cloud-probe=cloudcore:10002"}, want: `--cloud-probe: "cloudcore:10002" is not an http(s) URL`},
+		{args: []string{"--cloud-probe=http://cloudcore:10002/ca.crt"}, want: "not HTTPS"},
+		{args: []string{"--insecure-pod-source-host-paths=/data,relative"}, want: `"relative" is not a directory below /`},
 		{args: []string{"--cloud-probe-period=0s"}, want: "--cloud-probe-period"},
 		{args: []string{"--log-level=debug", "--log-format=text"}},
 		{args: []string{"--log-level=loud"}, want: `--log-level "loud" is none of error, info, debug, trace`},
@@ -64,10 +66,10 @@ func TestFlagValidation(t *testing.T) {
 			fs := flag.NewFlagSet("lifeline-agent", flag.ContinueOnError)
 			fs.SetOutput(io.Discard)
 			o := bindFlags(fs)
-			if err := fs.Parse(append([]string{"--node-name=edge-1"}, tt.args...)); err != nil {
-				t.Fatal(err)
+			err := fs.Parse(append([]string{"--node-name=edge-1"}, tt.args...))
+			if err == nil {
+				err = o.validate(fs)
 			}
-			err := o.validate(fs)
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("validate: %v, want nil", err)

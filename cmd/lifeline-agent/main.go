@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -20,8 +21,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/kubeedge/api/apis/common/constants"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lifeline-edge/lifeline/cmd/internal/flagcheck"
 	"github.com/lifeline-edge/lifeline/cmd/internal/logflags"
@@ -130,7 +129,7 @@ func runGate(args []string) int {
 // runStandby runs the agent as the node's standby: a static pod that acts only while no agent pod holds the
 // node and the API server is out of reach.
 func runStandby(ctx context.Context, o *options, log logr.Logger) error {
-	probe, err := agent.StandbyDir(o.stateDir).Probe(o.cloudProbe)
+	probe, err := agent.StandbyDir(o.stateDir).Probe(o.cloudProbe, o.cloudProbeCA)
 	if err != nil {
 		return err
 	}
@@ -171,21 +170,12 @@ func runAgent(ctx context.Context, o *options, log logr.Logger, standbyProbe *ag
 	return w.run(ctx)
 }
 
-// serveMetrics serves reg's metrics at addr until ctx ends.
-func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log logr.Logger) {
-	srv := &http.Server{Addr: addr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-	go func() { <-ctx.Done(); _ = srv.Close() }()
-	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
-		log.Error(err, "serving metrics")
-	}
-}
-
 // serve serves h on l until ctx ends.
 func serve(ctx context.Context, l net.Listener, h http.Handler, log logr.Logger) {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	if err := srv.Serve(l); err != nil && err != http.ErrServerClosed {
-		log.Error(err, "serving the probes")
+		log.Error(err, "serving", "address", l.Addr())
 	}
 }
 
@@ -205,6 +195,8 @@ type options struct {
 	metaServer, staticDir, reportAddr, metrics, healthAddr, hostRoot     string
 	forwardTo, standbyManifest, daemonSet, gateImage                     string
 	inCluster, insecurePods, showVersion, standby                        bool
+	insecureHostPaths                                                    []string
+	cloudProbeCA                                                         string
 	explicit                                                             map[string]bool // the flags given
 	healGrace, healDeadFor, healWait, poll, heartbeat, retryMax          time.Duration
 	dsInterval, dsCountLimit, probePeriod, probeTimeout                  time.Duration
@@ -255,7 +247,8 @@ func bindPodSourceFlags(fs *flag.FlagSet, o *options) {
 			"overrides --kubeconfig and --api-server")
 	fs.StringVar(&o.cloudProbe, "cloud-probe", "", "URL in the cloud (the API server's /healthz, or cloudcore's HTTPS server) whose answer says "+
 		"the node is connected; needed with the MetaServer, which answers from the node's store even while the node is cut off "+
-		"(default: cloudcore's /ca.crt at the modules.edgeHub.httpServer of --edgecore-config)")
+		"(default: cloudcore's /ca.crt at the modules.edgeHub.httpServer of --edgecore-config); HTTPS only")
+	fs.StringVar(&o.cloudProbeCA, "cloud-probe-ca", "", "the CA that --cloud-probe's certificate is checked against; empty: the system's")
 	fs.DurationVar(&o.probePeriod, "cloud-probe-period", agent.DefaultProbePeriod,
 		"how often the cloud probe asks; a cut is told at most this plus --cloud-probe-timeout after it begins. Over HTTP/2 each "+
 			"attempt after the first is a PING frame on one kept connection, about 100 bytes both ways")
@@ -270,6 +263,19 @@ func bindPodSourceFlags(fs *flag.FlagSet, o *options) {
 	fs.BoolVar(&o.insecurePods, "allow-insecure-pod-source", false,
 		"rebuild workers offline from pods read over plain HTTP; without it a pod source that is not HTTPS with a checked "+
 			"certificate is read, but never trusted to say what the agent writes into the static-pod directory")
+	fs.Func("insecure-pod-source-host-paths", "with --allow-insecure-pod-source, a comma-separated list of node directories below "+
+		"which a rebuilt worker may mount node paths (its Models' and Datasets' directories); none: no node path", func(v string) error {
+		for _, dir := range strings.Split(v, ",") {
+			if dir = strings.TrimSpace(dir); dir == "" {
+				continue
+			}
+			if !path.IsAbs(dir) || path.Clean(dir) == "/" {
+				return fmt.Errorf("%q is not a directory below /", dir)
+			}
+			o.insecureHostPaths = append(o.insecureHostPaths, path.Clean(dir))
+		}
+		return nil
+	})
 }
 
 // bindHealFlags binds the agent's timing: healing, polling, heartbeats and the broker's back-off.
@@ -347,6 +353,8 @@ func (o *options) validate(fs *flag.FlagSet) error {
 	errs = append(errs, flagcheck.BrokerURL("broker", o.broker))
 	if _, err := agent.ParseProbeURL(o.cloudProbe); o.cloudProbe != "" && err != nil {
 		errs = append(errs, fmt.Errorf("--cloud-probe: %w", err))
+	} else if o.cloudProbe != "" && !strings.HasPrefix(o.cloudProbe, "https://") {
+		errs = append(errs, fmt.Errorf("--cloud-probe %q: not HTTPS, so anyone on the path could answer it", o.cloudProbe))
 	}
 	if o.forwardTo != "" {
 		if u, err := url.Parse(o.forwardTo); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

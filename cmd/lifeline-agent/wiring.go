@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lifeline-edge/lifeline/edge/agent"
 	"github.com/lifeline-edge/lifeline/edge/agent/core"
@@ -16,6 +16,7 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
 	"github.com/lifeline-edge/lifeline/edge/reportapi"
+	"github.com/lifeline-edge/lifeline/internal/listen"
 )
 
 // wiring is one run of the agent: its parts, assembled from the flags, then run together.
@@ -37,7 +38,6 @@ type wiring struct {
 	agent   *agent.Agent
 	reports *reportapi.Server
 	reg     *prometheus.Registry
-	probes  net.Listener
 }
 
 // assemble builds the agent's parts; standbyProbe as runAgent's.
@@ -62,7 +62,7 @@ func (w *wiring) assemble(standbyProbe *agent.CloudProbe) error {
 	timing.APIGrace, timing.DeadFor, timing.ControllerWait = o.healGrace, o.healDeadFor, o.healWait
 	w.reg = prometheus.NewRegistry()
 	agent.RegisterMetrics(w.reg, agent.StateSources{BrokerUp: pub.Connected, APIReachable: src.APIReachable, Journal: j,
-		RuntimeUp: w.health.RuntimeAnswers, OfflineRebuilds: func() uint64 { return w.agent.OfflineRebuilds() }})
+		RuntimeUp: w.health.RuntimeAnswers, OfflineRebuilds: func() uint64 { return w.agent.OfflineRebuilds() }, Oversized: src.Workers.Oversized})
 	w.reports = reportapi.New(o.cluster, o.node, pub, src.Workers, pub.BirthSeq, o.queue, w.reg, log.WithName("reports"))
 	w.reports.Counter = j
 	w.reports.MaxConnections, w.reports.ReportRate, w.reports.ReportBurst = o.reportConns, o.reportRate, o.reportBurst
@@ -75,13 +75,6 @@ func (w *wiring) assemble(standbyProbe *agent.CloudProbe) error {
 		Timing: timing, Interval: o.poll, Changed: w.runtimeEvents, Log: log.WithName("agent"), Probe: w.health.AgentLoop()})
 	if err != nil {
 		return fmt.Errorf("starting the agent: %w", err)
-	}
-	if o.healthAddr != "" {
-		// Bound before anything runs: a probe port another process holds would answer the kubelet in the agent's
-		// place.
-		if w.probes, err = net.Listen("tcp", o.healthAddr); err != nil {
-			return fmt.Errorf("serving the probes (--health-address): %w", err)
-		}
 	}
 	return nil
 }
@@ -97,8 +90,9 @@ func (w *wiring) podSources(standbyProbe *agent.CloudProbe) error {
 	} else {
 		w.src, err = agent.PodSources(o.node, o.stateDir, protected, agent.PodSourceFlags{InCluster: o.inCluster, Kubeconfig: o.kubeconfig,
 			APIServer: o.apiServer, APIServerExplicit: o.explicit["api-server"], EdgecoreConfig: o.edgecoreConfig,
-			MetaServer: o.metaServer, MetaServerExplicit: o.explicit["metaserver"], CloudProbe: o.cloudProbe,
-			StaticDir: o.staticDir, AllowInsecurePods: o.insecurePods, GateImage: o.gateImage}, log, w.podsErrors.Logger(log.WithName("desired")))
+			MetaServer: o.metaServer, MetaServerExplicit: o.explicit["metaserver"], CloudProbe: o.cloudProbe, CloudProbeCA: o.cloudProbeCA,
+			StaticDir: o.staticDir, AllowInsecurePods: o.insecurePods,
+			InsecureHostPaths: o.insecureHostPaths, HostRoot: o.hostRoot, GateImage: o.gateImage}, log, w.podsErrors.Logger(log.WithName("desired")))
 	}
 	if err == nil && w.src.RunProbe {
 		w.src.Probe.Period, w.src.Probe.Timeout = o.probePeriod, o.probeTimeout
@@ -156,14 +150,25 @@ func (w *wiring) run(ctx context.Context) error {
 	loops.Go(func() { agent.FollowContainerEvents(ctx, w.runtime, w.runtimeEvents, log.WithName("events")) })
 	loops.Go(func() {
 		agent.Heartbeats(ctx, o.cluster, o.node, o.heartbeat, w.health.Heartbeats(pub),
-			agent.HeartbeatFacts{APIReachable: src.APIReachable, Journaled: w.journal.LogEntries, Changed: probeChanges})
+			agent.HeartbeatFacts{APIReachable: src.APIReachable, Journaled: w.journal.LogEntries, Oversized: src.Workers.Oversized,
+				Changed: probeChanges})
 	})
 	loops.Go(func() { w.health.Run(ctx, log.WithName("health")) })
-	if w.probes != nil {
-		loops.Go(func() { serve(ctx, w.probes, w.health.Handler(), log.WithName("health")) })
+	// A port another process holds is tried again until the agent gets it (listen.WhenFree): exiting would only
+	// crash-loop the agent, and leave the port to the other process.
+	if o.healthAddr != "" {
+		loops.Go(func() {
+			if ln := listen.WhenFree(ctx, o.healthAddr, "the probes (--health-address)", log); ln != nil {
+				serve(ctx, ln, w.health.Handler(), log.WithName("health"))
+			}
+		})
 	}
 	if o.metrics != "" {
-		loops.Go(func() { serveMetrics(ctx, o.metrics, w.reg, log) })
+		loops.Go(func() {
+			if ln := listen.WhenFree(ctx, o.metrics, "the metrics (--metrics-address)", log); ln != nil {
+				serve(ctx, ln, promhttp.HandlerFor(w.reg, promhttp.HandlerOpts{}), log.WithName("metrics"))
+			}
+		})
 	}
 	log.Info("started", "version", version, "revision", revision, "broker", redacted(o.broker), "reportAddress", o.reportAddr,
 		"criSocket", o.socket, "podSource", src.PodSourceURL, "healthAddress", o.healthAddr)
@@ -171,7 +176,7 @@ func (w *wiring) run(ctx context.Context) error {
 	go func() { served <- w.reports.ListenAndServe(serving, o.reportAddr) }()
 	var err error
 	select {
-	case err = <-served: // it could not listen
+	case err = <-served: // its address does not parse
 		cancel()
 	case <-ctx.Done():
 	}

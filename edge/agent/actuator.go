@@ -126,9 +126,9 @@ func (f FirstWorking) Restart(ctx context.Context, namespace, pod, uid string) e
 type StaticPods struct {
 	Dir     string
 	Workers DesiredWorkers
-	// Protected are node paths no rebuilt worker may mount besides SystemPaths: the agent's state, the
-	// static-pod directory, the runtime's socket.
-	Protected []string
+	// Bound is what a stand-in may have on the node; its Protected are node paths no stand-in may mount besides
+	// SystemPaths and Dir: the agent's state, the runtime's socket.
+	Bound StandInBound
 	// GateImage, when set, is the agent's own image, which an armed stand-in's gate runs; GatesDir holds the
 	// gates, one directory per stand-in.
 	GateImage, GatesDir string
@@ -148,10 +148,15 @@ const staticPrefix = "lifeline-"
 
 // standInOf is the manifest a rebuild of w writes, as staticPodManifest makes it.
 func (s *StaticPods) standInOf(w desired.Worker) ([]byte, error) {
+	if w.ManifestRefused != "" {
+		return nil, fmt.Errorf("no stand-in for %s/%s: %s", w.Namespace, w.Name, w.ManifestRefused)
+	}
 	if w.Manifest == "" {
 		return nil, fmt.Errorf("no manifest known for %s/%s", w.Namespace, w.Name)
 	}
-	manifest, err := staticPodManifest(w.Manifest, lifelinev1.StaticPodOf(w.Namespace, w.Name), append([]string{s.Dir}, s.Protected...))
+	bound := s.Bound
+	bound.Protected = append([]string{s.Dir}, bound.Protected...)
+	manifest, err := staticPodManifest(w.Manifest, lifelinev1.StaticPodOf(w.Namespace, w.Name), bound)
 	if err != nil {
 		return nil, fmt.Errorf("the manifest of %s/%s: %w", w.Namespace, w.Name, err)
 	}

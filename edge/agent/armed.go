@@ -62,9 +62,11 @@ func withAnnotation(manifest []byte, key, value string) ([]byte, error) {
 
 // armedManifest is the stand-in manifest (staticPodManifest's) held by a gate in gateDir: the gate container of
 // gateImage first, with gateDir mounted read-only at the same path (a node's runtime and the simulation's
-// processes alike see it there). Its containers ask for no resources and have no limits: an armed stand-in must
-// not reserve the node's resources beside its worker, which the node admits, and may refuse, against every pod
-// it runs.
+// processes alike see it there). Its containers keep their CPU and memory limits, so a worker healed offline is
+// held to them as its pod was, but ask for next to nothing (armedRequests): an armed stand-in must not reserve
+// the node's resources beside its worker, which the node admits, and may refuse, against every pod it runs; for
+// the same reason it asks for no extended resource (a GPU) at all. The gate runs as a user that is not root, so
+// it starts in a pod that must not run as root.
 func armedManifest(manifest []byte, gateDir, gateImage string) ([]byte, error) {
 	var pod map[string]any
 	if err := json.Unmarshal(manifest, &pod); err != nil {
@@ -78,7 +80,11 @@ func armedManifest(manifest []byte, gateDir, gateImage string) ([]byte, error) {
 	for _, field := range containerFields {
 		for _, c := range list(spec[field]) {
 			if container, _ := c.(map[string]any); container != nil {
-				delete(container, "resources")
+				if resources := armedResources(container["resources"]); resources != nil {
+					container["resources"] = resources
+				} else {
+					delete(container, "resources")
+				}
 			}
 		}
 	}
@@ -86,11 +92,37 @@ func armedManifest(manifest []byte, gateDir, gateImage string) ([]byte, error) {
 		"args":         []any{"gate", "--path", filepath.Join(gateDir, gateFile)},
 		"volumeMounts": []any{map[string]any{"name": gateContainer, "mountPath": gateDir, "readOnly": true}},
 		"securityContext": map[string]any{"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
-			"capabilities": map[string]any{"drop": []any{"ALL"}}}}
+			"runAsNonRoot": true, "runAsUser": gateUser, "runAsGroup": gateUser,
+			"capabilities": map[string]any{"drop": []any{"ALL"}}, "seccompProfile": map[string]any{"type": "RuntimeDefault"}}}
 	spec["initContainers"] = append([]any{gate}, list(spec["initContainers"])...)
 	spec["volumes"] = append(list(spec["volumes"]), map[string]any{"name": gateContainer,
 		"hostPath": map[string]any{"path": gateDir, "type": "Directory"}})
 	return json.Marshal(pod)
+}
+
+// gateUser is the uid and gid the gate runs as: the agent image's unprivileged user, which may read the gate
+// directory (0755) and nothing else of the node's.
+const gateUser = 65532
+
+// armedRequests are what an armed stand-in's container asks for of each resource it has a limit of: a node sets
+// a request left out to the limit, which would reserve the worker's resources twice.
+var armedRequests = map[string]string{"cpu": "1m", "memory": "1Mi", "ephemeral-storage": "1Mi"}
+
+// armedResources is an armed stand-in container's resources: its limits of CPU, memory and ephemeral storage,
+// each with armedRequests' request; nil when it has none.
+func armedResources(resources any) map[string]any {
+	asked, _ := resources.(map[string]any)
+	limits, _ := asked["limits"].(map[string]any)
+	kept, requests := map[string]any{}, map[string]any{}
+	for name, limit := range limits {
+		if request, ok := armedRequests[name]; ok {
+			kept[name], requests[name] = limit, request
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	return map[string]any{"limits": kept, "requests": requests}
 }
 
 // WaitForGate returns once path exists, checking every poll: what an armed stand-in's gate container runs

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,8 +19,12 @@ type armedPod struct {
 	Metadata struct{ Annotations map[string]string }
 	Spec     struct {
 		InitContainers []struct {
-			Name, Image string
-			Args        []string
+			Name, Image     string
+			Args            []string
+			SecurityContext struct {
+				RunAsUser    *int64 `json:"runAsUser"`
+				RunAsNonRoot *bool  `json:"runAsNonRoot"`
+			} `json:"securityContext"`
 		}
 		Containers []struct {
 			Name      string
@@ -52,7 +57,7 @@ func readArmed(t *testing.T, path string) armedPod {
 func TestArmedStandInIsOpenedByARebuildAndArmedAgainAfterItsRelease_P_HEAL_3(t *testing.T) {
 	dir, gates := t.TempDir(), filepath.Join(t.TempDir(), "gates")
 	trainer := desired.Worker{Namespace: "default", Name: "fl-trainer-0", UID: "u1", Manifest: withSpec(t, "container.resources",
-		`{"requests":{"cpu":"2"},"limits":{"memory":"1Gi"}}`)}
+		`{"requests":{"cpu":"2"},"limits":{"memory":"1Gi","nvidia.com/gpu":"1"}}`)}
 	kept := desired.Worker{Namespace: "default", Name: "w", UID: "u2", Manifest: manifestOf("default", "w"), OfflinePolicy: "None"}
 	workers := fixedWorkers{trainer, kept}
 	s := &StaticPods{Dir: dir, Workers: workers, GateImage: "lifeline-agent:1.0", GatesDir: gates}
@@ -67,8 +72,13 @@ func TestArmedStandInIsOpenedByARebuildAndArmedAgainAfterItsRelease_P_HEAL_3(t *
 		!slices.Equal(pod.Spec.InitContainers[0].Args, []string{"gate", "--path", filepath.Join(gate, "open")}) {
 		t.Fatalf("armed stand-in %+v, want the gate of %s first", pod, gate)
 	}
-	if r := pod.Spec.Containers[0].Resources; r != nil {
-		t.Errorf("the armed stand-in asks for resources %v beside its worker", r)
+	// Item 5 of the third hardening round: a stand-in healed offline is held to its worker's memory limit, yet
+	// reserves next to nothing beside its worker, and no GPU the worker holds.
+	if r := fmt.Sprint(pod.Spec.Containers[0].Resources); r != "map[limits:map[memory:1Gi] requests:map[memory:1Mi]]" {
+		t.Errorf("the armed stand-in's resources %s, want its memory limit kept and next to nothing asked for", r)
+	}
+	if sc := pod.Spec.InitContainers[0].SecurityContext; sc.RunAsUser == nil || *sc.RunAsUser == 0 || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+		t.Errorf("the gate runs as %+v, want a user that is not root, so a worker that must not run as root is armed", sc)
 	}
 	mounted := false
 	for _, v := range pod.Spec.Volumes {

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
@@ -261,5 +263,37 @@ func TestEdgecoreProbeChecksTheCloudsCA(t *testing.T) {
 		if _, _, err := EdgecoreProbe(writeEdgecoreConfig(t, bad, "x")); err == nil {
 			t.Errorf("httpServer %q accepted", bad)
 		}
+	}
+}
+
+// Item 7 of the third hardening round: a probe URL given explicitly was never certificate-checked, so whoever is
+// on the path could answer it and keep a cut-off node looking connected. It is checked against the CA given (or
+// the system's), and a URL that cannot be checked is refused.
+func TestExplicitProbeURLIsCheckedAgainstItsCA(t *testing.T) {
+	cloud := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer cloud.Close()
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cloud.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	answered := func(caFile string) bool {
+		probe, err := ChooseProbe(cloud.URL+"/healthz", caFile, false, "", logr.Discard())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go probe.Run(ctx)
+		testkit.Until(t, 10*time.Second, "an attempt", probe.Probed)
+		return probe.Reachable()
+	}
+	if !answered(ca) {
+		t.Error("the cloud, checked against its CA, does not answer")
+	}
+	if answered("") {
+		t.Error("a server whose certificate no system CA signed keeps the node looking connected")
+	}
+	if _, err := ChooseProbe("http://cloud.example/healthz", "", false, "", logr.Discard()); err == nil {
+		t.Error("a plain-HTTP probe URL is taken")
 	}
 }

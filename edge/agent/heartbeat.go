@@ -22,6 +22,8 @@ type HeartbeatFacts struct {
 	APIReachable func() bool
 	// Journaled: how many messages wait in the journal for the broker (nil: none is kept).
 	Journaled func() int64
+	// Oversized: how many of the node's workers get no stand-in, their pods beyond the agent's bounds (nil: none).
+	Oversized func() int
 	// Changed receives when APIReachable may have changed: a heartbeat goes out at once, so that a cut is told
 	// when it is seen, not up to an interval later (nil: on the interval only).
 	Changed <-chan struct{}
@@ -43,12 +45,14 @@ func Heartbeats(ctx context.Context, cluster, node string, interval time.Duratio
 			tick.Reset(interval)
 		}
 		seq++
-		var journaled uint32
+		hb := &lifelinev1.Heartbeat{BirthSeq: s.BirthSeq(), Seq: seq, TimeUnixNano: time.Now().UnixNano(), ApiReachable: facts.APIReachable()}
 		if facts.Journaled != nil {
-			journaled = uint32(min(max(facts.Journaled(), 0), math.MaxUint32))
+			hb.JournalReports = uint32(min(max(facts.Journaled(), 0), math.MaxUint32))
 		}
-		payload, err := proto.Marshal(&lifelinev1.Heartbeat{BirthSeq: s.BirthSeq(), Seq: seq,
-			TimeUnixNano: time.Now().UnixNano(), ApiReachable: facts.APIReachable(), JournalReports: journaled})
+		if facts.Oversized != nil {
+			hb.OversizedWorkers = uint32(min(max(facts.Oversized(), 0), math.MaxUint32))
+		}
+		payload, err := proto.Marshal(hb)
 		if err == nil {
 			s.PublishNow(topic, payload)
 		}

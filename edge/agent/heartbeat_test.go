@@ -41,8 +41,8 @@ func (s *recordingSender) last() (string, *lifelinev1.Heartbeat, int) {
 	return s.topic, s.beats[len(s.beats)-1], len(s.beats)
 }
 
-// Each heartbeat says, as it is sent, whether the node reaches the API server and how many messages wait in the
-// journal, counting from 1 within the session's birth.
+// Each heartbeat says, as it is sent, whether the node reaches the API server, how many messages wait in the
+// journal and how many workers get no stand-in, counting from 1 within the session's birth.
 func TestHeartbeatsSayTheNodesReachAndJournalAsTheyAreSent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := &recordingSender{}
@@ -54,13 +54,14 @@ func TestHeartbeatsSayTheNodesReachAndJournalAsTheyAreSent(t *testing.T) {
 			defer close(done)
 			Heartbeats(ctx, "c", "edge1", 10*time.Millisecond, s, HeartbeatFacts{
 				APIReachable: func() bool { mu.Lock(); defer mu.Unlock(); return reachable },
-				Journaled:    func() int64 { mu.Lock(); defer mu.Unlock(); return journaled }})
+				Journaled:    func() int64 { mu.Lock(); defer mu.Unlock(); return journaled },
+				Oversized:    func() int { return 2 }})
 		}()
 		defer func() { cancel(); <-done }()
 		time.Sleep(10 * time.Millisecond) // the bubble's clock: one interval
 		synctest.Wait()
 		if topic, hb, n := s.last(); n != 1 || topic != "lifeline/v1/c/nodes/edge1/heartbeat" || hb.BirthSeq != 4 || hb.Seq != 1 ||
-			!hb.ApiReachable || hb.JournalReports != 3 {
+			!hb.ApiReachable || hb.JournalReports != 3 || hb.OversizedWorkers != 2 {
 			t.Fatalf("after one interval, %d heartbeats, the last on %s: %v", n, topic, hb)
 		}
 		mu.Lock()

@@ -13,6 +13,8 @@ type StateSources struct {
 	APIReachable func() bool
 	// RuntimeUp: the container runtime answered the agent's latest read.
 	RuntimeUp func() bool
+	// Oversized: the node's workers that get no stand-in, their pods beyond the agent's size bounds.
+	Oversized func() int
 	// OfflineRebuilds: workers rebuilt as static pods by the offline policy, cut off from the cloud.
 	OfflineRebuilds func() uint64
 	// Journal holds what waits for the broker.
@@ -45,6 +47,8 @@ func RegisterMetrics(reg prometheus.Registerer, src StateSources) {
 			bool01(src.APIReachable)),
 		gauge("lifeline_agent_runtime_reachable", "1 while the container runtime answers the agent's reads of the node's workers.",
 			bool01(src.RuntimeUp)),
+		gauge("lifeline_agent_oversized_workers", "The node's workers that get no stand-in, offline or armed: their pods are beyond the agent's size bounds.",
+			func() float64 { return float64(src.Oversized()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lifeline_agent_offline_rebuilds_total",
 			Help: "Workers the agent rebuilt as static pods by their offline policy, without the controller's word, since it started."},
 			func() float64 { return float64(src.OfflineRebuilds()) }),

@@ -33,9 +33,13 @@ type PodSourceFlags struct {
 	APIServerExplicit                     bool
 	MetaServer                            string
 	MetaServerExplicit                    bool
-	CloudProbe                            string
+	CloudProbe, CloudProbeCA              string
 	StaticDir                             string
 	AllowInsecurePods                     bool
+	// InsecureHostPaths are the node directories below which a stand-in from an unauthenticated source may mount
+	// node paths (StandInBound.HostPathRoots); HostRoot is where the node's root is in the agent's container.
+	InsecureHostPaths []string
+	HostRoot          string
 	// GateImage, when set, arms stand-ins ahead (StaticPods.GateImage).
 	GateImage string
 }
@@ -62,9 +66,13 @@ func PodSources(node, stateDir string, protected []string, f PodSourceFlags, log
 	if err != nil {
 		return NodeSources{}, fmt.Errorf("loading the desired workers: %w", err)
 	}
-	probe := ChooseProbe(f.CloudProbe, f.InCluster, f.EdgecoreConfig, log.WithName("probe"))
+	probe, err := ChooseProbe(f.CloudProbe, f.CloudProbeCA, f.InCluster, f.EdgecoreConfig, log.WithName("probe"))
+	if err != nil {
+		return NodeSources{}, err
+	}
 	var rebuilder Rebuilder
-	if pods := ChooseRebuilder(source.Pods, f.StaticDir, f.AllowInsecurePods, workers, protected, log); pods != nil {
+	bound := StandInBound{Protected: protected, HostPathRoots: f.InsecureHostPaths, HostRoot: f.HostRoot}
+	if pods := ChooseRebuilder(source.Pods, f.StaticDir, f.AllowInsecurePods, workers, bound, log); pods != nil {
 		pods.GateImage, pods.GatesDir = f.GateImage, GatesDir(stateDir)
 		rebuilder = pods
 	}
@@ -81,7 +89,7 @@ func StandbySources(node, stateDir, staticDir, gateImage string, protected []str
 	if err != nil {
 		return NodeSources{}, fmt.Errorf("loading the desired workers: %w", err)
 	}
-	rebuilder := &StaticPods{Dir: staticDir, Workers: workers, Protected: protected, GateImage: gateImage, GatesDir: GatesDir(stateDir)}
+	rebuilder := &StaticPods{Dir: staticDir, Workers: workers, Bound: StandInBound{Protected: protected}, GateImage: gateImage, GatesDir: GatesDir(stateDir)}
 	return NodeSources{Workers: workers, Rebuilder: rebuilder,
 		Probe: probe, PodSourceURL: "none (the standby)", APIReachable: probe.Reachable, APIKnown: probe.Probed}, nil
 }

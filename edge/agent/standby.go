@@ -259,8 +259,9 @@ func (f StandbyFiles) Leave(brokerCAFile string) error {
 }
 
 // Probe is the standby's probe of the API server: url when given, else the address the agent pod left; its
-// certificate checked against the CA the agent pod left, when there is one.
-func (f StandbyFiles) Probe(url string) (*CloudProbe, error) {
+// certificate checked against the CA the agent pod left, when there is one, else against caFile's or the system's
+// (ProbeTLS).
+func (f StandbyFiles) Probe(url, caFile string) (*CloudProbe, error) {
 	if url == "" {
 		data, err := os.ReadFile(filepath.Join(f.Dir, standbyAPIServer))
 		if err != nil {
@@ -268,7 +269,11 @@ func (f StandbyFiles) Probe(url string) (*CloudProbe, error) {
 		}
 		url = strings.TrimSpace(string(data)) + "/readyz"
 	}
-	probe := &CloudProbe{URL: url}
+	tlsConfig, err := ProbeTLS(url, caFile)
+	if err != nil {
+		return nil, err
+	}
+	probe := &CloudProbe{URL: url, TLS: tlsConfig}
 	if pem, err := os.ReadFile(filepath.Join(f.Dir, standbyAPICA)); err == nil {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
@@ -401,8 +406,8 @@ type StandbySource struct{}
 var errStandbyReadsNoPods = errors.New("the standby reads no pods: the agent pod does")
 
 // List refuses.
-func (StandbySource) List(context.Context, desired.Selector) (*desired.PodList, error) {
-	return nil, errStandbyReadsNoPods
+func (StandbySource) List(context.Context, desired.Selector, func(*desired.Pod)) (string, error) {
+	return "", errStandbyReadsNoPods
 }
 
 // Watch refuses.

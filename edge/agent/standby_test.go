@@ -202,26 +202,26 @@ func TestTheStandbyManifestIsRewrittenOnlyWhenItChanges(t *testing.T) {
 
 func TestTheStandbyProbesWhereTheAgentPodSaid(t *testing.T) {
 	files := StandbyFiles{Dir: t.TempDir()}
-	if _, err := files.Probe(""); err == nil {
+	if _, err := files.Probe("", ""); err == nil {
 		t.Fatal("a standby with no address to probe starts")
 	}
 	if err := os.WriteFile(filepath.Join(files.Dir, standbyAPIServer), []byte("https://10.96.0.1:443\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	probe, err := files.Probe("")
+	probe, err := files.Probe("", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if probe.URL != "https://10.96.0.1:443/readyz" || probe.TLS != nil {
-		t.Errorf("probe %s (TLS %v), want the address left, unchecked without a CA", probe.URL, probe.TLS)
+	if probe.URL != "https://10.96.0.1:443/readyz" || probe.TLS == nil || probe.TLS.InsecureSkipVerify || probe.TLS.RootCAs != nil {
+		t.Errorf("probe %s (TLS %v), want the address left, checked against the system's CAs without one left", probe.URL, probe.TLS)
 	}
 	if err := os.WriteFile(filepath.Join(files.Dir, standbyAPICA), []byte("not a certificate"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := files.Probe(""); err == nil {
+	if _, err := files.Probe("", ""); err == nil {
 		t.Error("a CA that holds no certificate is accepted")
 	}
-	if probe, err := files.Probe("https://api.example:6443/readyz"); err == nil || probe != nil {
+	if probe, err := files.Probe("https://api.example:6443/readyz", ""); err == nil || probe != nil {
 		t.Error("a bad CA is ignored when the probe's URL is given")
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	sigsjson "sigs.k8s.io/json"
+
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -23,27 +25,60 @@ type RefusedManifestError struct{ Reason string }
 
 func (e *RefusedManifestError) Error() string { return "refused for an offline rebuild: " + e.Reason }
 
+// StandInBound is what a worker's stand-in may have on the node, beyond what staticPodManifest allows every one.
+type StandInBound struct {
+	// Protected are node paths no stand-in may mount besides SystemPaths.
+	Protected []string
+	// Untrusted says the manifests came from a source any process of the node could answer for (plain HTTP, with
+	// --allow-insecure-pod-source): each stand-in is then held to what Pod Security's restricted profile lets a
+	// pod do (restrictStandIn), with node paths only below HostPathRoots, none of them through a symlink.
+	Untrusted bool
+	// HostPathRoots are the node directories below which an untrusted stand-in may mount node paths; none: no
+	// node path at all.
+	HostPathRoots []string
+	// HostRoot is where the node's root is mounted in the agent's container ("" for the agent's own root), to
+	// look for symlinks on an untrusted stand-in's node paths.
+	HostRoot string
+}
+
 // staticPodManifest turns a worker's last known pod into the static pod the agent writes, marked as standing in
 // for worker, or refuses it. The pod's source may have been forged (the MetaServer's port is anyone's to bind
 // while edgecore restarts) and edged runs a static pod with no admission at all, so only what a worker may have
 // passes: no privileged container, no added capability, no host PID or IPC namespace, no unmasked /proc,
 // no unconfined seccomp or AppArmor profile, no volume but node directories and files outside the node's system
 // directories and protected (Sedna's Models, Datasets and output directories), emptyDir and downwardAPI. The
-// host network stays allowed: the controller puts every FL trainer on it.
+// host network stays allowed: the controller puts every FL trainer on it. A pod that names no seccomp profile
+// gets the runtime's default. From an untrusted source, restrictStandIn holds the pod to less still.
+//
+// The manifest is read as the node reads it: keys case-sensitively, so that a key Go's decoder would fold
+// ("hostpid", "volume\u017f") is, for the checks as for the node, another key; a repeated key is refused.
 //
 // What ties the pod to the API server is dropped, as upstream Kubernetes requires of static pods: its service
 // account, and the projected token volume admission added, which a cut-off node could never fill.
-func staticPodManifest(manifest, worker string, protected []string) ([]byte, error) {
+func staticPodManifest(manifest, worker string, bound StandInBound) ([]byte, error) {
 	var pod map[string]any
-	if err := json.Unmarshal([]byte(manifest), &pod); err != nil {
+	strict, err := sigsjson.UnmarshalStrict([]byte(manifest), &pod, sigsjson.DisallowDuplicateFields)
+	if err != nil {
 		return nil, fmt.Errorf("decoding the manifest: %w", err)
+	}
+	if len(strict) > 0 {
+		return nil, &RefusedManifestError{Reason: fmt.Sprintf("the manifest repeats a key: %v", strict[0])}
 	}
 	spec, _ := pod["spec"].(map[string]any)
 	if spec == nil {
 		return nil, &RefusedManifestError{Reason: "the manifest has no spec"}
 	}
 	dropServiceAccount(spec)
-	if err := checkStaticSpec(spec, protected); err != nil {
+	if err := checkProfileAnnotations(annotationsOf(pod)); err != nil {
+		return nil, &RefusedManifestError{Reason: err.Error()}
+	}
+	if bound.Untrusted {
+		if err := restrictStandIn(spec); err != nil {
+			return nil, &RefusedManifestError{Reason: err.Error()}
+		}
+	}
+	defaultSeccomp(spec)
+	if err := checkStaticSpec(spec, bound); err != nil {
 		return nil, &RefusedManifestError{Reason: err.Error()}
 	}
 	annotationsOf(pod)[lifelinev1.StaticPodOfAnnotation] = worker
@@ -144,9 +179,13 @@ type securityContext struct {
 	Capabilities *struct {
 		Add []string `json:"add"`
 	} `json:"capabilities"`
-	SeccompProfile  *struct{ Type string } `json:"seccompProfile"`
-	AppArmorProfile *struct{ Type string } `json:"appArmorProfile"`
-	WindowsOptions  *struct {
+	SeccompProfile *struct {
+		Type string `json:"type"`
+	} `json:"seccompProfile"`
+	AppArmorProfile *struct {
+		Type string `json:"type"`
+	} `json:"appArmorProfile"`
+	WindowsOptions *struct {
 		HostProcess *bool `json:"hostProcess"`
 	} `json:"windowsOptions"`
 }
@@ -157,13 +196,13 @@ var hostPathTypes = map[string]bool{"": true, "Directory": true, "DirectoryOrCre
 // volumeKinds a rebuilt worker may have besides hostPath: none of them reaches the node or the API server.
 var volumeKinds = map[string]bool{"emptyDir": true, "downwardAPI": true}
 
-func checkStaticSpec(raw map[string]any, protected []string) error {
+func checkStaticSpec(raw map[string]any, bound StandInBound) error {
 	data, err := json.Marshal(raw)
 	if err != nil {
 		return err
 	}
 	var spec staticSpec
-	if err := json.Unmarshal(data, &spec); err != nil {
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(data, &spec); err != nil {
 		return fmt.Errorf("the pod spec does not decode: %w", err)
 	}
 	if spec.HostPID || spec.HostIPC {
@@ -175,8 +214,8 @@ func checkStaticSpec(raw map[string]any, protected []string) error {
 	hostPaths := map[string]string{} // volume name -> node directory
 	for _, vol := range spec.Volumes {
 		var name string
-		_ = json.Unmarshal(vol["name"], &name)
-		dir, err := checkVolume(name, vol, protected)
+		_ = sigsjson.UnmarshalCaseSensitivePreserveInts(vol["name"], &name)
+		dir, err := checkVolume(name, vol, bound)
 		if err != nil {
 			return err
 		}
@@ -204,7 +243,7 @@ func checkStaticSpec(raw map[string]any, protected []string) error {
 }
 
 // checkVolume returns the node directory of a hostPath volume ("" for another kind), or why the volume is refused.
-func checkVolume(name string, vol map[string]json.RawMessage, protected []string) (string, error) {
+func checkVolume(name string, vol map[string]json.RawMessage, bound StandInBound) (string, error) {
 	for kind, source := range vol {
 		switch {
 		case kind == "name" || volumeKinds[kind]:
@@ -213,7 +252,7 @@ func checkVolume(name string, vol map[string]json.RawMessage, protected []string
 				Path string  `json:"path"`
 				Type *string `json:"type"`
 			}
-			if err := json.Unmarshal(source, &hp); err != nil {
+			if err := sigsjson.UnmarshalCaseSensitivePreserveInts(source, &hp); err != nil {
 				return "", fmt.Errorf("volume %q: %w", name, err)
 			}
 			if hp.Type != nil && !hostPathTypes[*hp.Type] {
@@ -222,9 +261,14 @@ func checkVolume(name string, vol map[string]json.RawMessage, protected []string
 			if !path.IsAbs(hp.Path) || path.Clean(hp.Path) != hp.Path || hp.Path == "/" {
 				return "", fmt.Errorf("volume %q mounts node path %q, not a clean directory below /", name, hp.Path)
 			}
-			for _, p := range append(SystemPaths, protected...) {
+			for _, p := range append(SystemPaths, bound.Protected...) {
 				if p != "" && (hp.Path == p || strings.HasPrefix(hp.Path, strings.TrimSuffix(p, "/")+"/") || strings.HasPrefix(p, hp.Path+"/")) {
 					return "", fmt.Errorf("volume %q mounts node path %s, which holds or lies in %s", name, hp.Path, p)
+				}
+			}
+			if bound.Untrusted {
+				if err := checkUntrustedHostPath(name, hp.Path, bound); err != nil {
+					return "", err
 				}
 			}
 			return hp.Path, nil

@@ -56,7 +56,7 @@ func withSpec(t *testing.T, field, value string) string {
 }
 
 func TestRenderedWorkerIsRebuiltWithoutItsServiceAccount(t *testing.T) {
-	out, err := staticPodManifest(renderedTrainer, "default/fl-trainer-0", nil)
+	out, err := staticPodManifest(renderedTrainer, "default/fl-trainer-0", StandInBound{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestRebuildRefusesManifestsThatReachTheNode(t *testing.T) {
 		{"the agent's state", withSpec(t, "volumes", `[{"name":"r","hostPath":{"path":"/srv/lifeline/state"}}]`), "/srv/lifeline"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := staticPodManifest(tc.manifest, "default/fl-trainer-0", []string{"/srv/lifeline/state/agent"})
+			_, err := staticPodManifest(tc.manifest, "default/fl-trainer-0", StandInBound{Protected: []string{"/srv/lifeline/state/agent"}})
 			var refused *RefusedManifestError
 			if !errors.As(err, &refused) || !strings.Contains(err.Error(), tc.reason) {
 				t.Fatalf("error %v, want a refusal saying %q", err, tc.reason)
@@ -153,10 +153,13 @@ func TestHostileMetaServerStandInGetsNoManifestWritten(t *testing.T) {
 	go workers.Run(ctx, 50*time.Millisecond)
 	testkit.Until(t, 10*time.Second, "the served pod a worker", func() bool { return workers.Has("u-evil") })
 	staticDir := t.TempDir()
-	if r := ChooseRebuilder(pods, staticDir, false, workers, nil, logr.Discard()); r != nil {
+	if r := ChooseRebuilder(pods, staticDir, false, workers, StandInBound{}, logr.Discard()); r != nil {
 		t.Fatalf("rebuilder %T from a plain-HTTP source, want none unless told to trust it", r)
 	}
-	r := ChooseRebuilder(pods, staticDir, true, workers, nil, logr.Discard())
+	r := ChooseRebuilder(pods, staticDir, true, workers, StandInBound{}, logr.Discard())
+	if !r.Bound.Untrusted {
+		t.Error("stand-ins read over plain HTTP are not held to the untrusted bound")
+	}
 	var refused *RefusedManifestError
 	if err := r.Rebuild(ctx, "default", "fl-trainer-0", "u-evil"); !errors.As(err, &refused) {
 		t.Fatalf("rebuild: %v, want a refusal", err)
@@ -164,7 +167,7 @@ func TestHostileMetaServerStandInGetsNoManifestWritten(t *testing.T) {
 	if files, _ := os.ReadDir(staticDir); len(files) != 0 {
 		t.Errorf("static-pod directory holds %v, want nothing", files)
 	}
-	if https := desired.NewPodClient("https://127.0.0.1:10550", nil, ""); ChooseRebuilder(https, staticDir, false, workers, nil, logr.Discard()) == nil {
+	if https := desired.NewPodClient("https://127.0.0.1:10550", nil, ""); ChooseRebuilder(https, staticDir, false, workers, StandInBound{}, logr.Discard()) == nil {
 		t.Error("no rebuilder from an HTTPS source with its certificate checked")
 	}
 }
@@ -174,7 +177,7 @@ func TestHostileMetaServerStandInGetsNoManifestWritten(t *testing.T) {
 func TestWorkersOwnNodeDirectoryIsRebuilt(t *testing.T) {
 	manifest := withSpec(t, "volumes", `[{"name":"results","hostPath":{"path":"/var/lib/helmet-detection/output","type":"DirectoryOrCreate"}}]`)
 	manifest = strings.Replace(manifest, `"volumeMounts":[`, `"volumeMounts":[{"name":"results","mountPath":"/output"},`, 1)
-	if _, err := staticPodManifest(manifest, "default/w", nil); err != nil {
+	if _, err := staticPodManifest(manifest, "default/w", StandInBound{}); err != nil {
 		t.Fatal(err)
 	}
 }

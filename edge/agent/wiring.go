@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -85,8 +86,9 @@ func ChoosePods(inCluster bool, kubeconfig, apiServer string, apiServerExplicit 
 
 // ChooseRebuilder is the static-pod rebuilder of workers the node lost, or nil when the agent must not rebuild:
 // no static-pod directory, or a pod source that any process of the node could stand in for (plain HTTP) unless
-// allowInsecure. protected are node paths no rebuilt worker may mount, beside SystemPaths and staticDir.
-func ChooseRebuilder(pods *desired.PodClient, staticDir string, allowInsecure bool, workers DesiredWorkers, protected []string,
+// allowInsecure, and then each stand-in is held to bound as an untrusted one (StandInBound.Untrusted). bound's
+// Protected are node paths no stand-in may mount, beside SystemPaths and staticDir.
+func ChooseRebuilder(pods *desired.PodClient, staticDir string, allowInsecure bool, workers DesiredWorkers, bound StandInBound,
 	log logr.Logger) *StaticPods {
 	switch {
 	case staticDir == "":
@@ -97,7 +99,12 @@ func ChooseRebuilder(pods *desired.PodClient, staticDir string, allowInsecure bo
 			"give --kubeconfig, or accept the risk with --allow-insecure-pod-source", "podSource", pods.URL())
 		return nil
 	}
-	return &StaticPods{Dir: staticDir, Workers: workers, Protected: protected}
+	bound.Untrusted = !pods.Authenticated()
+	if bound.Untrusted {
+		log.Info("offline rebuilds from plain HTTP (--allow-insecure-pod-source): each stand-in runs as Pod Security's restricted "+
+			"profile allows, with node paths only below the directories named", "podSource", pods.URL(), "hostPaths", bound.HostPathRoots)
+	}
+	return &StaticPods{Dir: staticDir, Workers: workers, Bound: bound}
 }
 
 // Actuators restarts through KubeEdge's MetaServer at metaServerURL first (what KubeEdge offers for it; empty:
@@ -110,32 +117,58 @@ func Actuators(metaServerURL string, runtime *cri.Client) FirstWorking {
 	return append(out, &CRIActuator{Runtime: runtime})
 }
 
-// ChooseProbe is the probe of the cloud: url when given; in a pod of a kubelet node (inCluster), the API server's
-// /readyz, which answers anyone (a watch that hangs on a dead link would tell only after TCP gives up); else the
-// one edgecore's configuration implies (empty: none). Without one the MetaServer's answers cannot tell whether the
-// node is cut off, which is logged.
-func ChooseProbe(url string, inCluster bool, edgecoreConfig string, log logr.Logger) *CloudProbe {
+// ChooseProbe is the probe of the cloud: url when given, its certificate checked against caFile's CA (empty: the
+// system's); in a pod of a kubelet node (inCluster), the API server's /readyz, which answers anyone (a watch that
+// hangs on a dead link would tell only after TCP gives up); else the one edgecore's configuration implies (empty:
+// none). Without one the MetaServer's answers cannot tell whether the node is cut off, which is logged.
+func ChooseProbe(url, caFile string, inCluster bool, edgecoreConfig string, log logr.Logger) (*CloudProbe, error) {
 	switch {
 	case url != "":
-		return &CloudProbe{URL: url}
+		tlsConfig, err := ProbeTLS(url, caFile)
+		if err != nil {
+			return nil, err
+		}
+		return &CloudProbe{URL: url, TLS: tlsConfig}, nil
 	case inCluster:
 		server, tlsConfig, err := desired.InClusterServer()
 		if err != nil {
 			log.Info("no cloud probe: the API server's address is unknown", "reason", err.Error())
-			return nil
+			return nil, nil
 		}
 		log.Info("probing the API server", "url", server+"/readyz")
-		return &CloudProbe{URL: server + "/readyz", TLS: tlsConfig}
+		return &CloudProbe{URL: server + "/readyz", TLS: tlsConfig}, nil
 	case edgecoreConfig != "":
 		probe, why, err := EdgecoreProbe(edgecoreConfig)
 		if err != nil {
 			log.Info("no cloud probe: the MetaServer's answers cannot tell whether the node is cut off", "reason", err.Error())
-			return nil
+			return nil, nil
 		}
 		log.Info("probing cloudcore from edgecore's configuration", "url", probe.URL, "tls", why)
-		return probe
+		return probe, nil
 	}
-	return nil
+	return nil, nil
+}
+
+// ProbeTLS is how a probe of an explicit URL checks the cloud's certificate: against caFile's CA, or the
+// system's when caFile is empty. A URL that is not HTTPS is refused: whoever is on the path could answer it and
+// keep a cut-off node looking connected.
+func ProbeTLS(url, caFile string) (*tls.Config, error) {
+	if !strings.HasPrefix(url, "https://") {
+		return nil, fmt.Errorf("cloud probe %s: not HTTPS, so anyone on the path could answer it", url)
+	}
+	config := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile == "" {
+		return config, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("the cloud probe's CA: %w", err)
+	}
+	config.RootCAs = x509.NewCertPool()
+	if !config.RootCAs.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("the cloud probe's CA %s holds no certificate", caFile)
+	}
+	return config, nil
 }
 
 // APIReachability tells whether the node reaches the API server now: its watch works and, with a probe, the

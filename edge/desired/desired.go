@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -23,7 +25,8 @@ import (
 
 // PodSource lists and watches pods; *PodClient is the real one.
 type PodSource interface {
-	List(ctx context.Context, sel Selector) (*PodList, error)
+	// List calls each with every pod sel selects, one at a time, and returns the list's resource version.
+	List(ctx context.Context, sel Selector, each func(*Pod)) (string, error)
 	Watch(ctx context.Context, sel Selector, resourceVersion string) (<-chan Event, error)
 }
 
@@ -48,8 +51,11 @@ type Worker struct {
 	// hold was lost by the node, where one not yet started is only on its way.
 	Started bool `json:"started,omitempty"`
 	// Manifest is the worker's pod as a static-pod manifest (metadata and spec, no node, no status), so the
-	// agent can rebuild a worker whose pod the node lost while cut off.
+	// agent can rebuild a worker whose pod the node lost while cut off; "" when the agent keeps none.
 	Manifest string `json:"manifest,omitempty"`
+	// ManifestRefused says why the agent keeps no manifest of the worker (its pod is beyond the agent's bounds):
+	// the worker is reported as any other, but gets no stand-in.
+	ManifestRefused string `json:"manifestRefused,omitempty"`
 	// Dataset, DatasetIndex and DatasetFormat are a trainer's Dataset: its name, its index file on the node and
 	// the file's format, from the pod's marks; empty for other workers.
 	Dataset       string `json:"dataset,omitempty"`
@@ -72,6 +78,7 @@ type Watcher struct {
 
 	mu        sync.Mutex
 	workers   map[string]Worker // by UID
+	dropped   int               // the node's worker pods of the latest list not kept: beyond MaxWorkers or MaxDesiredBytes
 	reachable bool
 	answered  bool // a list or watch has ended, so reachable means something
 	refused   bool // the latest answer was a refusal (401, 403): logged once per streak
@@ -80,30 +87,69 @@ type Watcher struct {
 // New returns a watcher that keeps its workers in stateDir/desired-workers.json, loading what is there now. A
 // file that does not decode (a torn write, a full disk) is moved aside as desired-workers.json.corrupt-<time>
 // and the watcher starts with no workers: the next list refills them, and an agent that refused to start would
-// heal nothing.
+// heal nothing. A file larger than the bound (written by an agent that had none) is read only up to it: the
+// workers found there are kept, within the bounds, and the next save writes the file anew.
 func New(pods PodSource, node, stateDir string, log logr.Logger) (*Watcher, error) {
 	w := &Watcher{pods: pods, node: node, path: filepath.Join(stateDir, "desired-workers.json"), log: log,
 		workers: map[string]Worker{}}
-	data, err := os.ReadFile(w.path)
+	f, err := os.Open(w.path)
 	switch {
 	case os.IsNotExist(err):
+		return w, nil
 	case err != nil:
 		return nil, fmt.Errorf("reading %s: %w", w.path, err)
-	default:
-		var list []Worker
-		if err := json.Unmarshal(data, &list); err != nil {
-			aside := fmt.Sprintf("%s.corrupt-%s", w.path, time.Now().UTC().Format("20060102T150405.000000000Z"))
-			if mvErr := os.Rename(w.path, aside); mvErr != nil {
-				return nil, fmt.Errorf("moving the undecodable %s aside: %w", w.path, errors.Join(err, mvErr))
-			}
-			log.Error(err, "the desired workers on disk do not decode; moved aside, starting with none", "path", w.path, "movedTo", aside)
-			return w, nil
-		}
-		for _, wk := range list {
-			w.workers[wk.UID] = wk
-		}
 	}
+	defer f.Close()
+	list, err := readSaved(f)
+	if errors.Is(err, errSavedTooLarge) {
+		log.Error(err, "the desired workers on disk are beyond the agent's bound; keeping those read within it", "path", w.path, "kept", len(list))
+		err = nil
+	}
+	if err != nil {
+		aside := fmt.Sprintf("%s.corrupt-%s", w.path, time.Now().UTC().Format("20060102T150405.000000000Z"))
+		if mvErr := os.Rename(w.path, aside); mvErr != nil {
+			return nil, fmt.Errorf("moving the undecodable %s aside: %w", w.path, errors.Join(err, mvErr))
+		}
+		log.Error(err, "the desired workers on disk do not decode; moved aside, starting with none", "path", w.path, "movedTo", aside)
+		return w, nil
+	}
+	for _, wk := range list {
+		w.workers[wk.UID] = wk
+	}
+	w.dropped = bound(w.workers)
 	return w, nil
+}
+
+// maxSavedBytes bounds the saved file as read: the workers' JSON within MaxDesiredBytes, and room for the rest.
+const maxSavedBytes = MaxDesiredBytes + MaxWorkers*1024
+
+// errSavedTooLarge is a saved file that goes on past maxSavedBytes.
+var errSavedTooLarge = fmt.Errorf("larger than %d bytes", maxSavedBytes)
+
+// readSaved reads the saved workers one at a time, never past maxSavedBytes: the workers read before the bound
+// are returned with errSavedTooLarge.
+func readSaved(r io.Reader) ([]Worker, error) {
+	body := &boundedReader{r: r}
+	body.allow(maxSavedBytes)
+	dec := json.NewDecoder(body)
+	if err := expectDelim(dec, '['); err != nil {
+		return nil, err
+	}
+	var list []Worker
+	for dec.More() && len(list) < MaxWorkers {
+		var wk Worker
+		if err := dec.Decode(&wk); err != nil {
+			if errors.Is(err, errObjectTooLarge) {
+				return list, errSavedTooLarge
+			}
+			return nil, err
+		}
+		if len(wk.Manifest) > MaxManifestBytes {
+			wk.Manifest, wk.ManifestRefused = "", manifestTooLarge(len(wk.Manifest))
+		}
+		list = append(list, wk)
+	}
+	return list, nil
 }
 
 // Workers lists the node's workers, sorted by namespace and name.
@@ -167,17 +213,17 @@ func (w *Watcher) Reachable() bool {
 // is not cut off, so nothing is healed locally; the refusal is logged and the request retried.
 func (w *Watcher) Run(ctx context.Context, retry time.Duration) {
 	for ctx.Err() == nil {
-		list, sel, err := w.list(ctx)
+		pods, resourceVersion, sel, err := w.list(ctx)
 		if err != nil {
 			w.failed(err)
 			sleep(ctx, retry)
 			continue
 		}
-		w.replace(list.Items)
+		w.replace(pods)
 		// Each watch has a context of its own: one that follow leaves (a hold ended) is closed, not left holding
 		// its connection and its reader until the agent stops.
 		watchCtx, stopWatch := context.WithCancel(ctx)
-		events, err := w.pods.Watch(watchCtx, sel, list.Metadata.ResourceVersion)
+		events, err := w.pods.Watch(watchCtx, sel, resourceVersion)
 		if err != nil {
 			stopWatch()
 			w.failed(err)
@@ -192,21 +238,43 @@ func (w *Watcher) Run(ctx context.Context, retry time.Duration) {
 	}
 }
 
-// list lists the node's worker pods and returns the selector that found them, for the watch. The node's field
-// selector narrows what an API server sends, but a cut-off KubeEdge node's MetaServer answers from its local
-// store, which matches metadata fields only and lists nothing for spec.nodeName: when the narrow list finds no
-// worker and the source does not select by node, the label selector is tried alone, and watched alone (a narrow
-// watch of that store would never see a worker arrive). Either way only pods bound to this node are kept (see
-// ours): a connected MetaServer forwards to cloudcore and lists every node's pods.
-func (w *Watcher) list(ctx context.Context) (*PodList, Selector, error) {
+// list lists the node's worker pods (at most MaxWorkers of them, the rest counted) and returns the list's
+// resource version and the selector that found them, for the watch. The node's field selector narrows what an
+// API server sends, but a cut-off KubeEdge node's MetaServer answers from its local store, which matches metadata
+// fields only and lists nothing for spec.nodeName: when the narrow list finds no worker and the source does not
+// select by node, the label selector is tried alone, and watched alone (a narrow watch of that store would never
+// see a worker arrive). Either way only pods bound to this node are kept (see ours): a connected MetaServer
+// forwards to cloudcore and lists every node's pods.
+func (w *Watcher) list(ctx context.Context) (listed, string, Selector, error) {
 	narrow := Selector{Fields: "spec.nodeName=" + w.node, Labels: lifelinev1.RoleLabel}
-	list, err := w.pods.List(ctx, narrow)
-	if err != nil || w.hasOurs(list.Items) || w.selectsByNode(ctx) {
-		return list, narrow, err
+	pods, resourceVersion, err := w.listOurs(ctx, narrow)
+	if err != nil || len(pods.workers) > 0 || pods.dropped > 0 || w.selectsByNode(ctx) {
+		return pods, resourceVersion, narrow, err
 	}
 	wide := Selector{Labels: lifelinev1.RoleLabel}
-	list, err = w.pods.List(ctx, wide)
-	return list, wide, err
+	pods, resourceVersion, err = w.listOurs(ctx, wide)
+	return pods, resourceVersion, wide, err
+}
+
+// listed is what a list found of the node's workers: those kept, and how many more there were.
+type listed struct {
+	workers []Worker
+	dropped int
+}
+
+// listOurs lists the pods sel selects and keeps those that are the node's workers, up to MaxWorkers.
+func (w *Watcher) listOurs(ctx context.Context, sel Selector) (listed, string, error) {
+	var out listed
+	resourceVersion, err := w.pods.List(ctx, sel, func(p *Pod) {
+		switch {
+		case !w.ours(p):
+		case len(out.workers) < MaxWorkers:
+			out.workers = append(out.workers, toWorker(p))
+		default:
+			out.dropped++
+		}
+	})
+	return out, resourceVersion, err
 }
 
 // selectsByNode tells whether the source selects pods by node: it lists one of the node's pods (the agent's own,
@@ -215,25 +283,11 @@ func (w *Watcher) list(ctx context.Context) (*PodList, Selector, error) {
 // delivers in the node's store, other nodes' too, and every idle node would get every worker change in the
 // cluster. A node with no pod at all cannot tell, and takes the wide watch.
 func (w *Watcher) selectsByNode(ctx context.Context) bool {
-	list, err := w.pods.List(ctx, Selector{Fields: "spec.nodeName=" + w.node})
-	if err != nil {
-		return false
-	}
-	for i := range list.Items {
-		if list.Items[i].Spec.NodeName == w.node {
-			return true
-		}
-	}
-	return false
-}
-
-func (w *Watcher) hasOurs(pods []Pod) bool {
-	for i := range pods {
-		if w.ours(&pods[i]) {
-			return true
-		}
-	}
-	return false
+	found := false
+	_, err := w.pods.List(ctx, Selector{Fields: "spec.nodeName=" + w.node}, func(p *Pod) {
+		found = found || p.Spec.NodeName == w.node
+	})
+	return err == nil && found
 }
 
 // ours tells whether a listed or watched pod is bound to this node.
@@ -312,11 +366,77 @@ func toWorker(p *Pod) Worker {
 	if restart == "" {
 		restart = RestartAlways
 	}
-	return Worker{Namespace: m.Namespace, Name: m.Name, UID: m.UID, Role: m.Labels[lifelinev1.RoleLabel],
-		OfflinePolicy: m.Annotations[lifelinev1.OfflinePolicyAnnotation], RestartPolicy: restart, WorkerName: WorkerNameOf(p), Manifest: staticManifest(p.Raw),
+	wk := Worker{Namespace: m.Namespace, Name: m.Name, UID: m.UID, Role: m.Labels[lifelinev1.RoleLabel],
+		OfflinePolicy: m.Annotations[lifelinev1.OfflinePolicyAnnotation], RestartPolicy: restart, WorkerName: WorkerNameOf(p), Manifest: p.Manifest,
 		Started: p.Status.Phase == "Running" || p.Status.Phase == "Failed",
 		Dataset: m.Annotations[lifelinev1.DatasetAnnotation], DatasetIndex: m.Annotations[lifelinev1.DatasetIndexAnnotation],
 		DatasetFormat: m.Annotations[lifelinev1.DatasetFormatAnnotation]}
+	if p.Manifest == "" && p.ManifestBytes > MaxManifestBytes {
+		wk.ManifestRefused = manifestTooLarge(p.ManifestBytes)
+	}
+	return wk
+}
+
+func manifestTooLarge(n int) string {
+	return fmt.Sprintf("its pod is %d bytes as a static pod, beyond the agent's bound of %d", n, MaxManifestBytes)
+}
+
+// bound keeps workers within MaxDesiredBytes: it drops the largest manifests first (each such worker loses its
+// stand-in, and is told why), then, if the workers alone are still beyond it, the largest workers; it returns how
+// many workers it dropped. A tenant's oversized pods cost that tenant's workers, not the node's others.
+func bound(workers map[string]Worker) (dropped int) {
+	total := 0
+	for _, wk := range workers {
+		total += recordBytes(wk)
+	}
+	for total > MaxDesiredBytes {
+		largest := ""
+		for uid, wk := range workers {
+			if wk.Manifest != "" && (largest == "" || len(wk.Manifest) > len(workers[largest].Manifest)) {
+				largest = uid
+			}
+		}
+		if largest == "" {
+			break
+		}
+		wk := workers[largest]
+		total -= recordBytes(wk)
+		wk.Manifest, wk.ManifestRefused = "", fmt.Sprintf("the node's workers are beyond the agent's bound of %d bytes, and its pod is among the largest", MaxDesiredBytes)
+		total += recordBytes(wk)
+		workers[largest] = wk
+	}
+	for total > MaxDesiredBytes {
+		largest := ""
+		for uid, wk := range workers {
+			if largest == "" || recordBytes(wk) > recordBytes(workers[largest]) {
+				largest = uid
+			}
+		}
+		total -= recordBytes(workers[largest])
+		delete(workers, largest)
+		dropped++
+	}
+	return dropped
+}
+
+// recordBytes is about what a worker takes in the saved file: its strings, and room for their keys.
+func recordBytes(wk Worker) int {
+	return 256 + len(wk.Namespace) + len(wk.Name) + len(wk.UID) + len(wk.Role) + len(wk.OfflinePolicy) + len(wk.RestartPolicy) +
+		len(wk.WorkerName) + len(wk.Manifest) + len(wk.ManifestRefused) + len(wk.Dataset) + len(wk.DatasetIndex) + len(wk.DatasetFormat)
+}
+
+// Oversized is how many of the node's workers the agent cannot stand in for because of its bounds: those whose
+// manifest it refused, and the worker pods it did not keep at all.
+func (w *Watcher) Oversized() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.dropped
+	for _, wk := range w.workers {
+		if wk.ManifestRefused != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // WorkerNameOf is the WORKER_NAME of the pod's first container that sets it as a plain value (the name its Sedna
@@ -355,29 +475,50 @@ func staticManifest(raw json.RawMessage) string {
 	return string(out)
 }
 
-func (w *Watcher) replace(pods []Pod) {
+func (w *Watcher) replace(pods listed) {
 	held := w.holding()
 	w.mu.Lock()
-	if !held {
-		w.workers = map[string]Worker{}
+	before := w.workers
+	w.workers = make(map[string]Worker, len(pods.workers))
+	if held {
+		maps.Copy(w.workers, before)
 	}
-	for i := range pods {
-		if w.ours(&pods[i]) {
-			w.workers[pods[i].Metadata.UID] = toWorker(&pods[i])
-		}
+	for _, wk := range pods.workers {
+		w.workers[wk.UID] = wk
 	}
+	w.dropped = pods.dropped + bound(w.workers)
 	w.mu.Unlock()
+	w.tellRefused(before)
 	w.save()
 }
 
 func (w *Watcher) put(p *Pod) {
+	wk := toWorker(p)
 	w.mu.Lock()
-	old, had := w.workers[p.Metadata.UID]
-	w.workers[p.Metadata.UID] = toWorker(p)
-	changed := !had || old != toWorker(p)
+	before := w.workers
+	old, had := before[wk.UID]
+	if !had && len(before) >= MaxWorkers {
+		w.mu.Unlock()
+		return // counted by the next list
+	}
+	w.workers = maps.Clone(before)
+	w.workers[wk.UID] = wk
+	bound(w.workers)
+	changed := !had || old != w.workers[wk.UID]
 	w.mu.Unlock()
 	if changed {
+		w.tellRefused(before)
 		w.save()
+	}
+}
+
+// tellRefused logs each worker that has just lost its stand-in to the bounds.
+func (w *Watcher) tellRefused(before map[string]Worker) {
+	for _, wk := range w.Workers() {
+		if wk.ManifestRefused != "" && before[wk.UID].ManifestRefused == "" {
+			w.log.Error(nil, "a worker gets no stand-in: its pod is beyond the agent's bounds", "namespace", wk.Namespace,
+				"pod", wk.Name, "reason", wk.ManifestRefused)
+		}
 	}
 }
 

@@ -93,8 +93,9 @@ func (d *deletionsSeen) Watch(ctx context.Context, sel Selector, resourceVersion
 	}
 	out := make(chan Event)
 	if sel.Fields == "" {
-		byField, err := d.PodSource.List(ctx, Selector{Fields: "spec.nodeName=edge-1"})
-		if err != nil || len(byField.Items) != 0 {
+		found := 0
+		_, err := d.PodSource.List(ctx, Selector{Fields: "spec.nodeName=edge-1"}, func(*Pod) { found++ })
+		if err != nil || found != 0 {
 			stop()
 			close(out)
 			return out, nil

@@ -11,12 +11,18 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
+
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
-// Pod is what the agent reads of a pod: its identity, marks and node. Decoding only this, with the standard
-// library, keeps the agent free of Kubernetes' client libraries (and small).
+// Pod is what the agent keeps of a pod: its identity, the marks it reads, its node, and its static-pod manifest
+// when that is within MaxManifestBytes. Decoding only this, with the standard library, keeps the agent free of
+// Kubernetes' client libraries (and small); everything else a pod carries (other labels and annotations, other
+// environment values) is dropped as it is decoded, so a tenant's megabyte of annotations costs the agent nothing
+// once its pod is read.
 type Pod struct {
 	Metadata struct {
 		Namespace       string            `json:"namespace"`
@@ -39,26 +45,99 @@ type Pod struct {
 	Status struct {
 		Phase string `json:"phase"`
 	} `json:"status"`
-	// Raw is the pod as it was received, for a static-pod manifest of it.
-	Raw json.RawMessage `json:"-"`
+	// Manifest is the pod as a static-pod manifest (staticManifest's), "" when it cannot be read that way or
+	// when it is larger than MaxManifestBytes.
+	Manifest string `json:"-"`
+	// ManifestBytes is the manifest's size, kept when the manifest itself is dropped for it.
+	ManifestBytes int `json:"-"`
 }
 
-// UnmarshalJSON decodes the fields above and keeps the whole object in Raw.
+// The agent's bounds on what the node's pods may cost it. A pod is at most about 1.5 MiB in an API server
+// (etcd's default request limit), and a tenant may bind a few dozen such pods to a node: kept whole, they
+// would take the agent past its memory limit, and with it the heartbeats and the offline healing of every
+// tenant of the node.
+const (
+	// MaxPodBytes bounds one pod (or watch event) as read from the pod source: no API server sends a larger
+	// one, and a source that does is not one; the list or watch fails.
+	MaxPodBytes = 3 << 20
+	// MaxManifestBytes bounds a worker's static-pod manifest: a worker whose pod is larger keeps its liveness
+	// reports but gets no stand-in, offline or armed (its ManifestRefused says why).
+	MaxManifestBytes = 128 << 10
+	// MaxDesiredBytes bounds the node's desired workers, as kept and saved: beyond it the largest manifests are
+	// dropped first, then the largest workers.
+	MaxDesiredBytes = 4 << 20
+	// MaxWorkers bounds how many workers a node has; a kubelet runs at most 110 pods by default.
+	MaxWorkers = 1024
+	// maxMarkBytes bounds each mark kept of a pod (a Lifeline annotation, WORKER_NAME): longer ones are dropped.
+	maxMarkBytes = 4 << 10
+)
+
+// UnmarshalJSON decodes the fields above, keeps of the labels, annotations and environment only what the agent
+// reads (the role label, Lifeline's and the mirror pod's annotations, WORKER_NAME), each within maxMarkBytes,
+// and makes the pod's static-pod manifest.
 func (p *Pod) UnmarshalJSON(data []byte) error {
 	type fields Pod // without this method
 	if err := json.Unmarshal(data, (*fields)(p)); err != nil {
 		return err
 	}
-	p.Raw = append(json.RawMessage(nil), data...)
+	m := &p.Metadata
+	m.Labels = keptMarks(m.Labels, func(k string) bool { return k == lifelinev1.RoleLabel })
+	m.Annotations = keptMarks(m.Annotations, func(k string) bool {
+		return k == mirrorAnnotation || strings.HasPrefix(k, lifelinev1.MarkPrefix)
+	})
+	for i := range p.Spec.Containers {
+		env := p.Spec.Containers[i].Env[:0]
+		for _, e := range p.Spec.Containers[i].Env {
+			if e.Name == "WORKER_NAME" && len(e.Value) <= maxMarkBytes {
+				env = append(env, e)
+			}
+		}
+		p.Spec.Containers[i].Env = slices.Clip(env)
+	}
+	p.Manifest = staticManifest(data)
+	if p.ManifestBytes = len(p.Manifest); p.ManifestBytes > MaxManifestBytes {
+		p.Manifest = ""
+	}
 	return nil
 }
 
-// PodList is a list response.
-type PodList struct {
-	Metadata struct {
-		ResourceVersion string `json:"resourceVersion"`
-	} `json:"metadata"`
-	Items []Pod `json:"items"`
+// keptMarks is the marks of in whose key keep takes and whose value is within maxMarkBytes; nil when none is.
+func keptMarks(in map[string]string, keep func(string) bool) map[string]string {
+	var out map[string]string
+	for k, v := range in {
+		if keep(k) && len(v) <= maxMarkBytes {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// boundedReader fails a read past the bound its reader allows: a JSON decoder reading from it holds at most that
+// many bytes of the value it decodes.
+type boundedReader struct {
+	r           io.Reader
+	read, limit int64
+}
+
+// errObjectTooLarge is a pod or an event larger than MaxPodBytes.
+var errObjectTooLarge = fmt.Errorf("an object larger than %d bytes: no API server sends one", MaxPodBytes)
+
+// allow lets n more bytes be read from here.
+func (b *boundedReader) allow(n int64) { b.limit = b.read + n }
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.read >= b.limit {
+		return 0, errObjectTooLarge
+	}
+	if int64(len(p)) > b.limit-b.read {
+		p = p[:b.limit-b.read]
+	}
+	n, err := b.r.Read(p)
+	b.read += int64(n)
+	return n, err
 }
 
 // Event is one watch event: ADDED, MODIFIED or DELETED with its pod.
@@ -126,18 +205,89 @@ func (c *PodClient) WithTokenFile(path string) *PodClient {
 	return c
 }
 
-// List lists the pods sel selects.
-func (c *PodClient) List(ctx context.Context, sel Selector) (*PodList, error) {
+// List calls each with every pod sel selects, one at a time, and returns the list's resource version: the list
+// is decoded as it arrives, never held whole, and each pod is bounded by MaxPodBytes.
+func (c *PodClient) List(ctx context.Context, sel Selector, each func(*Pod)) (string, error) {
 	resp, err := c.get(ctx, c.http, sel, url.Values{})
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	defer resp.Body.Close()
-	list := &PodList{}
-	if err := json.NewDecoder(resp.Body).Decode(list); err != nil {
-		return nil, fmt.Errorf("decoding the pod list: %w", err)
+	resourceVersion, err := decodePodList(resp.Body, each)
+	if err != nil {
+		return "", fmt.Errorf("decoding the pod list: %w", err)
 	}
-	return list, nil
+	return resourceVersion, nil
+}
+
+// decodePodList reads a PodList from r, calling each with every item as it is decoded.
+func decodePodList(r io.Reader, each func(*Pod)) (string, error) {
+	body := &boundedReader{r: r}
+	body.allow(MaxPodBytes)
+	dec := json.NewDecoder(body)
+	if err := expectDelim(dec, '{'); err != nil {
+		return "", err
+	}
+	var resourceVersion string
+	for dec.More() {
+		body.allow(MaxPodBytes)
+		key, err := dec.Token()
+		if err != nil {
+			return "", err
+		}
+		switch key {
+		case "metadata":
+			var meta struct {
+				ResourceVersion string `json:"resourceVersion"`
+			}
+			if err := dec.Decode(&meta); err != nil {
+				return "", fmt.Errorf("the list's metadata: %w", err)
+			}
+			resourceVersion = meta.ResourceVersion
+		case "items":
+			if err := decodeItems(dec, body, each); err != nil {
+				return "", err
+			}
+		default:
+			var skipped json.RawMessage
+			if err := dec.Decode(&skipped); err != nil {
+				return "", err
+			}
+		}
+	}
+	return resourceVersion, nil
+}
+
+// decodeItems reads a list's items (an array, or null), each within MaxPodBytes.
+func decodeItems(dec *json.Decoder, body *boundedReader, each func(*Pod)) error {
+	tok, err := dec.Token()
+	if err != nil || tok == nil {
+		return err
+	}
+	if tok != json.Delim('[') {
+		return fmt.Errorf("the list's items are %v, not an array", tok)
+	}
+	for dec.More() {
+		body.allow(MaxPodBytes)
+		var p Pod
+		if err := dec.Decode(&p); err != nil {
+			return fmt.Errorf("a listed pod: %w", err)
+		}
+		each(&p)
+	}
+	_, err = dec.Token() // ]
+	return err
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok != want {
+		return fmt.Errorf("got %v, want %v", tok, want)
+	}
+	return nil
 }
 
 // Watch watches the pods sel selects from resourceVersion; the channel closes when the watch ends (the server
@@ -152,8 +302,10 @@ func (c *PodClient) Watch(ctx context.Context, sel Selector, resourceVersion str
 	go func() {
 		defer close(events)
 		defer resp.Body.Close()
-		dec := json.NewDecoder(bufio.NewReader(resp.Body))
+		body := &boundedReader{r: bufio.NewReader(resp.Body)}
+		dec := json.NewDecoder(body)
 		for {
+			body.allow(MaxPodBytes)
 			var raw struct {
 				Type   string          `json:"type"`
 				Object json.RawMessage `json:"object"`

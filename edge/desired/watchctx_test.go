@@ -18,7 +18,7 @@ type watchRecorder struct {
 	watched chan struct{}
 }
 
-func (r *watchRecorder) List(context.Context, Selector) (*PodList, error) { return &PodList{}, nil }
+func (r *watchRecorder) List(context.Context, Selector, func(*Pod)) (string, error) { return "", nil }
 
 func (r *watchRecorder) Watch(ctx context.Context, _ Selector, _ string) (<-chan Event, error) {
 	r.mu.Lock()

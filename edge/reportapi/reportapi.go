@@ -30,6 +30,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lifeline-edge/lifeline/edge/journal"
+	"github.com/lifeline-edge/lifeline/internal/listen"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -80,8 +81,8 @@ const (
 
 // Server is the report endpoint of one node.
 type Server struct {
-	// MaxConnections bounds the connections served at once (0: DefaultMaxConnections); further ones wait in the
-	// kernel's backlog until one ends. Set it before serving.
+	// MaxConnections bounds the connections served at once (0: DefaultMaxConnections); a further one takes the
+	// place of the oldest that is not being answered (connPool). Set it before serving.
 	MaxConnections int
 	// ReportRate and ReportBurst are each worker's token bucket: a worker's reports beyond it are refused with
 	// 429 and counted, so no caller posting under a worker's name can fill the journal. ReportRate <= 0 takes
@@ -337,25 +338,45 @@ func (s *Server) nextSeq() (uint64, error) {
 	return s.seq, nil
 }
 
-// ListenAndServe serves the API on addr until ctx ends, as Serve does.
+// ListenAndServe serves the API on addr until ctx ends, as Serve does, on both loopback addresses when addr is
+// one (listen.Addresses: Sedna's workers post to localhost, which may resolve to ::1 first). An address another
+// process holds is tried again until the agent gets it, logged meanwhile: the agent keeps heartbeating and
+// healing, where exiting would crash-loop it and leave the port to the other process.
 func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
-	ln, err := net.Listen("tcp", addr)
+	addrs, err := listen.Addresses(addr)
 	if err != nil {
-		return fmt.Errorf("listening for the report API on %s: %w", addr, err)
+		return fmt.Errorf("the report API's address: %w", err)
 	}
-	return s.Serve(ctx, ln)
+	srv, pool := s.start(ctx)
+	var wg sync.WaitGroup
+	for _, a := range addrs {
+		wg.Go(func() {
+			if ln := listen.WhenFree(ctx, a, "the report API", s.log); ln != nil {
+				s.serveOn(srv, ln, pool)
+			}
+		})
+	}
+	wg.Wait()
+	return nil
 }
 
 // Serve serves the API on ln until ctx ends, and closes ln. It serves at most MaxConnections connections at
 // once, each within MaxHeaderBytes of headers and the connection timeouts above, so that slow or oversized
 // requests from any process of the node cost the agent a bounded amount of memory.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv, pool := s.start(ctx)
+	return s.serveOn(srv, ln, pool)
+}
+
+// start makes the server every listener is served by, shut down when ctx ends, and the pool of connections they
+// share.
+func (s *Server) start(ctx context.Context) (*http.Server, *connPool) {
 	limit := s.MaxConnections
 	if limit <= 0 {
 		limit = DefaultMaxConnections
 	}
-	srv := &http.Server{Handler: s.Handler(), MaxHeaderBytes: MaxHeaderBytes, ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout: readTimeout, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout}
+	srv := &http.Server{Handler: answering(s.Handler()), ConnContext: withPooledConn, MaxHeaderBytes: MaxHeaderBytes,
+		ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout}
 	s.serving.Store(true)
 	go func() {
 		<-ctx.Done()
@@ -364,57 +385,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		_ = srv.Shutdown(shutdown)
 		close(s.shutDown)
 	}()
-	if err := srv.Serve(newLimitListener(ln, limit)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	return srv, newConnPool(limit)
+}
+
+// serveOn serves srv on ln, within the shared pool, until srv is shut down.
+func (s *Server) serveOn(srv *http.Server, ln net.Listener, pool *connPool) error {
+	if err := srv.Serve(pool.listener(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serving the report API on %s: %w", ln.Addr(), err)
 	}
 	return nil
-}
-
-// limitListener accepts a connection only while fewer than cap(slots) are open: the others wait in the kernel's
-// backlog, where they cost the agent nothing.
-type limitListener struct {
-	net.Listener
-	slots     chan struct{}
-	closed    chan struct{}
-	closeOnce sync.Once
-}
-
-func newLimitListener(ln net.Listener, limit int) *limitListener {
-	return &limitListener{Listener: ln, slots: make(chan struct{}, limit), closed: make(chan struct{})}
-}
-
-// Accept waits for a free slot, then for a connection, which frees its slot when closed.
-func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.slots <- struct{}{}:
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
-	}
-	return &limitedConn{Conn: c, release: func() { <-l.slots }}, nil
-}
-
-// Close ends an Accept waiting for a slot, as well as one waiting for a connection.
-func (l *limitListener) Close() error {
-	l.closeOnce.Do(func() { close(l.closed) })
-	return l.Listener.Close()
-}
-
-// limitedConn frees its listener's slot once, however often it is closed.
-type limitedConn struct {
-	net.Conn
-	releaseOnce sync.Once
-	release     func()
-}
-
-func (c *limitedConn) Close() error {
-	err := c.Conn.Close()
-	c.releaseOnce.Do(c.release)
-	return err
 }
 
 // maxLimitedWorkers bounds the token buckets kept: only the node's own workers get one, so this is never reached

@@ -252,10 +252,12 @@ func (s *Sim) startAgent(name string, e *edgeNode) error {
 	args := []string{"--node-name=" + name, "--cluster=" + Cluster, "--broker=tcp://" + e.brokerProxy.Addr(),
 		"--password-file=" + filepath.Join(s.credentialsDir, name), "--state-dir=" + s.AgentStateDir(name),
 		"--cri-socket=" + s.CRISocket(name), "--api-server=http://" + e.metaServer, "--metaserver=http://" + e.metaServer,
-		"--cloud-probe=https://" + e.apiProxy.Addr() + "/healthz", "--static-pod-dir=" + s.StaticPodDir(name),
+		"--cloud-probe=https://" + e.apiProxy.Addr() + "/healthz", "--cloud-probe-ca=" + s.ControlPlane.CAFile(), "--static-pod-dir=" + s.StaticPodDir(name),
 		"--report-address=" + e.report, "--metrics-address=", "--health-address=", "--heal-api-grace=2s", "--log-level=debug",
-		// The hollow node's MetaServer speaks plain HTTP, as KubeEdge's does unless requireAuthorization is on.
-		"--allow-insecure-pod-source"}
+		// The hollow node's MetaServer speaks plain HTTP, as KubeEdge's does unless requireAuthorization is on: its
+		// stand-ins are held to a restricted pod, with node paths below the Models' and Datasets' directories the
+		// tests and Sedna's examples use.
+		"--allow-insecure-pod-source", "--insecure-pod-source-host-paths=" + strings.Join(simDataDirs, ",")}
 	if e.armStandIns {
 		args = append(args, "--stand-in-gate-image="+AgentImage)
 	}
@@ -266,6 +268,9 @@ func (s *Sim) startAgent(name string, e *edgeNode) error {
 	e.agent = p
 	return nil
 }
+
+// simDataDirs are the node directories of the Models and Datasets the simulation's tests and Sedna's examples use.
+var simDataDirs = []string{"/data", "/models", "/tmp/lifeline-data", "/tmp/lifeline-models", "/joint_inference"}
 
 // AgentStateDir is an edge node's agent's state directory: its birth sequence, desired workers and journal.
 func (s *Sim) AgentStateDir(node string) string { return filepath.Join(s.NodeDir(node), "agent") }

@@ -372,8 +372,11 @@ type Heartbeat struct {
 	// journal_reports is how many of the agent's messages wait in its journal for the broker's acknowledgement:
 	// a backlog that grows while the agent is heard is a link that cannot carry what the node says.
 	JournalReports uint32 `protobuf:"varint,5,opt,name=journal_reports,json=journalReports,proto3" json:"journal_reports,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// oversized_workers is how many of the node's workers the agent keeps no stand-in for, their pods being beyond
+	// its size bounds: those workers are reported, but not healed offline.
+	OversizedWorkers uint32 `protobuf:"varint,6,opt,name=oversized_workers,json=oversizedWorkers,proto3" json:"oversized_workers,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
@@ -437,6 +440,13 @@ func (x *Heartbeat) GetApiReachable() bool {
 func (x *Heartbeat) GetJournalReports() uint32 {
 	if x != nil {
 		return x.JournalReports
+	}
+	return 0
+}
+
+func (x *Heartbeat) GetOversizedWorkers() uint32 {
+	if x != nil {
+		return x.OversizedWorkers
 	}
 	return 0
 }
@@ -1073,13 +1083,14 @@ const file_proto_lifeline_v1_liveness_proto_rawDesc = "" +
 	"\x0e_api_reachable\"<\n" +
 	"\tNodeDeath\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1b\n" +
-	"\tbirth_seq\x18\x02 \x01(\x04R\bbirthSeq\"\xae\x01\n" +
+	"\tbirth_seq\x18\x02 \x01(\x04R\bbirthSeq\"\xdb\x01\n" +
 	"\tHeartbeat\x12\x1b\n" +
 	"\tbirth_seq\x18\x01 \x01(\x04R\bbirthSeq\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12$\n" +
 	"\x0etime_unix_nano\x18\x03 \x01(\x03R\ftimeUnixNano\x12#\n" +
 	"\rapi_reachable\x18\x04 \x01(\bR\fapiReachable\x12'\n" +
-	"\x0fjournal_reports\x18\x05 \x01(\rR\x0ejournalReports\"\xd1\x01\n" +
+	"\x0fjournal_reports\x18\x05 \x01(\rR\x0ejournalReports\x12+\n" +
+	"\x11oversized_workers\x18\x06 \x01(\rR\x10oversizedWorkers\"\xd1\x01\n" +
 	"\x0eContainerState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\bR\arunning\x12\x1a\n" +

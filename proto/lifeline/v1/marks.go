@@ -9,6 +9,8 @@ import (
 // Lifeline's own marks, shared by the controller that sets them and the agent that reads them, or by the agent
 // that writes them and reads them back; this package is the one both sides import.
 const (
+	// MarkPrefix begins every label and annotation key of Lifeline's: what the agent keeps of a pod's marks.
+	MarkPrefix = "lifeline.sedna.io/"
 	// RoleLabel on a worker pod names its role (edge, cloud, aggregator, trainer); the controller's pod cache and
 	// the edge agent select worker pods by it.
 	RoleLabel = "lifeline.sedna.io/role"
