@@ -269,8 +269,10 @@ func (s *Sim) startAgent(name string, e *edgeNode) error {
 	return nil
 }
 
-// simDataDirs are the node directories of the Models and Datasets the simulation's tests and Sedna's examples use.
-var simDataDirs = []string{"/data", "/models", "/tmp/lifeline-data", "/tmp/lifeline-models", "/joint_inference"}
+// simDataDirs are the node directories of the Models, Datasets and outputs that the simulation's tests, Sedna's
+// examples and deploy/examples use.
+var simDataDirs = []string{"/data", "/models", "/tmp/lifeline-data", "/tmp/lifeline-models", "/joint_inference",
+	"/var/lib/helmet-detection", "/var/lib/answer-generation"}
 
 // AgentStateDir is an edge node's agent's state directory: its birth sequence, desired workers and journal.
 func (s *Sim) AgentStateDir(node string) string { return filepath.Join(s.NodeDir(node), "agent") }
