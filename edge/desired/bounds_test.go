@@ -31,12 +31,7 @@ func TestTenantPodsOfAMegabyteEachCostTheirWorkersTheirStandInsNotTheAgent(t *te
 	ctx := context.Background()
 	admin := kubernetes.NewForConfigOrDie(controlPlane.Config)
 	ns := "tenant-bloat"
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	makeNamespace(t, admin, ns)
 	const node = "edge-bloat"
 	create := func(name string, bloat bool) {
 		t.Helper()

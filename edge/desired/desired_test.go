@@ -40,13 +40,7 @@ func TestWorkersSurviveARestartWhileCutOff(t *testing.T) {
 	ctx := context.Background()
 	admin := kubernetes.NewForConfigOrDie(controlPlane.Config)
 	ns := "desired-test"
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// No kube-controller-manager here: make the service account pods need.
-	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	makeNamespace(t, admin, ns)
 	pod := func(name, node string, role bool) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{},
 			Annotations: map[string]string{contract.OfflinePolicyAnnotation: "Restart"}},
@@ -130,3 +124,16 @@ func TestWorkersSurviveARestartWhileCutOff(t *testing.T) {
 
 // waitLimit bounds every wait of these tests.
 const waitLimit = 20 * time.Second
+
+// makeNamespace makes namespace ns with the service account its pods need: no kube-controller-manager here makes
+// it.
+func makeNamespace(t *testing.T, admin kubernetes.Interface, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
