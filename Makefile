@@ -212,8 +212,15 @@ images-samples: $(BIN)/lifeline-images ## Build the pod sandbox's image and the 
 ##@ Tools (pinned in test/tools/*/go.mod, built into bin/)
 
 .PHONY: tools
-tools: $(ALL_TOOLS) ## Build the pinned tools that are missing or out of date.
+tools: $(ALL_TOOLS) kubeedge ## Build the pinned tools that are missing or out of date.
 	@echo "==> tools up to date in bin/: $(notdir $(ALL_TOOLS))"
+
+# KubeEdge's own source at a pinned commit, with its vendor/ (the module proxy does not serve it), beside a clone.
+KUBEEDGE_ARCHIVE ?= $(firstword $(wildcard $(CURDIR)/../shared/kubeedge/kubeedge-*.tar.xz))
+
+.PHONY: kubeedge
+kubeedge: ## Build cloudcore and edgecore from KubeEdge's source archive (pinned by test/tools/kubeedge/archive.sha256), when there is one.
+	@test/tools/kubeedge/build.sh "$(KUBEEDGE_ARCHIVE)" "$(BIN)"
 
 $(KUBE_TOOLS) &: test/tools/kube/go.mod test/tools/kube/go.sum
 	@echo "==> building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy from k8s.io/kubernetes $(KUBE_VERSION) (cold: about 6 min on 2 cores)"
