@@ -3,8 +3,10 @@
 // only the API server (Nodes' LifelineAgent condition, JointInferenceServices' and FederatedLearningJobs' status)
 // with the user's own kubeconfig and rights.
 //
-//	kubectl lifeline nodes [--watch]
-//	kubectl lifeline workers [ji|fl NAME] [-n NAMESPACE] [--watch]
+//	kubectl lifeline nodes [--watch] [-o json]
+//	kubectl lifeline workers [ji|fl NAME] [-n NAMESPACE | -A] [--watch] [-o json]
+//
+// --kubeconfig and --context choose the cluster as kubectl's do.
 package main
 
 import (
@@ -19,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/term"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -55,8 +58,13 @@ func run(ctx context.Context, args []string, out io.Writer, kube client.Client) 
 	fs := flag.NewFlagSet("kubectl lifeline", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprintln(fs.Output(), usage); fs.PrintDefaults() }
 	kubeconfig := fs.String("kubeconfig", "", "the kubeconfig (default: $KUBECONFIG, else ~/.kube/config)")
+	kubeContext := fs.String("context", "", "the kubeconfig's context to use (default: its current context)")
 	namespace := fs.String("namespace", "", "only this namespace's workloads (default: every namespace you may list)")
 	fs.StringVar(namespace, "n", "", "short for --namespace")
+	allNamespaces := fs.Bool("all-namespaces", false, "every namespace's workloads you may list (the default; overrides --namespace)")
+	fs.BoolVar(allNamespaces, "A", false, "short for --all-namespaces")
+	output := fs.String("output", "", "the output format: empty for a table, or json")
+	fs.StringVar(output, "o", "", "short for --output")
 	watch := fs.Bool("watch", false, "redraw in place as things change, until Ctrl-C")
 	fs.BoolVar(watch, "w", false, "short for --watch")
 	interval := fs.Duration("interval", time.Second, "how often --watch reads again")
@@ -88,9 +96,20 @@ func run(ctx context.Context, args []string, out io.Writer, kube client.Client) 
 	if *interval <= 0 {
 		return fmt.Errorf("--interval must be positive, got %v", *interval)
 	}
+	write := printTable
+	switch *output {
+	case "":
+	case "json":
+		write = printJSON
+	default:
+		return fmt.Errorf("--output %q: want json, or none for a table", *output)
+	}
+	if *allNamespaces {
+		*namespace = ""
+	}
 	if kube == nil {
 		var err error
-		if kube, err = newClient(*kubeconfig); err != nil {
+		if kube, err = newClient(*kubeconfig, *kubeContext); err != nil {
 			return err
 		}
 	}
@@ -103,17 +122,22 @@ func run(ctx context.Context, args []string, out io.Writer, kube client.Client) 
 		if view == "nodes" {
 			table = nodeTable
 		}
-		return printTable(out, table(f, time.Now()))
+		return write(out, table(f, time.Now()))
 	}
 	if !*watch {
 		return draw()
 	}
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
+	redraw := isTerminal(out)
 	for {
-		fmt.Fprint(out, "\033[H\033[2J") // home and clear: redraw in place
-		fmt.Fprintf(out, "Every %v: kubectl lifeline %s    %s\n\n", *interval, strings.Join(append([]string{view}, rest...), " "),
-			time.Now().Format(time.TimeOnly))
+		if redraw {
+			fmt.Fprint(out, "\033[H\033[2J") // home and clear: redraw in place
+		}
+		if *output == "" { // a JSON document a frame, nothing between them
+			fmt.Fprintf(out, "Every %v: kubectl lifeline %s    %s\n\n", *interval, strings.Join(append([]string{view}, rest...), " "),
+				time.Now().Format(time.TimeOnly))
+		}
 		if err := draw(); err != nil {
 			fmt.Fprintln(out, "error:", err) // a watch outlives a failed read: the link may come back
 		}
@@ -125,11 +149,20 @@ func run(ctx context.Context, args []string, out io.Writer, kube client.Client) 
 	}
 }
 
-// newClient is a client of the API server the kubeconfig names, as kubectl's own loading rules find it.
-func newClient(kubeconfig string) (client.Client, error) {
+// isTerminal tells whether out is a terminal: --watch redraws in place there, and elsewhere (a pipe, a file)
+// writes each frame after the last, with no control sequence.
+func isTerminal(out io.Writer) bool {
+	f, ok := out.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// newClient is a client of the API server the kubeconfig and its context name, as kubectl's own loading rules
+// find them.
+func newClient(kubeconfig, kubeContext string) (client.Client, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: kubeContext}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -35,7 +38,7 @@ func TestMain(m *testing.M) {
 	opts := harness.ControlPlaneOptions{WithoutScheduler: true, CRDDirs: []string{filepath.Join(root, "deploy", "crds")}, Policies: []string{filepath.Join(root, "deploy", "manifests", "lifeline.yaml")}}
 	os.Exit(harness.RunTests(m, opts, func(c *harness.ControlPlane) error {
 		kubeconfig = c.Kubeconfig
-		kube, err = newClient(c.Kubeconfig)
+		kube, err = newClient(c.Kubeconfig, "")
 		return err
 	}))
 }
@@ -62,7 +65,7 @@ func TestNodeTableCountsEachNodesWorkersAndSaysItsAgentsState(t *testing.T) {
 	got := nodeTable(f, now)
 	want := [][]string{
 		{"NODE", "AGENT", "API SERVER", "SINCE", "ALIVE", "DEAD", "UNKNOWN", "IN THE AGENT'S WORD", "HEALED BY AGENT"},
-		{"edge-a", "never heard", "?", "-", "0", "0", "1", "0", "0"},
+		{"edge-a", "never-heard", "?", "-", "0", "0", "1", "0", "0"},
 		{"edge-b", "heard", "UNREACHABLE", "90s", "1", "1", "0", "2", "3"},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -193,5 +196,95 @@ func TestNodeWrittenControlSequencesDoNotReachTheTerminal(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), `Running\x1b]52;c;Y3VybCBldmlsIHwgc2g=\a`) {
 		t.Errorf("the phase is not shown as text:\n%s", out.String())
+	}
+}
+
+// As kubectl: --context chooses the kubeconfig's context, -A every namespace, -o json a list of items, and --watch
+// writes no control sequence where its output is not a terminal. Every value of a table row is one field for awk.
+func TestPluginTakesKubectlsFlags(t *testing.T) {
+	ctx := context.Background()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-flags", Labels: map[string]string{nodecondition.EdgeNodeLabel: ""}}}
+	if err := kube.Create(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.Delete(ctx, node) })
+	ji := &v1alpha1.JointInferenceService{}
+	if err := testkit.LoadObject("joint-inference.yaml", map[string]string{"EDGE_NODE": "edge-flags", "CLOUD_NODE": "cloud-1"}, ji); err != nil {
+		t.Fatal(err)
+	}
+	ji.Namespace, ji.Name = "default", "flags"
+	if err := kube.Create(ctx, ji); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.Delete(ctx, ji) })
+	seen := metav1.NewTime(time.Now().Add(-5 * time.Second))
+	ji.Status.Workers = []v1alpha1.WorkerStatus{{Name: "flags-edge", Role: v1alpha1.WorkerRoleEdge, Node: "edge-flags",
+		Liveness: v1alpha1.LivenessAlive, Phase: "Running", Source: v1alpha1.StatusSourceAgent, LastSeen: &seen}}
+	if err := kube.Status().Update(ctx, ji); err != nil {
+		t.Fatal(err)
+	}
+
+	// A kubeconfig whose current context is a cluster that does not answer, and whose other one is the test's.
+	config, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := config.CurrentContext
+	config.Clusters["nowhere"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
+	config.Contexts["nowhere"] = &clientcmdapi.Context{Cluster: "nowhere", AuthInfo: config.Contexts[good].AuthInfo}
+	config.CurrentContext = "nowhere"
+	twoContexts := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*config, twoContexts); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(ctx, []string{"nodes", "--kubeconfig", twoContexts}, &out, nil); err == nil {
+		t.Fatal("the current context, a cluster that does not answer, was read")
+	}
+	if err := run(ctx, []string{"nodes", "--kubeconfig", twoContexts, "--context", good, "-o", "json"}, &out, nil); err != nil {
+		t.Fatalf("--context %s: %v", good, err)
+	}
+	var list struct{ Items []map[string]string }
+	if err := json.Unmarshal(out.Bytes(), &list); err != nil {
+		t.Fatalf("-o json: %v\n%s", err, out.String())
+	}
+	found := false
+	for _, item := range list.Items {
+		found = found || item["node"] == "edge-flags" && item["agent"] == "never-heard" && item["apiServer"] == "?"
+	}
+	if !found {
+		t.Errorf("-o json has no item for edge-flags, never heard:\n%s", out.String())
+	}
+
+	for _, view := range []struct {
+		args    []string
+		columns int
+	}{{[]string{"nodes"}, 9}, {[]string{"workers", "-A"}, 10}} {
+		out.Reset()
+		if err := run(ctx, append(view.args, "--kubeconfig", kubeconfig), &out, nil); err != nil {
+			t.Fatalf("%v: %v", view.args, err)
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		if len(lines) < 2 {
+			t.Errorf("%v: no row\n%s", view.args, out.String())
+		}
+		for _, line := range lines[1:] {
+			if n := len(strings.Fields(line)); n != view.columns {
+				t.Errorf("%v: %q has %d fields, want one a column (%d)", view.args, line, n, view.columns)
+			}
+		}
+	}
+	if err := run(ctx, []string{"nodes", "-o", "yaml"}, &out, kube); err == nil || !strings.Contains(err.Error(), "--output") {
+		t.Errorf("-o yaml: %v, want an error naming --output", err)
+	}
+
+	out.Reset()
+	watching, stop := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer stop()
+	if err := run(watching, []string{"nodes", "--watch", "--interval", "500ms"}, &out, kube); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "\x1b") || strings.Count(out.String(), "Every 500ms") < 2 {
+		t.Errorf("--watch into a buffer:\n%q\nwant frames one after the other, no control sequence", out.String())
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -59,7 +60,7 @@ func nodeTable(f fleet, now time.Time) [][]string {
 	nodes := append([]corev1.Node(nil), f.nodes...)
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	for _, n := range nodes {
-		agent, api, since := "never heard", "?", "-"
+		agent, api, since := "never-heard", "?", "-"
 		if cond := agentCondition(n); cond != nil {
 			agent, api = agentWords(cond.Reason)
 			since = age(cond.LastTransitionTime.Time, now)
@@ -90,7 +91,7 @@ func agentWords(reason string) (agent, api string) {
 	case nodecondition.ReasonStopped:
 		return "STOPPED", "?"
 	}
-	return "never heard", "?"
+	return "never-heard", "?"
 }
 
 func agentCondition(n corev1.Node) *corev1.NodeCondition {
@@ -115,7 +116,7 @@ func workerTable(f fleet, now time.Time) [][]string {
 		for _, w := range workers {
 			seen := "-"
 			if w.LastSeen != nil {
-				seen = age(w.LastSeen.Time, now) + " ago"
+				seen = age(w.LastSeen.Time, now)
 			}
 			rows = append(rows, []string{wl.namespace, wl.kind + "/" + wl.name, w.Name, string(w.Role), orDash(w.Node),
 				orDash(string(w.Liveness)), orDash(w.Phase), orDash(string(w.Source)), fmt.Sprint(w.Restarts), seen})
@@ -125,13 +126,17 @@ func workerTable(f fleet, now time.Time) [][]string {
 }
 
 // printTable writes rows in aligned columns, as kubectl get does, each cell printable (printable): some are what
-// a node wrote (a pod's phase), and a control sequence in one would reach the admin's terminal.
+// a node wrote (a pod's phase), and a control sequence in one would reach the admin's terminal. No value holds a
+// space, so that awk and cut split the lines into the columns.
 func printTable(out io.Writer, rows [][]string) error {
 	tw := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
-	for _, r := range rows {
+	for n, r := range rows {
 		cells := make([]string, len(r))
 		for i, cell := range r {
 			cells[i] = printable(cell)
+			if n > 0 {
+				cells[i] = strings.ReplaceAll(cells[i], " ", "_")
+			}
 		}
 		if _, err := fmt.Fprintln(tw, strings.Join(cells, "\t")); err != nil {
 			return err
@@ -160,6 +165,30 @@ func printable(s string) string {
 
 func unprintable(r rune) bool {
 	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
+}
+
+// printJSON writes rows as kubectl's -o json writes a list: {"items": [...]}, each row an object keyed by its
+// column's header in lowerCamelCase ("API SERVER" is "apiServer").
+func printJSON(out io.Writer, rows [][]string) error {
+	keys := make([]string, len(rows[0]))
+	for i, header := range rows[0] {
+		words := strings.Fields(strings.ToLower(strings.ReplaceAll(header, "'", "")))
+		for j := 1; j < len(words); j++ {
+			words[j] = strings.ToUpper(words[j][:1]) + words[j][1:]
+		}
+		keys[i] = strings.Join(words, "")
+	}
+	items := make([]map[string]string, 0, len(rows)-1)
+	for _, r := range rows[1:] {
+		item := make(map[string]string, len(r))
+		for i, cell := range r {
+			item[keys[i]] = cell
+		}
+		items = append(items, item)
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "    ")
+	return enc.Encode(map[string]any{"items": items})
 }
 
 func age(t, now time.Time) string {
