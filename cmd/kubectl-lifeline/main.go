@@ -3,8 +3,8 @@
 // only the API server (Nodes' LifelineAgent condition, JointInferenceServices' and FederatedLearningJobs' status)
 // with the user's own kubeconfig and rights.
 //
-//	kubectl lifeline nodes [--watch] [-o json]
-//	kubectl lifeline workers [ji|fl NAME] [-n NAMESPACE | -A] [--watch] [-o json]
+//	kubectl lifeline nodes [--watch] [-o wide|json|yaml]
+//	kubectl lifeline workers [ji|fl NAME] [-n NAMESPACE | -A] [--watch] [-o wide|json|yaml]
 //
 // --kubeconfig and --context choose the cluster as kubectl's do.
 package main
@@ -63,7 +63,7 @@ func run(ctx context.Context, args []string, out io.Writer, kube client.Client) 
 	fs.StringVar(namespace, "n", "", "short for --namespace")
 	allNamespaces := fs.Bool("all-namespaces", false, "every namespace's workloads you may list (the default; overrides --namespace)")
 	fs.BoolVar(allNamespaces, "A", false, "short for --all-namespaces")
-	output := fs.String("output", "", "the output format: empty for a table, or json")
+	output := fs.String("output", "", "the output format: empty or wide for a table (every column either way), json or yaml")
 	fs.StringVar(output, "o", "", "short for --output")
 	watch := fs.Bool("watch", false, "redraw in place as things change, until Ctrl-C")
 	fs.BoolVar(watch, "w", false, "short for --watch")
@@ -96,13 +96,16 @@ func run(ctx context.Context, args []string, out io.Writer, kube client.Client) 
 	if *interval <= 0 {
 		return fmt.Errorf("--interval must be positive, got %v", *interval)
 	}
-	write := printTable
+	write, document := printTable, true
 	switch *output {
-	case "":
+	case "", "wide":
+		document = false
 	case "json":
 		write = printJSON
+	case "yaml":
+		write = printYAML
 	default:
-		return fmt.Errorf("--output %q: want json, or none for a table", *output)
+		return fmt.Errorf("--output %q: want wide, json or yaml, or none for a table", *output)
 	}
 	if *allNamespaces {
 		*namespace = ""
@@ -134,7 +137,7 @@ func run(ctx context.Context, args []string, out io.Writer, kube client.Client) 
 		if redraw {
 			fmt.Fprint(out, "\033[H\033[2J") // home and clear: redraw in place
 		}
-		if *output == "" { // a JSON document a frame, nothing between them
+		if !document { // a JSON or YAML document a frame, nothing between them
 			fmt.Fprintf(out, "Every %v: kubectl lifeline %s    %s\n\n", *interval, strings.Join(append([]string{view}, rest...), " "),
 				time.Now().Format(time.TimeOnly))
 		}

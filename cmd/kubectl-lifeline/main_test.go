@@ -274,8 +274,12 @@ func TestPluginTakesKubectlsFlags(t *testing.T) {
 			}
 		}
 	}
-	if err := run(ctx, []string{"nodes", "-o", "yaml"}, &out, kube); err == nil || !strings.Contains(err.Error(), "--output") {
-		t.Errorf("-o yaml: %v, want an error naming --output", err)
+	out.Reset()
+	if err := run(ctx, []string{"nodes", "-o", "yaml"}, &out, kube); err != nil || !strings.Contains(out.String(), "node: edge-flags") {
+		t.Errorf("-o yaml: %v\n%s", err, out.String())
+	}
+	if err := run(ctx, []string{"nodes", "-o", "xml"}, &out, kube); err == nil || !strings.Contains(err.Error(), "--output") {
+		t.Errorf("-o xml: %v, want an error naming --output", err)
 	}
 
 	out.Reset()

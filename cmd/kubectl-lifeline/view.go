@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/yaml"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/nodecondition"
@@ -170,6 +171,23 @@ func unprintable(r rune) bool {
 // printJSON writes rows as kubectl's -o json writes a list: {"items": [...]}, each row an object keyed by its
 // column's header in lowerCamelCase ("API SERVER" is "apiServer").
 func printJSON(out io.Writer, rows [][]string) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "    ")
+	return enc.Encode(items(rows))
+}
+
+// printYAML writes rows as printJSON does, in YAML.
+func printYAML(out io.Writer, rows [][]string) error {
+	data, err := yaml.Marshal(items(rows))
+	if err != nil {
+		return err
+	}
+	_, err = out.Write(data)
+	return err
+}
+
+// items is rows as a list of objects, each keyed by its column's header in lowerCamelCase.
+func items(rows [][]string) map[string]any {
 	keys := make([]string, len(rows[0]))
 	for i, header := range rows[0] {
 		words := strings.Fields(strings.ToLower(strings.ReplaceAll(header, "'", "")))
@@ -186,9 +204,7 @@ func printJSON(out io.Writer, rows [][]string) error {
 		}
 		items = append(items, item)
 	}
-	enc := json.NewEncoder(out)
-	enc.SetIndent("", "    ")
-	return enc.Encode(map[string]any{"items": items})
+	return map[string]any{"items": items}
 }
 
 func age(t, now time.Time) string {
