@@ -439,6 +439,13 @@ func TestControllerMetricsAreServedTheStandardWay(t *testing.T) {
 		if p.Type != "row" && len(p.Targets) > 0 && p.Targets[0].Expr != "" {
 			graphs++
 		}
+		// Metrics every controller-runtime program exports (reconciles, work queues, the process) are Lifeline's
+		// only under its job.
+		for _, target := range p.Targets {
+			if !strings.Contains(target.Expr, "lifeline_") && !strings.Contains(target.Expr, `job="lifeline-controller-metrics"`) {
+				t.Errorf("dashboard panel %q: %s is not filtered by Lifeline's job", p.Type, target.Expr)
+			}
+		}
 	}
 	if graphs < 8 || dashboard.Labels["grafana_dashboard"] != "1" {
 		t.Errorf("dashboard with %d graphs and labels %v, want the sidecar's label on at least 8", graphs, dashboard.Labels)
