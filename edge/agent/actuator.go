@@ -209,7 +209,7 @@ func (s *StaticPods) Arm(workers []desired.Worker) error {
 	var errs []error
 	want := map[string]bool{}
 	for _, w := range workers {
-		if s.GateImage == "" || w.OfflinePolicy == offlineNone || w.Manifest == "" {
+		if s.GateImage == "" || w.OfflinePolicy == lifelinev1.OfflinePolicyNone || w.Manifest == "" {
 			continue
 		}
 		file := staticPodFile(w.Namespace, w.Name)
@@ -255,8 +255,6 @@ func (s *StaticPods) Arm(workers []desired.Worker) error {
 	return errors.Join(errs...)
 }
 
-// offlineNone is the offline policy under which the agent never heals a worker.
-const offlineNone = "None"
 
 // gateOpen tells whether the armed stand-in in file has its gate open: it runs, or is about to.
 func (s *StaticPods) gateOpen(file string) bool {

@@ -5,6 +5,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 // ModelRef names a Model in the same namespace.
@@ -80,9 +82,9 @@ type OfflineAction string
 
 const (
 	// OfflineActionRestart restarts the worker on its node (the default).
-	OfflineActionRestart OfflineAction = "Restart"
+	OfflineActionRestart OfflineAction = lifelinev1.OfflinePolicyRestart
 	// OfflineActionNone only reports the worker's state; nothing is restarted until the API server is back.
-	OfflineActionNone OfflineAction = "None"
+	OfflineActionNone OfflineAction = lifelinev1.OfflinePolicyNone
 )
 
 // OfflinePolicy tells the edge agent how to heal a worker while the node is cut off from the API server.

@@ -7,9 +7,6 @@ import (
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
-// OfflinePolicyNone is the offline policy that only reports; any other value (or none) rebuilds.
-const OfflinePolicyNone = "None"
-
 // HealTiming is when the offline policy acts [P-HEAL-1].
 type HealTiming struct {
 	// APIGrace: the API server must be out of reach this long first; before that the node's own machinery and
@@ -47,7 +44,7 @@ type healCase struct {
 // per death.
 func shouldHeal(t HealTiming, c healCase) bool {
 	switch {
-	case c.policy == OfflinePolicyNone, !c.dead, c.actedThisEpisode:
+	case c.policy == lifelinev1.OfflinePolicyNone, !c.dead, c.actedThisEpisode:
 		return false
 	case c.apiDownFor == 0 || c.apiDownFor < t.APIGrace:
 		return false

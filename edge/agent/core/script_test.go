@@ -226,7 +226,7 @@ func TestNothingIsRebuiltWithinTheAPIGrace_P_HEAL_1(t *testing.T) {
 // whose offline policy is None is only reported.
 func TestCutOffNodeLeavesToTheNodeWhatItRestarts_P_HEAL_1(t *testing.T) {
 	s := newScript(t, Config{CanRebuild: true}).worker("ji-crashed", "Always").worker("ji-exited", "Always").
-		worker("onfailure", "OnFailure").worker("done", "Never").worker("none", "Never").policy("none", OfflinePolicyNone)
+		worker("onfailure", "OnFailure").worker("done", "Never").worker("none", "Never").policy("none", lifelinev1.OfflinePolicyNone)
 	s.observe()
 	s.cutAPI().cutBroker().kill("ji-crashed", 137).kill("ji-exited", 0).kill("onfailure", 1).kill("done", 0).kill("none", 1)
 	expect(t, "cut api; kill all; tick 60s", s.tick(time.Minute))
@@ -574,7 +574,7 @@ func TestShouldHeal_P_HEAL_1(t *testing.T) {
 	}{
 		{"dead, cut off from API server and broker", cutOff, true},
 		{"explicit Restart policy", with(func(c *healCase) { c.policy = "Restart" }), true},
-		{"policy None", with(func(c *healCase) { c.policy = OfflinePolicyNone }), false},
+		{"policy None", with(func(c *healCase) { c.policy = lifelinev1.OfflinePolicyNone }), false},
 		{"alive", with(func(c *healCase) { c.dead = false }), false},
 		{"acted on this death", with(func(c *healCase) { c.actedThisEpisode = true }), false},
 		{"API server reachable", with(func(c *healCase) { c.apiDownFor = 0 }), false},

@@ -28,6 +28,15 @@ const (
 	DatasetFormatAnnotation = "lifeline.sedna.io/dataset-format"
 )
 
+// The values of OfflinePolicyAnnotation: the workload's spec says one, the controller writes it on the worker's
+// pod, and the node's agent acts on it. Absent, or any other value, is Restart.
+const (
+	// OfflinePolicyRestart: the agent heals a dead worker while the node is cut off (restarts or rebuilds it).
+	OfflinePolicyRestart = "Restart"
+	// OfflinePolicyNone: the agent only reports the worker's state; nothing is healed until the API server is back.
+	OfflinePolicyNone = "None"
+)
+
 // StaticPodOf is the value of StaticPodOfAnnotation for a worker: "<namespace>/<pod>".
 func StaticPodOf(namespace, pod string) string { return namespace + "/" + pod }
 
