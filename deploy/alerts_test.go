@@ -76,7 +76,8 @@ func TestAlertRulesFireAsDocumented(t *testing.T) {
 	edge := func(connected, cutOff, silent, never string) map[string]string {
 		return map[string]string{
 			strings.Replace(nodes, "%s", "connected", 1): connected, strings.Replace(nodes, "%s", "cut_off", 1): cutOff,
-			strings.Replace(nodes, "%s", "silent", 1): silent, strings.Replace(nodes, "%s", "never_heard", 1): never,
+			strings.Replace(nodes, "%s", "silent", 1): silent,
+			`lifeline_edge_agents_never_heard{cluster="eu",job="lifeline-controller-metrics"}`: never,
 			`up{cluster="eu",job="lifeline-controller-metrics"}`: "1x90",
 		}
 	}
@@ -104,8 +105,10 @@ func TestAlertRulesFireAsDocumented(t *testing.T) {
 		{"messages dropped", map[string]string{`lifeline_liveness_dropped_total{cluster="eu",reason="forged"}`: "0+60x40"},
 			"LifelineMessagesDropped",
 			map[string][]firing{"25m": {{eu("warning"), "The broker drops agents' messages or connections"}}}},
-		{"no controller scraped", map[string]string{`up{cluster="eu",job="lifeline-controller-metrics"}`: "1 1 0x20"},
-			"LifelineControllerDown", map[string][]firing{"3m": nil, "8m": {{map[string]string{"severity": "critical"}, "No Lifeline controller scraped"}}}},
+		{"the controller down", map[string]string{`up{cluster="eu",job="lifeline-controller-metrics"}`: "1 1 0x20"},
+			"LifelineControllerDown", map[string][]firing{"3m": nil, "8m": {{eu("critical"), "No Lifeline controller scraped"}}}},
+		{"no controller ever scraped", map[string]string{`lifeline_broker_sessions{cluster="eu"}`: "0x20"},
+			"LifelineControllerDown", map[string][]firing{"3m": nil, "6m": {{map[string]string{"job": "lifeline-controller-metrics", "severity": "critical"}, "No Lifeline controller scraped"}}}},
 	}
 
 	var tests []any

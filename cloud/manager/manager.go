@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -310,8 +311,14 @@ func addEdge(mgr ctrl.Manager, opts Options, st *startState, backlog nodeconditi
 	if opts.Clock != nil {
 		now = opts.Clock.Now
 	}
+	neverHeard := prometheus.NewGauge(prometheus.GaugeOpts{Name: "lifeline_edge_agents_never_heard",
+		Help: "Edge Nodes whose Lifeline agent the controller has never heard (their LifelineAgent condition AgentNeverHeard)."})
+	if err := promreg.Register(metrics.Registry, neverHeard); err != nil {
+		return nil, err
+	}
 	if err := mgr.Add(&nodecondition.Writer{Client: mgr.GetClient(), Agents: tracker, Interval: time.Second, Rehear: 30 * time.Second,
-		Backlog: backlog, YieldFor: ConditionYieldFor, Now: now, Log: mgr.GetLogger().WithName("nodecondition")}); err != nil {
+		Backlog: backlog, YieldFor: ConditionYieldFor, Now: now, Log: mgr.GetLogger().WithName("nodecondition"),
+		NeverHeard: neverHeard}); err != nil {
 		return nil, err
 	}
 	return &edgeaware.Edge{Tracker: tracker, Commands: s, Nodes: mgr.GetClient(), ReportPeriod: max(opts.ReportStatusPeriod, 0)}, nil

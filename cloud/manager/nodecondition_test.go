@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/lifeline-edge/lifeline/cloud/broker"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
@@ -66,6 +67,12 @@ func TestEdgeNodesCarryTheirAgentsStateAsACondition(t *testing.T) {
 		return node
 	}
 	waitCondition(corev1.ConditionUnknown, nodecondition.ReasonNeverHeard)
+	// The never-connected alert's input counts it (the liveness table knows only the nodes that spoke).
+	var neverHeard float64
+	testkit.Until(t, 10*time.Second, "lifeline_edge_agents_never_heard counting edge-cond", func() bool {
+		neverHeard = gathered(t, "lifeline_edge_agents_never_heard")
+		return neverHeard >= 1
+	})
 
 	var agent mqtt.Client
 	testkit.Until(t, 10*time.Second, "edge-cond admitted", func() bool {
@@ -109,6 +116,9 @@ func TestEdgeNodesCarryTheirAgentsStateAsACondition(t *testing.T) {
 	}
 	heartbeat(true)
 	waitCondition(corev1.ConditionTrue, nodecondition.ReasonConnected)
+	testkit.Until(t, 10*time.Second, "edge-cond no longer counted as never heard", func() bool {
+		return gathered(t, "lifeline_edge_agents_never_heard") == neverHeard-1
+	})
 	first, _ := condition("edge-cond")
 
 	// Heartbeats that change nothing write nothing: a write would carry the latest heartbeat's time, over a
@@ -274,4 +284,19 @@ func TestConditionsWaitForTheWorkloadPassesQueued(t *testing.T) {
 	if took := time.Since(began); took < yieldFor {
 		t.Errorf("the condition was written %v after the writer started, with passes queued, before YieldFor (%v)", took, yieldFor)
 	}
+}
+
+// gathered is the value of the controller's gauge name, as its metrics endpoint would serve it.
+func gathered(t *testing.T, name string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
 }

@@ -70,6 +70,9 @@ type Writer struct {
 	YieldFor time.Duration
 	Now      func() time.Time
 	Log      logr.Logger
+	// NeverHeard, when set, is told after each pass how many edge Nodes' agents the table has never heard: the
+	// table knows only the nodes that spoke, the writer every edge Node (lifeline_edge_agents_never_heard).
+	NeverHeard interface{ Set(float64) }
 
 	started       time.Time
 	yieldingSince time.Time // when the writer first held a write back for the backlog; zero when it holds none
@@ -101,16 +104,20 @@ func (w *Writer) Sync(ctx context.Context) error {
 	}
 	now := w.Now()
 	var firstErr error
+	neverHeard := 0
 	for i := range nodes.Items {
 		node := &nodes.Items[i]
 		agent := w.Agents.AgentOf(node.Name, now)
+		if !agent.Heard {
+			neverHeard++
+		}
 		want := Condition(agent, now)
 		have := find(node.Status.Conditions)
 		if have != nil && (same(*have, want) || !agent.Heard && now.Sub(w.started) < w.Rehear) {
 			continue
 		}
 		if w.yields(now) {
-			return firstErr
+			return firstErr // the count waits for a whole pass
 		}
 		if have != nil && have.Status == want.Status {
 			want.LastTransitionTime = have.LastTransitionTime // another reason, the same status
@@ -121,6 +128,9 @@ func (w *Writer) Sync(ctx context.Context) error {
 		w.Log.V(1).Info("LifelineAgent condition", "node", node.Name, "status", want.Status, "reason", want.Reason)
 	}
 	w.yieldingSince = time.Time{}
+	if w.NeverHeard != nil {
+		w.NeverHeard.Set(float64(neverHeard))
+	}
 	return firstErr
 }
 
