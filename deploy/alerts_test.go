@@ -76,12 +76,14 @@ func TestAlertRulesFireAsDocumented(t *testing.T) {
 	edge := func(connected, cutOff, silent, never string) map[string]string {
 		return map[string]string{
 			strings.Replace(nodes, "%s", "connected", 1): connected, strings.Replace(nodes, "%s", "cut_off", 1): cutOff,
-			strings.Replace(nodes, "%s", "silent", 1): silent,
+			strings.Replace(nodes, "%s", "silent", 1):                                          silent,
 			`lifeline_edge_agents_never_heard{cluster="eu",job="lifeline-controller-metrics"}`: never,
-			`up{cluster="eu",job="lifeline-controller-metrics"}`: "1x90",
+			`up{cluster="eu",job="lifeline-controller-metrics"}`:                               "1x90",
 		}
 	}
-	eu := func(severity string) map[string]string { return map[string]string{"cluster": "eu", "severity": severity} }
+	eu := func(severity string) map[string]string {
+		return map[string]string{"cluster": "eu", "severity": severity}
+	}
 	cases := []alertCase{
 		{"one node cut off for 10 min", edge("9x30", "1x30", "0x30", "0x30"), "LifelineEdgeNodesCutOff",
 			map[string][]firing{"9m": nil, "11m": {{eu("warning"), "1 edge nodes cut off from the API server"}}}},
