@@ -2,8 +2,10 @@ package deploy
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -420,16 +422,51 @@ func TestStolenControllerTokenWritesOnlyTheLifelineConditionOfEdgeNodes(t *testi
 		{"vap-edge-1", `{"conditions":[{"type":"Ready","status":"False","reason":"Stolen"}]}`, "no Node condition but LifelineAgent"},
 		{"vap-edge-1", `{"capacity":{"cpu":"64"}}`, "status.capacity"},
 		{"vap-edge-1", `{"addresses":[{"type":"InternalIP","address":"10.6.6.6"}]}`, "status.addresses"},
+		{"vap-edge-1", `{"declaredFeatures":["Stolen"]}`, "status.declaredFeatures"},
 	} {
 		if err := patch(tc.node, tc.status); err == nil || !strings.Contains(err.Error(), tc.message) {
 			t.Errorf("patching %s's status with %s: %v, want a refusal saying %q", tc.node, tc.status, err, tc.message)
+		}
+	}
+	// Metadata through the status subresource: an owner reference that does not resolve has the garbage
+	// collector delete the Node, and its pods with it.
+	for _, tc := range []struct{ meta, message string }{
+		{`{"ownerReferences":[{"apiVersion":"v1","kind":"Namespace","name":"default","uid":"00000000-0000-0000-0000-000000000001"}]}`, "ownerReferences"},
+		{`{"finalizers":["example.com/stolen"]}`, "finalizers"},
+		{`{"labels":{"stolen":"yes"}}`, "labels"},
+	} {
+		_, err := stolen.CoreV1().Nodes().Patch(ctx, "vap-edge-1", types.StrategicMergePatchType, []byte(`{"metadata":`+tc.meta+`}`),
+			metav1.PatchOptions{}, "status")
+		if err == nil || !strings.Contains(err.Error(), tc.message) {
+			t.Errorf("patching vap-edge-1's metadata with %s through its status: %v, want a refusal naming %s", tc.meta, err, tc.message)
 		}
 	}
 	node, err := admin.CoreV1().Nodes().Get(ctx, "vap-edge-1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cpu := node.Status.Capacity[corev1.ResourceCPU]; cpu.String() != "2" || len(node.Status.Addresses) != 0 {
-		t.Errorf("the edge Node's status was changed: capacity %v, addresses %v", node.Status.Capacity, node.Status.Addresses)
+	if cpu := node.Status.Capacity[corev1.ResourceCPU]; cpu.String() != "2" || len(node.Status.Addresses) != 0 ||
+		len(node.OwnerReferences) != 0 || len(node.Finalizers) != 0 {
+		t.Errorf("the edge Node was changed: capacity %v, addresses %v, owners %v, finalizers %v", node.Status.Capacity,
+			node.Status.Addresses, node.OwnerReferences, node.Finalizers)
+	}
+}
+
+// The node-status policy lists the fields it compares (CEL cannot compare a Node's status less its conditions):
+// every field of corev1.NodeStatus of the API this is built with is among them, so a new one is not left open.
+func TestNodeStatusPolicyComparesEveryField(t *testing.T) {
+	var policy string
+	for _, o := range renderChart(t, "--set", "nodeIdentity.mode=password") {
+		if o.GetKind() == "ValidatingAdmissionPolicy" && o.GetName() == "lifeline-controller-node-status" {
+			data, _ := json.Marshal(o.Object)
+			policy = string(data)
+		}
+	}
+	fields := reflect.TypeOf(corev1.NodeStatus{})
+	for i := range fields.NumField() {
+		name, _, _ := strings.Cut(fields.Field(i).Tag.Get("json"), ",")
+		if name != "conditions" && !strings.Contains(policy, "object.status."+name+" ==") {
+			t.Errorf("the policy does not compare status.%s", name)
+		}
 	}
 }
