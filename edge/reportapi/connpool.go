@@ -1,7 +1,9 @@
 package reportapi
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -122,11 +124,18 @@ func (c *pooledConn) Close() error {
 	return err
 }
 
-// setAnswering marks c as being answered, or as waiting again since now.
+// setAnswering marks c as being answered, or as waiting again since now, when a connection waiting for a place
+// may take c's.
 func (c *pooledConn) setAnswering(answering bool) {
 	c.pool.mu.Lock()
 	c.answering, c.since = answering, time.Now()
 	c.pool.mu.Unlock()
+	if !answering {
+		select {
+		case c.pool.freed <- struct{}{}:
+		default:
+		}
+	}
 }
 
 type pooledConnKey struct{}
@@ -136,10 +145,17 @@ func withPooledConn(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, pooledConnKey{}, c)
 }
 
-// answering marks a request's connection as being answered while next handles it, so that no new connection
-// takes its place.
-func answering(next http.Handler) http.Handler {
+// answering reads a request's body (up to one byte past maxBody, for next to refuse as too large), then marks
+// its connection as being answered while next handles it, so that no new connection takes its place. A
+// connection still sending its body is not being answered: a client that sends headers and then nothing would
+// otherwise hold its place until readTimeout.
+func answering(next http.Handler, maxBody int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+		if err != nil {
+			return // the connection timed out or was evicted; nothing to answer
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		if c, ok := r.Context().Value(pooledConnKey{}).(*pooledConn); ok {
 			c.setAnswering(true)
 			defer c.setAnswering(false)

@@ -375,7 +375,7 @@ func (s *Server) start(ctx context.Context) (*http.Server, *connPool) {
 	if limit <= 0 {
 		limit = DefaultMaxConnections
 	}
-	srv := &http.Server{Handler: answering(s.Handler()), ConnContext: withPooledConn, MaxHeaderBytes: MaxHeaderBytes,
+	srv := &http.Server{Handler: answering(s.Handler(), MaxBodyBytes), ConnContext: withPooledConn, MaxHeaderBytes: MaxHeaderBytes,
 		ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout}
 	s.serving.Store(true)
 	go func() {

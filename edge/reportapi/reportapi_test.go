@@ -388,59 +388,87 @@ func (c *countedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// Item 7 of the third hardening round: connections that never finish their headers (each could carry up to
+// Item 7 of the third hardening round: connections that never finish their request (each could carry up to
 // MaxHeaderBytes) held every place of the report API, and a worker's report waited until they timed out (0 of 40
 // answered under 400 of them). They still take at most MaxConnections of the agent, but a new connection takes the
-// place of the oldest that is not being answered: the worker's report is answered while they are all open.
+// place of the oldest that is not being answered: the worker's report is answered while they are all open, whether
+// they stall in their headers or in their bodies, or wait idle after an answer.
 func TestStalledConnectionsDoNotStarveAWorkersReport(t *testing.T) {
 	const limit, beyond = 4, 12
-	s := New("c", "edge-1", sinkFunc(func(journal.Entry) error { return nil }), workerSet{"default/sdd-trainworker-0": true},
-		func() uint64 { return 1 }, 10, nil, logr.Discard())
-	s.MaxConnections = limit
-	counting := &countingListener{}
-	addr := serve(t, s, func(ln net.Listener) net.Listener { counting.Listener = ln; return counting })
+	for _, stall := range []struct {
+		name  string
+		write func(c net.Conn) error
+	}{
+		{"in the headers", func(c net.Conn) error {
+			_, err := io.WriteString(c, "POST /sedna/workers/sdd-trainworker-0/info HTTP/1.1\r\nHost: localhost\r\nX-Pad: ")
+			return err
+		}},
+		{"in the body", func(c net.Conn) error {
+			_, err := io.WriteString(c, "POST /sedna/workers/sdd-trainworker-0/info HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n")
+			return err
+		}},
+		{"idle after an answer", func(c net.Conn) error {
+			if _, err := io.WriteString(c, rawReport("sdd-trainworker-0", validBody, "")); err != nil {
+				return err
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err == nil {
+				resp.Body.Close()
+			}
+			return err
+		}},
+	} {
+		t.Run(stall.name, func(t *testing.T) {
+			s := New("c", "edge-1", sinkFunc(func(journal.Entry) error { return nil }), workerSet{"default/sdd-trainworker-0": true},
+				func() uint64 { return 1 }, 2*(limit+beyond), nil, logr.Discard())
+			s.ReportRate = 0
+			s.MaxConnections = limit
+			counting := &countingListener{}
+			addr := serve(t, s, func(ln net.Listener) net.Listener { counting.Listener = ln; return counting })
+			var stalled []net.Conn
+			defer func() {
+				for _, c := range stalled {
+					c.Close()
+				}
+			}()
+			for range limit + beyond {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				stalled = append(stalled, c)
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				if err := stall.write(c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			testkit.Until(t, 5*time.Second, "the server taking every stalled connection", func() bool {
+				_, _, accepted := counting.counts()
+				return accepted >= limit+beyond
+			})
 
-	var stalled []net.Conn
-	defer func() {
-		for _, c := range stalled {
-			c.Close()
-		}
-	}()
-	for range limit + beyond {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stalled = append(stalled, c)
-		if _, err := io.WriteString(c, "POST /sedna/workers/sdd-trainworker-0/info HTTP/1.1\r\nHost: localhost\r\nX-Pad: "); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testkit.Until(t, 5*time.Second, "the server taking every stalled connection", func() bool {
-		_, _, accepted := counting.counts()
-		return accepted >= limit+beyond
-	})
-
-	report, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer report.Close()
-	if _, err := io.WriteString(report, rawReport("sdd-trainworker-0", validBody, "")); err != nil {
-		t.Fatal(err)
-	}
-	// Well within the stalled connections' header timeout, which was what freed a place before.
-	_ = report.SetReadDeadline(time.Now().Add(readHeaderTimeout / 2))
-	resp, err := http.ReadResponse(bufio.NewReader(report), nil)
-	if err != nil {
-		t.Fatalf("no answer to a worker's report beside %d stalled connections: %v", limit+beyond, err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("answered %s, want 200", resp.Status)
-	}
-	if open, most, _ := counting.counts(); most > limit+1 || open > limit {
-		t.Errorf("%d connections open, %d at once, want at most the limit of %d (and the one being let in)", open, most, limit)
+			report, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer report.Close()
+			if _, err := io.WriteString(report, rawReport("sdd-trainworker-0", validBody, "")); err != nil {
+				t.Fatal(err)
+			}
+			// Well within the stalled connections' timeouts, which were what freed a place before.
+			_ = report.SetReadDeadline(time.Now().Add(readHeaderTimeout / 2))
+			resp, err := http.ReadResponse(bufio.NewReader(report), nil)
+			if err != nil {
+				t.Fatalf("no answer to a worker's report beside %d stalled connections: %v", limit+beyond, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("answered %s, want 200", resp.Status)
+			}
+			if open, most, _ := counting.counts(); most > limit+1 || open > limit {
+				t.Errorf("%d connections open, %d at once, want at most the limit of %d (and the one being let in)", open, most, limit)
+			}
+		})
 	}
 }
 
