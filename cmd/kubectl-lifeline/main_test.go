@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -196,6 +197,17 @@ func TestNodeWrittenControlSequencesDoNotReachTheTerminal(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), `Running\x1b]52;c;Y3VybCBldmlsIHwgc2g=\a`) {
 		t.Errorf("the phase is not shown as text:\n%s", out.String())
+	}
+	// JSON escapes ESC and BEL but not the C1 controls (CSI, U+009B) nor bidi overrides; YAML escapes neither.
+	f.workloads[0].workers[0].Phase += "\u009b31m"
+	for name, write := range map[string]func(io.Writer, [][]string) error{"json": printJSON, "yaml": printYAML} {
+		out.Reset()
+		if err := write(&out, workerTable(f, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+		if strings.ContainsFunc(out.String(), func(r rune) bool { return r == '\x1b' || r == '\x07' || r == '\u202e' || r == '\u009b' }) {
+			t.Errorf("-o %s carries control characters:\n%q", name, out.String())
+		}
 	}
 }
 

@@ -176,13 +176,13 @@ func printJSON(out io.Writer, rows [][]string) error {
 	return enc.Encode(items(rows))
 }
 
-// printYAML writes rows as printJSON does, in YAML.
+// printYAML writes rows as printJSON does, in YAML, as one document of a stream (--watch writes several).
 func printYAML(out io.Writer, rows [][]string) error {
 	data, err := yaml.Marshal(items(rows))
 	if err != nil {
 		return err
 	}
-	_, err = out.Write(data)
+	_, err = out.Write(append([]byte("---\n"), data...))
 	return err
 }
 
@@ -200,7 +200,7 @@ func items(rows [][]string) map[string]any {
 	for _, r := range rows[1:] {
 		item := make(map[string]string, len(r))
 		for i, cell := range r {
-			item[keys[i]] = cell
+			item[keys[i]] = printable(cell) // JSON and YAML leave C1 controls and bidi overrides as they are
 		}
 		items = append(items, item)
 	}
