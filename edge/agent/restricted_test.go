@@ -56,6 +56,14 @@ func untrustedBound(t *testing.T) StandInBound {
 	if err := os.Symlink("/", filepath.Join(root, "data", "escape")); err != nil {
 		t.Fatal(err)
 	}
+	// A directory any worker may write to: it could swap a link in below it after the check.
+	shared := filepath.Join(root, "data", "shared")
+	if err := os.Mkdir(shared, 0o755); err != nil || os.Chmod(shared, 0o777) != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(shared, "out"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	return StandInBound{Untrusted: true, HostPathRoots: []string{"/data"}, HostRoot: root}
 }
 
@@ -74,6 +82,14 @@ func TestUntrustedSourceGetsNoRootOnTheNode(t *testing.T) {
 		{"ssh keys", withSpec(t, "volumes", `[{"name":"r","hostPath":{"path":"/home/admin/.ssh"}}]`), "outside the directories"},
 		{"a symbolic link to the node's root", withSpec(t, "volumes", `[{"name":"r","hostPath":{"path":"/data/escape/etc"}}]`),
 			"symbolic link /data/escape"},
+		{"below a directory anyone may change", withSpec(t, "volumes", `[{"name":"r","hostPath":{"path":"/data/shared/out"}}]`),
+			"another user than root may change"},
+		{"to be made in a directory anyone may add to", withSpec(t, "volumes", `[{"name":"r","hostPath":{"path":"/data/shared/new"}}]`),
+			"another user than root may add to"},
+		{"SELinux unconfined", withSpec(t, "container.securityContext", `{"seLinuxOptions":{"type":"spc_t"}}`), "SELinux"},
+		{"SELinux user", withSpec(t, "securityContext", `{"seLinuxOptions":{"user":"system_u","role":"system_r"}}`), "SELinux"},
+		{"host port", withSpec(t, "container.ports", `[{"containerPort":80,"hostPort":80}]`), "host port"},
+		{"probe of another host", withSpec(t, "container.livenessProbe", `{"httpGet":{"host":"10.0.0.1","port":80}}`), "probes host"},
 		{"unconfined AppArmor", strings.Replace(renderedTrainer, `"name":"fl-trainer-0"`,
 			`"name":"fl-trainer-0","annotations":{"container.apparmor.security.beta.kubernetes.io/train":"unconfined"}`, 1), "apparmor"},
 	} {

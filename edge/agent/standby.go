@@ -259,8 +259,8 @@ func (f StandbyFiles) Leave(brokerCAFile string) error {
 }
 
 // Probe is the standby's probe of the API server: url when given, else the address the agent pod left; its
-// certificate checked against the CA the agent pod left, when there is one, else against caFile's or the system's
-// (ProbeTLS).
+// certificate checked against caFile's CA when given (ProbeTLS), else the CA the agent pod left, when there is one,
+// else the system's.
 func (f StandbyFiles) Probe(url, caFile string) (*CloudProbe, error) {
 	if url == "" {
 		data, err := os.ReadFile(filepath.Join(f.Dir, standbyAPIServer))
@@ -274,7 +274,7 @@ func (f StandbyFiles) Probe(url, caFile string) (*CloudProbe, error) {
 		return nil, err
 	}
 	probe := &CloudProbe{URL: url, TLS: tlsConfig}
-	if pem, err := os.ReadFile(filepath.Join(f.Dir, standbyAPICA)); err == nil {
+	if pem, err := os.ReadFile(filepath.Join(f.Dir, standbyAPICA)); err == nil && caFile == "" {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
 			return nil, fmt.Errorf("no certificate in the API server's CA left by the agent pod, %s", filepath.Join(f.Dir, standbyAPICA))

@@ -244,6 +244,9 @@ func checkStaticSpec(raw map[string]any, bound StandInBound) error {
 
 // checkVolume returns the node directory of a hostPath volume ("" for another kind), or why the volume is refused.
 func checkVolume(name string, vol map[string]json.RawMessage, bound StandInBound) (string, error) {
+	if len(vol) > 2 || len(vol) == 2 && vol["name"] == nil {
+		return "", fmt.Errorf("volume %q has more than one source", name)
+	}
 	for kind, source := range vol {
 		switch {
 		case kind == "name" || volumeKinds[kind]:

@@ -114,6 +114,8 @@ func TestRebuildRefusesManifestsThatReachTheNode(t *testing.T) {
 		{"node path by a sub-path", withSpec(t, "container.volumeMounts",
 			`[{"name":"sedna-host-data-surface-defects","mountPath":"/home/data/data/surface-defects","subPath":"../.."}]`), "sub-path"},
 		{"a Secret", withSpec(t, "volumes", `[{"name":"s","secret":{"secretName":"x"}}]`), "kind secret"},
+		{"two sources in a volume", withSpec(t, "volumes", `[{"name":"s","hostPath":{"path":"/data/x"},"nfs":{"server":"n","path":"/"}}]`),
+			"more than one source"},
 		{"a block device", withSpec(t, "container.volumeDevices", `[{"name":"d","devicePath":"/dev/xvda"}]`), "block device"},
 		{"the agent's state", withSpec(t, "volumes", `[{"name":"r","hostPath":{"path":"/srv/lifeline/state"}}]`), "/srv/lifeline"},
 	} {

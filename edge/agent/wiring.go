@@ -149,26 +149,26 @@ func ChooseProbe(url, caFile string, inCluster bool, edgecoreConfig string, log 
 	return nil, nil
 }
 
-// ProbeTLS is how a probe of an explicit URL checks the cloud's certificate: against caFile's CA, or the
-// system's when caFile is empty. A URL that is not HTTPS is refused: whoever is on the path could answer it and
-// keep a cut-off node looking connected.
+// ProbeTLS is how a probe of an explicit URL checks the cloud's certificate: its chain against caFile's CA,
+// whatever name it was reached by (as the probe edgecore's configuration implies: cloudcore's certificate may not
+// name the address a node reaches it at), or chain and name against the system's CAs when caFile is empty. A URL
+// that is not HTTPS is refused: whoever is on the path could answer it and keep a cut-off node looking connected.
 func ProbeTLS(url, caFile string) (*tls.Config, error) {
 	if !strings.HasPrefix(url, "https://") {
 		return nil, fmt.Errorf("cloud probe %s: not HTTPS, so anyone on the path could answer it", url)
 	}
-	config := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile == "" {
-		return config, nil
+		return &tls.Config{MinVersion: tls.VersionTLS12}, nil
 	}
 	pem, err := os.ReadFile(caFile)
 	if err != nil {
 		return nil, fmt.Errorf("the cloud probe's CA: %w", err)
 	}
-	config.RootCAs = x509.NewCertPool()
-	if !config.RootCAs.AppendCertsFromPEM(pem) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
 		return nil, fmt.Errorf("the cloud probe's CA %s holds no certificate", caFile)
 	}
-	return config, nil
+	return chainOnlyTLS(pool), nil
 }
 
 // APIReachability tells whether the node reaches the API server now: its watch works and, with a probe, the

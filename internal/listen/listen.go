@@ -1,6 +1,7 @@
-// Package listen binds the agent's node-local ports so that no other process of the node can take them: on every
-// loopback address that `localhost` names, and again and again while another process holds one, instead of
-// exiting (which would only crash-loop the agent and leave the port to the other process).
+// Package listen binds the agent's node-local ports so that no other process of the node can take them: the
+// report API, which workers reach as `localhost`, on every loopback address that name resolves to (Addresses), and
+// each port again and again while another process holds it, instead of exiting (which would only crash-loop the
+// agent and leave the port to the other process).
 package listen
 
 import (
@@ -35,21 +36,23 @@ func Addresses(addr string) ([]string, error) {
 }
 
 // WhenFree listens on addr, trying again every Retry while another process holds it, until it gets it or ctx
-// ends (nil then). The IPv6 loopback on a node that has none is no address to hold: nil at once, logged. Every
-// other failure is logged at once and then at lograte's gaps, naming the address, so the operator can tell which
-// process to stop.
+// ends (nil then). A node without an IPv6 loopback is told once, and tried again as well: the loopback may come up
+// later, and a process that took its port then would get what is meant for the agent. Every other failure is
+// logged at once and then at lograte's gaps, naming the address, so the operator can tell which process to stop.
 func WhenFree(ctx context.Context, addr, what string, log logr.Logger) net.Listener {
 	var schedule lograte.Schedule
+	toldNoIPv6 := false
 	for {
 		ln, err := net.Listen("tcp", addr)
 		if err == nil {
 			return ln
 		}
-		if isIPv6Loopback(addr) && (errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EAFNOSUPPORT)) {
-			log.Info("no IPv6 loopback on this node: "+what+" served on 127.0.0.1 alone", "address", addr)
-			return nil
+		noIPv6 := isIPv6Loopback(addr) && (errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EAFNOSUPPORT))
+		if noIPv6 && !toldNoIPv6 {
+			log.Info("no IPv6 loopback on this node yet: "+what+" served on 127.0.0.1, and on ::1 once it is there", "address", addr)
+			toldNoIPv6 = true
 		}
-		if schedule.Due(time.Now()) {
+		if !noIPv6 && schedule.Due(time.Now()) {
 			log.Error(err, "cannot listen for "+what+": another process may hold the address; trying again", "address", addr,
 				"every", Retry)
 		}
