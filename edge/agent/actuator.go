@@ -255,7 +255,6 @@ func (s *StaticPods) Arm(workers []desired.Worker) error {
 	return errors.Join(errs...)
 }
 
-
 // gateOpen tells whether the armed stand-in in file has its gate open: it runs, or is about to.
 func (s *StaticPods) gateOpen(file string) bool {
 	if s.GatesDir == "" {
