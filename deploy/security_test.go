@@ -470,3 +470,24 @@ func TestNodeStatusPolicyComparesEveryField(t *testing.T) {
 		}
 	}
 }
+
+// Item 3 of the third hardening round, in part: the broker bounds the connections not yet logged in per source
+// address, and with externalTrafficPolicy Cluster every agent and an attacker share the address of the node that
+// forwarded them. A LoadBalancer keeps the agents' addresses (Local) by default; a NodePort, whose agents dial one
+// node that may not run the controller, keeps Cluster unless told.
+func TestBrokerServiceKeepsTheAgentsAddressesWhereItCan(t *testing.T) {
+	for _, tc := range []struct {
+		values []string
+		want   corev1.ServiceExternalTrafficPolicy
+	}{
+		{[]string{"--set", "broker.service.type=LoadBalancer"}, corev1.ServiceExternalTrafficPolicyLocal},
+		{nil, corev1.ServiceExternalTrafficPolicyCluster},
+		{[]string{"--set", "broker.service.externalTrafficPolicy=Local"}, corev1.ServiceExternalTrafficPolicyLocal},
+		{[]string{"--set", "broker.service.type=ClusterIP"}, ""},
+	} {
+		objs := renderChart(t, append([]string{"--set", "nodeIdentity.mode=password"}, tc.values...)...)
+		if got := mustObject[corev1.Service](t, objs, "Service", "lifeline-broker").Spec.ExternalTrafficPolicy; got != tc.want {
+			t.Errorf("%v: externalTrafficPolicy %q, want %q", tc.values, got, tc.want)
+		}
+	}
+}
