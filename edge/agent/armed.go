@@ -77,15 +77,11 @@ func armedManifest(manifest []byte, gateDir, gateImage string) ([]byte, error) {
 		return nil, errors.New("the stand-in has no spec")
 	}
 	annotationsOf(pod)[ArmedAnnotation] = gateDir
-	for _, field := range containerFields {
-		for _, c := range list(spec[field]) {
-			if container, _ := c.(map[string]any); container != nil {
-				if resources := armedResources(container["resources"]); resources != nil {
-					container["resources"] = resources
-				} else {
-					delete(container, "resources")
-				}
-			}
+	for _, container := range containersOf(spec) {
+		if resources := armedResources(container["resources"]); resources != nil {
+			container["resources"] = resources
+		} else {
+			delete(container, "resources")
 		}
 	}
 	gate := map[string]any{"name": gateContainer, "image": gateImage, "imagePullPolicy": "IfNotPresent",

@@ -30,30 +30,24 @@ func restrictStandIn(spec map[string]any) error {
 		return errors.New("the pod sets sysctls")
 	}
 	podContext["runAsNonRoot"] = true
-	for _, field := range containerFields {
-		for _, c := range list(spec[field]) {
-			container, _ := c.(map[string]any)
-			if container == nil {
-				continue
-			}
-			name, _ := container["name"].(string)
-			what := fmt.Sprintf("container %q", name)
-			sc := objectAt(container, "securityContext")
-			if err := refuseRoot(what, sc); err != nil {
-				return err
-			}
-			if err := refuseSELinux(what, sc); err != nil {
-				return err
-			}
-			if err := refuseHostReach(what, container); err != nil {
-				return err
-			}
-			if escalates, _ := sc["allowPrivilegeEscalation"].(bool); escalates {
-				return fmt.Errorf("%s allows privilege escalation", what)
-			}
-			sc["allowPrivilegeEscalation"] = false
-			objectAt(sc, "capabilities")["drop"] = []any{"ALL"}
+	for _, container := range containersOf(spec) {
+		name, _ := container["name"].(string)
+		what := fmt.Sprintf("container %q", name)
+		sc := objectAt(container, "securityContext")
+		if err := refuseRoot(what, sc); err != nil {
+			return err
 		}
+		if err := refuseSELinux(what, sc); err != nil {
+			return err
+		}
+		if err := refuseHostReach(what, container); err != nil {
+			return err
+		}
+		if escalates, _ := sc["allowPrivilegeEscalation"].(bool); escalates {
+			return fmt.Errorf("%s allows privilege escalation", what)
+		}
+		sc["allowPrivilegeEscalation"] = false
+		objectAt(sc, "capabilities")["drop"] = []any{"ALL"}
 	}
 	return nil
 }

@@ -87,17 +87,7 @@ func staticPodManifest(manifest, worker string, bound StandInBound) ([]byte, err
 
 // annotationsOf is the annotations of a decoded pod, made (with its metadata) when it has none.
 func annotationsOf(pod map[string]any) map[string]any {
-	meta, _ := pod["metadata"].(map[string]any)
-	if meta == nil {
-		meta = map[string]any{}
-		pod["metadata"] = meta
-	}
-	annotations, _ := meta["annotations"].(map[string]any)
-	if annotations == nil {
-		annotations = map[string]any{}
-		meta["annotations"] = annotations
-	}
-	return annotations
+	return objectAt(objectAt(pod, "metadata"), "annotations")
 }
 
 // dropServiceAccount removes the service account and every projected volume that carries its token, with
@@ -121,21 +111,15 @@ func dropServiceAccount(spec map[string]any) {
 		return
 	}
 	spec["volumes"] = kept
-	for _, field := range containerFields {
-		for _, c := range list(spec[field]) {
-			container, _ := c.(map[string]any)
-			if container == nil {
-				continue
+	for _, container := range containersOf(spec) {
+		var mounts []any
+		for _, m := range list(container["volumeMounts"]) {
+			mount, _ := m.(map[string]any)
+			if name, _ := mount["name"].(string); !tokenVolumes[name] {
+				mounts = append(mounts, m)
 			}
-			var mounts []any
-			for _, m := range list(container["volumeMounts"]) {
-				mount, _ := m.(map[string]any)
-				if name, _ := mount["name"].(string); !tokenVolumes[name] {
-					mounts = append(mounts, m)
-				}
-			}
-			container["volumeMounts"] = mounts
 		}
+		container["volumeMounts"] = mounts
 	}
 }
 
@@ -149,6 +133,19 @@ func hasTokenSource(projected map[string]any) bool {
 }
 
 var containerFields = []string{"initContainers", "containers", "ephemeralContainers"}
+
+// containersOf is every container of a decoded pod spec, init and ephemeral ones too, to read or change in place.
+func containersOf(spec map[string]any) []map[string]any {
+	var out []map[string]any
+	for _, field := range containerFields {
+		for _, c := range list(spec[field]) {
+			if container, _ := c.(map[string]any); container != nil {
+				out = append(out, container)
+			}
+		}
+	}
+	return out
+}
 
 // staticSpec is what checkStaticSpec reads of a pod spec.
 type staticSpec struct {
