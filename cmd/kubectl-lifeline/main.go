@@ -96,17 +96,11 @@ func run(ctx context.Context, args []string, out io.Writer, kube client.Client) 
 	if *interval <= 0 {
 		return fmt.Errorf("--interval must be positive, got %v", *interval)
 	}
-	write, document := printTable, true
-	switch *output {
-	case "", "wide":
-		document = false
-	case "json":
-		write = printJSON
-	case "yaml":
-		write = printYAML
-	default:
+	write := map[string]func(io.Writer, [][]string) error{"": printTable, "wide": printTable, "json": printJSON, "yaml": printYAML}[*output]
+	if write == nil {
 		return fmt.Errorf("--output %q: want wide, json or yaml, or none for a table", *output)
 	}
+	document := *output == "json" || *output == "yaml"
 	if *allNamespaces {
 		*namespace = ""
 	}

@@ -352,7 +352,9 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 	for _, a := range addrs {
 		wg.Go(func() {
 			if ln := listen.WhenFree(ctx, a, "the report API", s.log); ln != nil {
-				s.serveOn(srv, ln, pool)
+				if err := s.serveOn(srv, ln, pool); err != nil {
+					s.log.Error(err, "the report API stopped serving", "address", a)
+				}
 			}
 		})
 	}
