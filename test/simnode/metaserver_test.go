@@ -208,16 +208,26 @@ func TestPodsRestartOnlyStopsTheContainersAndTheCrashBackoffStands(t *testing.T)
 
 // passAfter waits for a whole sync pass of the node's one pod begun after the call. The node writes a status only
 // when it changed, so it is made to write it anew, at the end of the pod's pass; twice, so that the second pass
-// began after the first had ended.
+// began after the first had ended. The record of the last write is cleared again while no write came: a write
+// under way when it was first cleared records itself once it returns, and the node would then write no more.
 func passAfter(t *testing.T, n *Node, client *fake.Clientset) {
 	t.Helper()
 	rt := n.runtimesWhere(nil)[0]
-	for range 2 {
-		before := statusWrites(client)
+	forgetReported := func() {
 		rt.mu.Lock()
 		rt.reported = nil
 		rt.mu.Unlock()
-		testkit.Until(t, waitLimit, "the node writing the pod's status anew", func() bool { return statusWrites(client) > before })
+	}
+	for range 2 {
+		before := statusWrites(client)
+		forgetReported()
+		testkit.Until(t, waitLimit, "the node writing the pod's status anew", func() bool {
+			if statusWrites(client) > before {
+				return true
+			}
+			forgetReported()
+			return false
+		})
 	}
 }
 

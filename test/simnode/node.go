@@ -133,13 +133,16 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 	}
 	n.loadPods()
-	go n.register(ctx)
-	go n.watchPods(ctx)
+	// Run returns only once nothing of the node writes into its state directory any more.
+	var running sync.WaitGroup
+	running.Go(func() { n.register(ctx) })
+	running.Go(func() { n.watchPods(ctx) })
 	tick := time.NewTicker(n.cfg.SyncInterval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			running.Wait()
 			n.stopAll()
 			return nil
 		case <-tick.C:
@@ -168,7 +171,10 @@ func (n *Node) watchPods(ctx context.Context) {
 	for ctx.Err() == nil {
 		list, err := pods.List(ctx, metav1.ListOptions{FieldSelector: selector})
 		if !n.setCloudLinked(err == nil) {
-			time.Sleep(time.Second) // cut off, or edgehub not yet reconnected: the cloud's word is not heard
+			select { // cut off, or edgehub not yet reconnected: the cloud's word is not heard
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
 			continue
 		}
 		seen := map[types.UID]bool{}
@@ -182,7 +188,24 @@ func (n *Node) watchPods(ctx context.Context) {
 			n.setCloudLinked(false)
 			continue
 		}
-		for ev := range w.ResultChan() {
+		n.followWatch(ctx, w)
+		w.Stop()
+		// The watch ended: the link broke, or the server ended it (the list that follows then succeeds and says
+		// so). For edgehub's imitation the link broke now, though the node's next list may take seconds to fail.
+		n.hub.linked(false, time.Now())
+	}
+}
+
+// followWatch applies the watch's events until it ends or ctx is done.
+func (n *Node) followWatch(ctx context.Context, w watch.Interface) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, open := <-w.ResultChan():
+			if !open {
+				return
+			}
 			pod, ok := ev.Object.(*corev1.Pod)
 			if !ok {
 				continue
@@ -194,10 +217,6 @@ func (n *Node) watchPods(ctx context.Context) {
 				n.forget(pod.UID)
 			}
 		}
-		w.Stop()
-		// The watch ended: the link broke, or the server ended it (the list that follows then succeeds and says
-		// so). For edgehub's imitation the link broke now, though the node's next list may take seconds to fail.
-		n.hub.linked(false, time.Now())
 	}
 }
 
