@@ -170,12 +170,21 @@ func (b *Broker) CloseNode(node string) bool {
 // has as many commands unacknowledged as the broker keeps for one client: the broker would drop this one
 // without a word.
 func (b *Broker) PublishCommand(node string, payload []byte) error {
+	return b.publishToAgent(node, lifelinev1.KindCommand, payload)
+}
+
+// PublishDesired sends a node's agent its DesiredWorkers set (QoS 1, not retained) [P-DES-1], as PublishCommand.
+func (b *Broker) PublishDesired(node string, payload []byte) error {
+	return b.publishToAgent(node, lifelinev1.KindDesired, payload)
+}
+
+func (b *Broker) publishToAgent(node string, kind lifelinev1.Kind, payload []byte) error {
 	maxInflight := int(b.server.Options.Capabilities.MaximumInflight)
 	if cl, ok := b.server.Clients.Get(lifelinev1.AgentClientID(node)); ok && cl.State.Inflight.Len() >= maxInflight {
-		b.tracker.Drop(RefusedSlowClient, fmt.Sprintf("node %q: %d commands unacknowledged", node, maxInflight))
-		return fmt.Errorf("commanding node %s: its agent has not acknowledged its last %d commands", node, maxInflight)
+		b.tracker.Drop(RefusedSlowClient, fmt.Sprintf("node %q: %d messages unacknowledged", node, maxInflight))
+		return fmt.Errorf("sending %s to node %s: its agent has not acknowledged its last %d messages", kind, node, maxInflight)
 	}
-	return b.server.Publish(lifelinev1.AgentCommandTopic(b.cluster, node), payload, false, 1)
+	return b.server.Publish(lifelinev1.NodeTopic(b.cluster, node, kind).String(), payload, false, 1)
 }
 
 // Close stops the broker.
@@ -344,15 +353,16 @@ func (h *nodeAccess) passwordStill(node string, digest *[sha256.Size]byte) error
 	return nil
 }
 
-// OnACLCheck: a node writes only its own topics (never commands) and reads only its own commands.
+// OnACLCheck: a node writes only its own topics (never the controller's commands and desired sets) and reads only
+// its own commands and desired sets.
 func (h *nodeAccess) OnACLCheck(cl *mochi.Client, topic string, write bool) bool {
 	node := string(cl.Properties.Username)
 	allowed := false
 	if write {
 		tp, err := lifelinev1.ParseTopic(topic)
-		allowed = err == nil && tp.Cluster == h.cluster && tp.Node == node && tp.Kind != lifelinev1.KindCommand
+		allowed = err == nil && tp.Cluster == h.cluster && tp.Node == node && !lifelinev1.FromController(tp.Kind)
 	} else {
-		allowed = topic == lifelinev1.AgentCommandTopic(h.cluster, node)
+		allowed = topic == lifelinev1.AgentCommandTopic(h.cluster, node) || topic == lifelinev1.AgentDesiredTopic(h.cluster, node)
 	}
 	if !allowed {
 		h.tracker.Drop(liveness.DropDenied, fmt.Sprintf("node %q %s %q", node, map[bool]string{true: "publishing to", false: "subscribing to"}[write], topic))

@@ -115,7 +115,7 @@ func publish(t testing.TB, c mqtt.Client, qos byte, topic string, m proto.Messag
 }
 
 // [P-AUTH-1] [P-AUTH-2] [P-BAD-1] A node is admitted by its own password, publishes only its own topics and
-// reads only its own commands; what is refused is counted and never reaches the table.
+// reads only its own commands and desired sets; what is refused is counted and never reaches the table.
 func TestBrokerAdmitsNodesAndEnforcesTheACL_P_AUTH_1(t *testing.T) {
 	r := startRig(t, nil)
 	if _, err := r.connect("edge1", "wrong", ""); err == nil {
@@ -143,8 +143,10 @@ func TestBrokerAdmitsNodesAndEnforcesTheACL_P_AUTH_1(t *testing.T) {
 	publish(t, intruder, 0, "lifeline/v1/c/nodes/edge2/birth", &lifelinev1.NodeBirth{Node: "edge2", BirthSeq: 1})
 	publish(t, intruder, 0, "lifeline/v1/c/nodes/edge2/workers/default/w2", &lifelinev1.WorkerState{Namespace: "default", Name: "w2", Uid: "u2", Seq: 1, Phase: lifelinev1.Phase_PHASE_FAILED})
 	publish(t, intruder, 0, "lifeline/v1/c/nodes/edge1/commands", &lifelinev1.Command{Id: "x"})
+	publish(t, intruder, 0, "lifeline/v1/c/nodes/edge1/desired", &lifelinev1.DesiredWorkers{Node: "edge1"})
 	intruder.Subscribe("lifeline/v1/c/nodes/edge2/commands", 1, nil).WaitTimeout(5 * time.Second)
-	testkit.Until(t, 5*time.Second, "four ACL refusals counted", func() bool { return r.count("lifeline_liveness_dropped_total", liveness.DropDenied) == 4 })
+	intruder.Subscribe("lifeline/v1/c/nodes/edge2/desired", 1, nil).WaitTimeout(5 * time.Second)
+	testkit.Until(t, 5*time.Second, "six ACL refusals counted", func() bool { return r.count("lifeline_liveness_dropped_total", liveness.DropDenied) == 6 })
 	testkit.Until(t, 5*time.Second, "edge1's own messages accepted", func() bool {
 		return r.count("lifeline_liveness_messages_total", "birth") == 1 && r.count("lifeline_liveness_messages_total", "workers") == 1
 	})
@@ -169,5 +171,19 @@ func TestBrokerAdmitsNodesAndEnforcesTheACL_P_AUTH_1(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the command did not reach edge1")
+	}
+
+	// So do desired sets [P-DES-1].
+	edge1.Subscribe("lifeline/v1/c/nodes/edge1/desired", 1, func(_ mqtt.Client, m mqtt.Message) { got <- m.Topic() }).WaitTimeout(5 * time.Second)
+	if err := r.broker.PublishDesired("edge1", []byte("set")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case topic := <-got:
+		if topic != "lifeline/v1/c/nodes/edge1/desired" {
+			t.Errorf("the set arrived on %s", topic)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the set did not reach edge1")
 	}
 }

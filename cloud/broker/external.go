@@ -64,9 +64,18 @@ func Connect(cfg ExternalConfig) (*External, error) {
 
 // PublishCommand sends a command to a node's agent (QoS 1, not retained) and waits for the broker to take it.
 func (e *External) PublishCommand(node string, payload []byte) error {
-	tok := e.client.Publish(lifelinev1.AgentCommandTopic(e.cluster, node), 1, false, payload)
+	return e.publishToAgent(node, lifelinev1.KindCommand, payload)
+}
+
+// PublishDesired sends a node's agent its DesiredWorkers set (QoS 1, not retained) [P-DES-1], as PublishCommand.
+func (e *External) PublishDesired(node string, payload []byte) error {
+	return e.publishToAgent(node, lifelinev1.KindDesired, payload)
+}
+
+func (e *External) publishToAgent(node string, kind lifelinev1.Kind, payload []byte) error {
+	tok := e.client.Publish(lifelinev1.NodeTopic(e.cluster, node, kind).String(), 1, false, payload)
 	if !tok.WaitTimeout(5 * time.Second) {
-		return fmt.Errorf("publishing a command to %s: no acknowledgement within 5 s", node)
+		return fmt.Errorf("publishing %s to %s: no acknowledgement within 5 s", kind, node)
 	}
 	return tok.Error()
 }

@@ -33,7 +33,7 @@ func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, c checked, now t
 		if m.ApiReachable != nil { // the new session's word, not the last one's, from its first message [P-HB-1]
 			n.setAPIReachable(*m.ApiReachable, now)
 		}
-		changed.pods = workersOf(n)
+		changed.pods, changed.born = workersOf(n), tp.Node
 	case *lifelinev1.NodeDeath:
 		switch {
 		case n == nil || !n.born:
@@ -51,7 +51,7 @@ func (t *Tracker) apply(tp lifelinev1.Topic, msg proto.Message, c checked, now t
 			return DropReplayed
 		}
 		if m.BirthSeq > n.birthSeq { // the birth was missed (QoS 1 vs 0 ordering): the heartbeat proves the session
-			n.birthSeq, n.dead = m.BirthSeq, false
+			n.birthSeq, n.dead, changed.born = m.BirthSeq, false, tp.Node
 		}
 		flipped := n.apiReachable != m.ApiReachable || n.dead
 		n.setAPIReachable(m.ApiReachable, now)
@@ -179,6 +179,9 @@ func workersOf(n *nodeRecord) []podRef {
 
 // notify tells every subscriber about what changed.
 func (t *Tracker) notify(c changes) {
+	if c.born != "" && t.OnSession != nil {
+		t.OnSession(c.born)
+	}
 	if len(c.pods) == 0 && len(c.workloads) == 0 {
 		return
 	}

@@ -159,6 +159,8 @@ func (t *Tracker) nodeCount() float64 {
 type AgentState struct {
 	// Heard: a birth of the node's agent arrived (and the node is still an edge Node).
 	Heard bool
+	// BirthSeq is the birth of the agent's current session [P-BIRTH-2].
+	BirthSeq uint64
 	// Stopped: the agent's current birth ended with its death message.
 	Stopped bool
 	// Online: heard, not stopped, and a heartbeat within the node's silence window.
@@ -215,7 +217,7 @@ func (t *Tracker) agentState(n *nodeRecord, now time.Time) AgentState {
 	if n == nil || !n.born {
 		return AgentState{}
 	}
-	return AgentState{Heard: true, Stopped: n.dead, Online: t.isOnline(n, now), APIKnown: n.apiKnown, APIReachable: n.apiReachable,
+	return AgentState{Heard: true, BirthSeq: n.birthSeq, Stopped: n.dead, Online: t.isOnline(n, now), APIKnown: n.apiKnown, APIReachable: n.apiReachable,
 		LastHeartbeat: n.lastHeartbeat, OversizedWorkers: int(n.oversized)}
 }
 

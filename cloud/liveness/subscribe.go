@@ -24,6 +24,8 @@ type workloadRef struct{ kind, namespace, name string }
 type changes struct {
 	pods      []podRef
 	workloads []workloadRef
+	// born is the node whose agent began a session, "" for none.
+	born string
 }
 
 // Subscribe returns a channel that receives a pod (namespace and name only) whenever what the table says of

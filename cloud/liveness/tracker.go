@@ -133,7 +133,10 @@ type Tracker struct {
 	// Nodes, when set, is the API server's word on Nodes: only a node that is an edge Node gets a record in the
 	// table, and prune forgets one that no longer is. Without it any name gets a record, up to the cap.
 	Nodes EdgeNodes
-	Log   logr.Logger
+	// OnSession, when set, is called with a node's name when its agent begins a session (a new birth, or a
+	// heartbeat of a birth that was missed); set it before the tracker ingests.
+	OnSession func(node string)
+	Log       logr.Logger
 
 	// nodeCap bounds the records of nodes (maxNodes; smaller in tests).
 	nodeCap int

@@ -36,6 +36,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/broker"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/datasetstatus"
+	"github.com/lifeline-edge/lifeline/cloud/desiredsets"
 	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
@@ -306,6 +307,9 @@ func addEdge(mgr ctrl.Manager, opts Options, st *startState, backlog nodeconditi
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { tracker.Run(ctx); return nil })); err != nil {
 		return nil, err
 	}
+	if err := addDesiredSets(mgr, opts, tracker, s); err != nil {
+		return nil, err
+	}
 	// Each edge Node's LifelineAgent condition, from the same table.
 	now := time.Now
 	if opts.Clock != nil {
@@ -322,6 +326,22 @@ func addEdge(mgr ctrl.Manager, opts Options, st *startState, backlog nodeconditi
 		return nil, err
 	}
 	return &edgeaware.Edge{Tracker: tracker, Commands: s, Nodes: mgr.GetClient(), ReportPeriod: max(opts.ReportStatusPeriod, 0)}, nil
+}
+
+// addDesiredSets sends each edge node's agent its workers and their stand-in manifests [P-DES-1]: when the agent
+// begins a session, and when a worker pod of its node changes.
+func addDesiredSets(mgr ctrl.Manager, opts Options, tracker *liveness.Tracker, out desiredsets.Publisher) error {
+	sender := &desiredsets.Sender{Out: out, Agents: tracker, Log: mgr.GetLogger().WithName("desired-sets"),
+		Pods: desiredsets.APINodePods{Reader: mgr.GetAPIReader(), Namespaces: opts.Namespaces}}
+	tracker.OnSession = sender.Enqueue
+	pods, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
+	if err != nil {
+		return fmt.Errorf("watching worker pods for the desired sets: %w", err)
+	}
+	if _, err := pods.AddEventHandler(sender.PodEvents()); err != nil {
+		return fmt.Errorf("watching worker pods for the desired sets: %w", err)
+	}
+	return mgr.Add(sender)
 }
 
 // openSession connects to the external broker, or starts the embedded one.
@@ -357,6 +377,7 @@ func openSession(ctx context.Context, mgr ctrl.Manager, opts Options, tracker *l
 // session is where the controller hears the agents and sends them commands.
 type session interface {
 	PublishCommand(node string, payload []byte) error
+	PublishDesired(node string, payload []byte) error
 	Close() error
 }
 
@@ -478,11 +499,26 @@ func (r *sessionRunnable) up() bool {
 }
 
 func (r *sessionRunnable) PublishCommand(node string, payload []byte) error {
-	r.mu.Lock()
-	s := r.running
-	r.mu.Unlock()
-	if s == nil {
-		return fmt.Errorf("no MQTT session: this replica is not the leader, or its broker is not up yet")
+	s, err := r.current()
+	if err != nil {
+		return err
 	}
 	return s.PublishCommand(node, payload)
+}
+
+func (r *sessionRunnable) PublishDesired(node string, payload []byte) error {
+	s, err := r.current()
+	if err != nil {
+		return err
+	}
+	return s.PublishDesired(node, payload)
+}
+
+func (r *sessionRunnable) current() (session, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running == nil {
+		return nil, fmt.Errorf("no MQTT session: this replica is not the leader, or its broker is not up yet")
+	}
+	return r.running, nil
 }

@@ -193,7 +193,7 @@ type options struct {
 	node, cluster, broker, username, passFile, caFile, certFile, keyFile string
 	stateDir, socket, apiServer, kubeconfig, cloudProbe, edgecoreConfig  string
 	metaServer, staticDir, reportAddr, metrics, healthAddr, hostRoot     string
-	forwardTo, standbyManifest, daemonSet, gateImage                     string
+	forwardTo, standbyManifest, daemonSet, gateImage, podSource          string
 	inCluster, insecurePods, showVersion, standby                        bool
 	insecureHostPaths                                                    []string
 	cloudProbeCA                                                         string
@@ -241,6 +241,10 @@ func bindPodSourceFlags(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&o.socket, "cri-socket", cri.DefaultSocket, "container runtime CRI socket")
 	fs.StringVar(&o.apiServer, "api-server", "http://"+constants.DefaultMetaServerAddr,
 		"where the node's pods are listed and watched: KubeEdge's MetaServer on the node by default")
+	fs.StringVar(&o.podSource, "pod-source", agent.PodSourceAuto, "where the node's workers and their stand-ins come from: "+
+		"controller (the controller's word over the broker session; trusted for offline rebuilds over ssl:// only), "+
+		"api (--in-cluster, --kubeconfig, --api-server), or auto: controller on a KubeEdge node unless --api-server, --metaserver, "+
+		"--kubeconfig or --in-cluster is given, api otherwise")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the API server; overrides --api-server")
 	fs.BoolVar(&o.inCluster, "in-cluster", false,
 		"read the node's pods from the API server with the pod's service account (a node whose pods Kubernetes' kubelet runs); "+
@@ -351,6 +355,9 @@ func (o *options) validate(fs *flag.FlagSet) error {
 		}
 	}
 	errs = append(errs, flagcheck.BrokerURL("broker", o.broker))
+	if o.podSource != agent.PodSourceAuto && o.podSource != agent.PodSourceController && o.podSource != agent.PodSourceAPI {
+		errs = append(errs, fmt.Errorf("--pod-source %q: want auto, controller or api", o.podSource))
+	}
 	if _, err := agent.ParseProbeURL(o.cloudProbe); o.cloudProbe != "" && err != nil {
 		errs = append(errs, fmt.Errorf("--cloud-probe: %w", err))
 	} else if o.cloudProbe != "" && !strings.HasPrefix(o.cloudProbe, "https://") {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/agent"
 	"github.com/lifeline-edge/lifeline/edge/agent/core"
 	"github.com/lifeline-edge/lifeline/edge/cri"
+	"github.com/lifeline-edge/lifeline/edge/desired"
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
 	"github.com/lifeline-edge/lifeline/edge/reportapi"
@@ -33,6 +35,7 @@ type wiring struct {
 	podsErrors, brokerErrors agent.ErrorTap
 
 	src     agent.NodeSources
+	word    *desired.ControllerWord // the controller's word, when it is the pod source
 	pub     *publisher.Publisher
 	health  *agent.Health
 	agent   *agent.Agent
@@ -88,11 +91,17 @@ func (w *wiring) podSources(standbyProbe *agent.CloudProbe) error {
 		w.src, err = agent.StandbySources(o.node, o.stateDir, o.staticDir, o.gateImage, protected, standbyProbe,
 			w.podsErrors.Logger(log.WithName("desired")))
 	} else {
-		w.src, err = agent.PodSources(o.node, o.stateDir, protected, agent.PodSourceFlags{InCluster: o.inCluster, Kubeconfig: o.kubeconfig,
+		flags := agent.PodSourceFlags{InCluster: o.inCluster, Kubeconfig: o.kubeconfig,
 			APIServer: o.apiServer, APIServerExplicit: o.explicit["api-server"], EdgecoreConfig: o.edgecoreConfig,
 			MetaServer: o.metaServer, MetaServerExplicit: o.explicit["metaserver"], CloudProbe: o.cloudProbe, CloudProbeCA: o.cloudProbeCA,
 			StaticDir: o.staticDir, AllowInsecurePods: o.insecurePods,
-			InsecureHostPaths: o.insecureHostPaths, HostRoot: o.hostRoot, GateImage: o.gateImage}, log, w.podsErrors.Logger(log.WithName("desired")))
+			InsecureHostPaths: o.insecureHostPaths, HostRoot: o.hostRoot, GateImage: o.gateImage}
+		if flags.UsesControllerWord(o.podSource) {
+			w.word = &desired.ControllerWord{Node: o.node, OverTLS: strings.HasPrefix(o.broker, "ssl://"),
+				Session: func() (uint64, bool) { return w.pub.BirthSeq(), w.pub.Connected() }}
+			flags.Word = w.word
+		}
+		w.src, err = agent.PodSources(o.node, o.stateDir, protected, flags, log, w.podsErrors.Logger(log.WithName("desired")))
 	}
 	if err == nil && w.src.RunProbe {
 		w.src.Probe.Period, w.src.Probe.Timeout = o.probePeriod, o.probeTimeout
@@ -111,11 +120,22 @@ func (w *wiring) publisher() error {
 	if err != nil {
 		return err
 	}
-	w.pub = publisher.New(publisher.Config{Broker: o.broker, Username: o.username, Password: password, TLS: tlsConfig,
+	cfg := publisher.Config{Broker: o.broker, Username: o.username, Password: password, TLS: tlsConfig,
 		Cluster: o.cluster, Node: o.node, AgentVersion: version, MaxRetryInterval: o.retryMax, HeartbeatInterval: o.heartbeat,
 		APIReachable: func() (bool, bool) { return w.src.APIReachable(), w.src.APIKnown() }, BootID: publisher.BootID(), StateDir: o.stateDir,
-		Log: w.brokerErrors.Logger(w.log.WithName("publisher")), OnCommand: func(payload []byte) { w.agent.HandleCommand(payload) }}, w.journal)
+		Log: w.brokerErrors.Logger(w.log.WithName("publisher")), OnCommand: func(payload []byte) { w.agent.HandleCommand(payload) }}
+	if w.word != nil { // subscribed only by an agent that reads it
+		cfg.OnDesired = w.takeDesired
+	}
+	w.pub = publisher.New(cfg, w.journal)
 	return nil
+}
+
+// takeDesired hands the controller's set to the pod source that reads it.
+func (w *wiring) takeDesired(birthSeq uint64, payload []byte) {
+	if err := w.word.Offer(birthSeq, payload); err != nil {
+		w.log.Error(err, "refused the controller's desired workers", "birthSeq", birthSeq)
+	}
 }
 
 // run runs every loop and the report API until ctx ends, then waits for the loops and the publisher's death

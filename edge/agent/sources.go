@@ -42,6 +42,31 @@ type PodSourceFlags struct {
 	HostRoot          string
 	// GateImage, when set, arms stand-ins ahead (StaticPods.GateImage).
 	GateImage string
+	// Word, when set, is the controller's word on the node's workers: the pod source on a KubeEdge node
+	// (UsesControllerWord), MetaServer or not.
+	Word *desired.ControllerWord
+}
+
+// Pod sources the agent's --pod-source names.
+const (
+	// PodSourceAuto: the controller's word on a KubeEdge node (edgecore's configuration given, no API server or
+	// MetaServer named), the API server elsewhere.
+	PodSourceAuto = "auto"
+	// PodSourceController: the controller's word, over the broker session [P-DES-1].
+	PodSourceController = "controller"
+	// PodSourceAPI: the API server or MetaServer the other flags name.
+	PodSourceAPI = "api"
+)
+
+// UsesControllerWord tells whether the agent reads its workers from the controller's word (--pod-source).
+func (f PodSourceFlags) UsesControllerWord(podSource string) bool {
+	switch podSource {
+	case PodSourceController:
+		return true
+	case PodSourceAuto:
+		return !f.InCluster && f.Kubeconfig == "" && !f.APIServerExplicit && !f.MetaServerExplicit && f.EdgecoreConfig != ""
+	}
+	return false
 }
 
 // ProtectedPaths are the node paths no rebuilt worker may mount besides SystemPaths: the agent's state, the
@@ -61,6 +86,12 @@ func PodSources(node, stateDir string, protected []string, f PodSourceFlags, log
 		f.MetaServerExplicit, log.WithName("pods"))
 	if err != nil {
 		return NodeSources{}, fmt.Errorf("configuring where the node's pods are read: %w", err)
+	}
+	if f.Word != nil {
+		// Restarts still go where ChoosePods says (a MetaServer, else the runtime); the workers and their
+		// stand-ins are the controller's word alone.
+		source.Pods = f.Word
+		log.Info("the node's workers are the controller's word, over the broker session", "trusted", f.Word.Authenticated())
 	}
 	workers, err := desired.New(source.Pods, node, stateDir, watcherLog)
 	if err != nil {

@@ -23,9 +23,19 @@ const (
 	serviceAccountCAFile    = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 )
 
+// PodSource is where the node's workers are read: an API server, a MetaServer, or the controller's word.
+type PodSource interface {
+	desired.PodSource
+	// Authenticated tells whether no process of the node can answer in the source's place: only then are
+	// stand-ins written from its pods unbounded.
+	Authenticated() bool
+	// URL names the source in the logs and the readiness probe.
+	URL() string
+}
+
 // PodsSource is where the node's pods are read, and where ACTION_RESTART goes first.
 type PodsSource struct {
-	Pods *desired.PodClient
+	Pods PodSource
 	// ActuatorURL is the MetaServer restarts go through; empty: through the runtime only.
 	ActuatorURL string
 }
@@ -88,7 +98,7 @@ func ChoosePods(inCluster bool, kubeconfig, apiServer string, apiServerExplicit 
 // no static-pod directory, or a pod source that any process of the node could stand in for (plain HTTP) unless
 // allowInsecure, and then each stand-in is held to bound as an untrusted one (StandInBound.Untrusted). bound's
 // Protected are node paths no stand-in may mount, beside SystemPaths and staticDir.
-func ChooseRebuilder(pods *desired.PodClient, staticDir string, allowInsecure bool, workers DesiredWorkers, bound StandInBound,
+func ChooseRebuilder(pods PodSource, staticDir string, allowInsecure bool, workers DesiredWorkers, bound StandInBound,
 	log logr.Logger) *StaticPods {
 	switch {
 	case staticDir == "":

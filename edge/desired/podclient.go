@@ -60,16 +60,11 @@ const (
 	// MaxPodBytes bounds one pod (or watch event) as read from the pod source: no API server sends a larger
 	// one, and a source that does is not one; the list or watch fails.
 	MaxPodBytes = 3 << 20
-	// MaxManifestBytes bounds a worker's static-pod manifest: a worker whose pod is larger keeps its liveness
-	// reports but gets no stand-in, offline or armed (its ManifestRefused says why).
-	MaxManifestBytes = 128 << 10
-	// MaxDesiredBytes bounds the node's desired workers, as kept and saved: beyond it the largest manifests are
-	// dropped first, then the largest workers.
-	MaxDesiredBytes = 4 << 20
-	// MaxWorkers bounds how many workers a node has; a kubelet runs at most 110 pods by default.
-	MaxWorkers = 1024
-	// maxMarkBytes bounds each mark kept of a pod (a Lifeline annotation, WORKER_NAME): longer ones are dropped.
-	maxMarkBytes = 4 << 10
+	// MaxManifestBytes, MaxDesiredBytes and MaxWorkers are the protocol's [P-DES-3], held to every pod source.
+	MaxManifestBytes = lifelinev1.MaxManifestBytes
+	MaxDesiredBytes  = lifelinev1.MaxDesiredBytes
+	MaxWorkers       = lifelinev1.MaxWorkers
+	maxMarkBytes     = lifelinev1.MaxMarkBytes
 )
 
 // UnmarshalJSON decodes the fields above, keeps of the labels, annotations and environment only what the agent

@@ -66,9 +66,11 @@ type Config struct {
 	// bounds the wait for the death a clean stop publishes. A slow acknowledgement never ends the session: the
 	// keepalive tells a dead link, and a new session would only add its birth and replay to an overloaded broker.
 	AckTimeout time.Duration
-	// OnCommand, when set, receives the payload of every message on the node's commands topic, the only topic
-	// an agent subscribes to.
+	// OnCommand, when set, receives the payload of every message on the node's commands topic.
 	OnCommand func(payload []byte)
+	// OnDesired, when set, receives the payload of every message on the node's desired topic, with the birth
+	// sequence of the session it arrived in [P-DES-2].
+	OnDesired func(birthSeq uint64, payload []byte)
 	Log       logr.Logger
 	// Now, when set, is the clock a birth sequence is seeded from when its file does not parse.
 	Now func() time.Time
@@ -211,23 +213,38 @@ func (p *Publisher) connect(ctx context.Context) (<-chan struct{}, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The controller answers a birth with the node's desired workers [P-DES-1]: the subscriptions come first.
+	if err := p.subscribe(ctx, client, seq, lost); err != nil {
+		client.Disconnect(0)
+		return nil, err
+	}
 	if err := p.waitAcked(ctx, client.Publish(p.topic(lifelinev1.KindBirth), 1, true, birth), lost); err != nil {
 		client.Disconnect(0)
 		return nil, fmt.Errorf("publishing birth: %w", err)
-	}
-	if p.cfg.OnCommand != nil {
-		topic := lifelinev1.AgentCommandTopic(p.cfg.Cluster, p.cfg.Node)
-		handler := func(_ mqtt.Client, m mqtt.Message) { p.cfg.OnCommand(m.Payload()) }
-		if err := p.waitAcked(ctx, client.Subscribe(topic, 1, handler), lost); err != nil {
-			client.Disconnect(0)
-			return nil, fmt.Errorf("subscribing to %s: %w", topic, err)
-		}
 	}
 	p.mu.Lock()
 	p.client, p.birthSeq, p.connected = client, seq, true
 	p.mu.Unlock()
 	p.cfg.Log.V(2).Info("connected", "broker", p.cfg.Broker, "birthSeq", seq)
 	return lost, nil
+}
+
+// subscribe subscribes the session of birth seq to the node's commands and desired sets, for those of the
+// handlers that are set.
+func (p *Publisher) subscribe(ctx context.Context, client mqtt.Client, seq uint64, lost <-chan struct{}) error {
+	handlers := map[string]mqtt.MessageHandler{}
+	if p.cfg.OnCommand != nil {
+		handlers[lifelinev1.AgentCommandTopic(p.cfg.Cluster, p.cfg.Node)] = func(_ mqtt.Client, m mqtt.Message) { p.cfg.OnCommand(m.Payload()) }
+	}
+	if p.cfg.OnDesired != nil {
+		handlers[lifelinev1.AgentDesiredTopic(p.cfg.Cluster, p.cfg.Node)] = func(_ mqtt.Client, m mqtt.Message) { p.cfg.OnDesired(seq, m.Payload()) }
+	}
+	for topic, handler := range handlers {
+		if err := p.waitAcked(ctx, client.Subscribe(topic, 1, handler), lost); err != nil {
+			return fmt.Errorf("subscribing to %s: %w", topic, err)
+		}
+	}
+	return nil
 }
 
 // drainUntilLost sends the journal in order, waiting for each acknowledgement, whenever there is something to

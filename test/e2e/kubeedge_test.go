@@ -406,3 +406,37 @@ func TestArmedStandInRunsATrainerFailedInTheFirstSecondOfACut_P_HEAL_3(t *testin
 		return trainerRunsOnEdge1(ctx, job, false)
 	})
 }
+
+// [P-DES-1] [P-HEAL-3]: on a node as keadm leaves it, with no MetaServer for the agent to read, the agent learns
+// its workers from the controller's word alone; the worker a cut-off node loses is rebuilt from it, and handed back
+// once the link returns.
+func TestLostPodIsRebuiltFromTheControllersWordWithoutAMetaServer_P_DES_1(t *testing.T) {
+	skipShort(t)
+	s.StopAgent(edgeNode)
+	saved := filepath.Join(s.AgentStateDir(edgeNode), "desired-workers.json")
+	if err := os.Remove(saved); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	if err := s.ReadControllersWord(edgeNode, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.ReadControllersWord(edgeNode, false) })
+	ji, pod := readyService(t)
+	eventually(t, within, "the agent holding the controller's word on the worker", func(context.Context) (bool, error) {
+		data, err := os.ReadFile(saved)
+		return err == nil && strings.Contains(string(data), string(pod.UID)) && strings.Contains(string(data), `"manifest"`), nil
+	})
+	cutOff(t, edgeNode, false)
+	waitEdgeWorker(t, ji, "the agent the truth", func(w v1alpha1.WorkerStatus) bool { return w.Source == v1alpha1.StatusSourceAgent })
+	if err := s.LosePod(edgeNode, "default", pod.Name); err != nil {
+		t.Fatal(err)
+	}
+	static := pod.Name + "-" + edgeNode
+	eventually(t, within, "the worker running again as a static pod", func(context.Context) (bool, error) {
+		return s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
+	})
+	s.RestoreAPI(edgeNode)
+	eventually(t, within, "the worker back in its own pod, the static pod gone", func(context.Context) (bool, error) {
+		return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") && !s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
+	})
+}

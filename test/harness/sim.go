@@ -80,6 +80,9 @@ type edgeNode struct {
 	agent                 *Process
 	// armStandIns: the agent arms its workers' stand-ins ahead (--stand-in-gate-image).
 	armStandIns bool
+	// controllersWord: the agent reads its workers from the controller's word alone, as on a node keadm joined
+	// (MetaServer off): it is given no MetaServer (--pod-source=controller).
+	controllersWord bool
 }
 
 // AgentImage is the image the agents' armed stand-ins gate with; the hollow nodes run the agent's binary for it.
@@ -249,9 +252,13 @@ func (s *Sim) StartNode(name string, cloud bool) error {
 // startAgent launches the node's lifeline-agent configured as on a KubeEdge node: its workers from the node's
 // MetaServer, the node's link to the cloud probed through the node's API proxy, the broker through the other.
 func (s *Sim) startAgent(name string, e *edgeNode) error {
+	source := []string{"--api-server=http://" + e.metaServer, "--metaserver=http://" + e.metaServer}
+	if e.controllersWord {
+		source = []string{"--pod-source=controller", "--metaserver="}
+	}
 	args := []string{"--node-name=" + name, "--cluster=" + Cluster, "--broker=tcp://" + e.brokerProxy.Addr(),
 		"--password-file=" + filepath.Join(s.credentialsDir, name), "--state-dir=" + s.AgentStateDir(name),
-		"--cri-socket=" + s.CRISocket(name), "--api-server=http://" + e.metaServer, "--metaserver=http://" + e.metaServer,
+		"--cri-socket=" + s.CRISocket(name), source[0], source[1],
 		"--cloud-probe=https://" + e.apiProxy.Addr() + "/healthz", "--cloud-probe-ca=" + s.ControlPlane.CAFile(), "--static-pod-dir=" + s.StaticPodDir(name),
 		"--report-address=" + e.report, "--metrics-address=", "--health-address=", "--heal-api-grace=2s", "--log-level=debug",
 		// The hollow node's MetaServer speaks plain HTTP, as KubeEdge's does unless requireAuthorization is on: its
@@ -362,6 +369,18 @@ func (s *Sim) ArmStandIns(node string, on bool) error {
 	}
 	s.StopAgent(node)
 	e.armStandIns = on
+	return s.startAgent(node, e)
+}
+
+// ReadControllersWord restarts an edge node's agent reading its workers from the controller's word alone, with no
+// MetaServer, or as before.
+func (s *Sim) ReadControllersWord(node string, on bool) error {
+	e := s.edges[node]
+	if e == nil {
+		return fmt.Errorf("%s is not an edge node", node)
+	}
+	s.StopAgent(node)
+	e.controllersWord = on
 	return s.startAgent(node, e)
 }
 

@@ -1066,6 +1066,167 @@ func (x *CommandResult) GetEpoch() uint64 {
 	return 0
 }
 
+// DesiredWorkers is the controller's word to one node's agent on the node's workers: each one the API server binds
+// to the node, with the stand-in manifest the agent writes when it must rebuild the worker while the node is cut
+// off [P-DES-1]. It is the whole set, not a change: a set replaces the one before it. Sent on the node's
+// `desired` topic, by the controller only [P-AUTH-2].
+type DesiredWorkers struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node is the node the set is for: an agent takes no set of another node's [P-DES-2].
+	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// birth_seq is the birth of the agent's session the set answers, and revision grows with every set the
+	// controller sends: an agent takes a set only of its current session, and only one newer than the last it took
+	// [P-DES-2].
+	BirthSeq uint64           `protobuf:"varint,2,opt,name=birth_seq,json=birthSeq,proto3" json:"birth_seq,omitempty"`
+	Revision uint64           `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	Workers  []*DesiredWorker `protobuf:"bytes,4,rep,name=workers,proto3" json:"workers,omitempty"`
+	// dropped is how many more of the node's workers the set leaves out, beyond its bounds [P-DES-3].
+	Dropped       uint32 `protobuf:"varint,5,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DesiredWorkers) Reset() {
+	*x = DesiredWorkers{}
+	mi := &file_proto_lifeline_v1_liveness_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DesiredWorkers) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DesiredWorkers) ProtoMessage() {}
+
+func (x *DesiredWorkers) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_lifeline_v1_liveness_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DesiredWorkers.ProtoReflect.Descriptor instead.
+func (*DesiredWorkers) Descriptor() ([]byte, []int) {
+	return file_proto_lifeline_v1_liveness_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DesiredWorkers) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *DesiredWorkers) GetBirthSeq() uint64 {
+	if x != nil {
+		return x.BirthSeq
+	}
+	return 0
+}
+
+func (x *DesiredWorkers) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *DesiredWorkers) GetWorkers() []*DesiredWorker {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+func (x *DesiredWorkers) GetDropped() uint32 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+// DesiredWorker is one worker of a DesiredWorkers set.
+type DesiredWorker struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	PodUid string                 `protobuf:"bytes,1,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
+	// manifest is the worker's pod as the API server has it, as a static pod of it: JSON with apiVersion, kind,
+	// metadata (name, namespace, labels, annotations) and spec, without the node it is bound to. The agent renders
+	// its stand-in from it as from any pod [P-HEAL-3]. When the whole manifest is beyond the bound, it holds only
+	// what the agent reads of the pod (the role label, Lifeline's annotations, the restart policy, WORKER_NAME)
+	// and manifest_bytes says the whole one's size: the worker is watched, but gets no stand-in [P-DES-3].
+	Manifest      []byte `protobuf:"bytes,2,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	ManifestBytes uint32 `protobuf:"varint,3,opt,name=manifest_bytes,json=manifestBytes,proto3" json:"manifest_bytes,omitempty"`
+	// started says the API server's pod is Running or Failed: the node ran it, so a worker its runtime does not
+	// hold was lost by the node [P-HEAL-3].
+	Started       bool `protobuf:"varint,4,opt,name=started,proto3" json:"started,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DesiredWorker) Reset() {
+	*x = DesiredWorker{}
+	mi := &file_proto_lifeline_v1_liveness_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DesiredWorker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DesiredWorker) ProtoMessage() {}
+
+func (x *DesiredWorker) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_lifeline_v1_liveness_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DesiredWorker.ProtoReflect.Descriptor instead.
+func (*DesiredWorker) Descriptor() ([]byte, []int) {
+	return file_proto_lifeline_v1_liveness_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DesiredWorker) GetPodUid() string {
+	if x != nil {
+		return x.PodUid
+	}
+	return ""
+}
+
+func (x *DesiredWorker) GetManifest() []byte {
+	if x != nil {
+		return x.Manifest
+	}
+	return nil
+}
+
+func (x *DesiredWorker) GetManifestBytes() uint32 {
+	if x != nil {
+		return x.ManifestBytes
+	}
+	return 0
+}
+
+func (x *DesiredWorker) GetStarted() bool {
+	if x != nil {
+		return x.Started
+	}
+	return false
+}
+
 var File_proto_lifeline_v1_liveness_proto protoreflect.FileDescriptor
 
 const file_proto_lifeline_v1_liveness_proto_rawDesc = "" +
@@ -1149,7 +1310,18 @@ const file_proto_lifeline_v1_liveness_proto_rawDesc = "" +
 	"\apod_uid\x18\b \x01(\tR\x06podUid\x12\x14\n" +
 	"\x05local\x18\t \x01(\bR\x05local\x12\x14\n" +
 	"\x05epoch\x18\n" +
-	" \x01(\x04R\x05epoch*{\n" +
+	" \x01(\x04R\x05epoch\"\xad\x01\n" +
+	"\x0eDesiredWorkers\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1b\n" +
+	"\tbirth_seq\x18\x02 \x01(\x04R\bbirthSeq\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\x124\n" +
+	"\aworkers\x18\x04 \x03(\v2\x1a.lifeline.v1.DesiredWorkerR\aworkers\x12\x18\n" +
+	"\adropped\x18\x05 \x01(\rR\adropped\"\x85\x01\n" +
+	"\rDesiredWorker\x12\x17\n" +
+	"\apod_uid\x18\x01 \x01(\tR\x06podUid\x12\x1a\n" +
+	"\bmanifest\x18\x02 \x01(\fR\bmanifest\x12%\n" +
+	"\x0emanifest_bytes\x18\x03 \x01(\rR\rmanifestBytes\x12\x18\n" +
+	"\astarted\x18\x04 \x01(\bR\astarted*{\n" +
 	"\x05Phase\x12\x15\n" +
 	"\x11PHASE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPHASE_PENDING\x10\x01\x12\x11\n" +
@@ -1183,7 +1355,7 @@ func file_proto_lifeline_v1_liveness_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_lifeline_v1_liveness_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_proto_lifeline_v1_liveness_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_proto_lifeline_v1_liveness_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_proto_lifeline_v1_liveness_proto_goTypes = []any{
 	(Phase)(0),             // 0: lifeline.v1.Phase
 	(Action)(0),            // 1: lifeline.v1.Action
@@ -1197,17 +1369,20 @@ var file_proto_lifeline_v1_liveness_proto_goTypes = []any{
 	(*DatasetSamples)(nil), // 9: lifeline.v1.DatasetSamples
 	(*Command)(nil),        // 10: lifeline.v1.Command
 	(*CommandResult)(nil),  // 11: lifeline.v1.CommandResult
+	(*DesiredWorkers)(nil), // 12: lifeline.v1.DesiredWorkers
+	(*DesiredWorker)(nil),  // 13: lifeline.v1.DesiredWorker
 }
 var file_proto_lifeline_v1_liveness_proto_depIdxs = []int32{
-	0, // 0: lifeline.v1.WorkerState.phase:type_name -> lifeline.v1.Phase
-	6, // 1: lifeline.v1.WorkerState.containers:type_name -> lifeline.v1.ContainerState
-	1, // 2: lifeline.v1.Command.action:type_name -> lifeline.v1.Action
-	2, // 3: lifeline.v1.CommandResult.outcome:type_name -> lifeline.v1.Outcome
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	0,  // 0: lifeline.v1.WorkerState.phase:type_name -> lifeline.v1.Phase
+	6,  // 1: lifeline.v1.WorkerState.containers:type_name -> lifeline.v1.ContainerState
+	1,  // 2: lifeline.v1.Command.action:type_name -> lifeline.v1.Action
+	2,  // 3: lifeline.v1.CommandResult.outcome:type_name -> lifeline.v1.Outcome
+	13, // 4: lifeline.v1.DesiredWorkers.workers:type_name -> lifeline.v1.DesiredWorker
+	5,  // [5:5] is the sub-list for method output_type
+	5,  // [5:5] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_proto_lifeline_v1_liveness_proto_init() }
@@ -1222,7 +1397,7 @@ func file_proto_lifeline_v1_liveness_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_lifeline_v1_liveness_proto_rawDesc), len(file_proto_lifeline_v1_liveness_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

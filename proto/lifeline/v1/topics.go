@@ -22,11 +22,13 @@ const (
 	KindCommand
 	KindResult
 	KindDataset
+	KindDesired
 )
 
 var kindLeaf = map[Kind]string{
 	KindBirth: "birth", KindDeath: "death", KindHeartbeat: "heartbeat", KindWorkerState: "workers",
 	KindReport: "reports", KindCommand: "commands", KindResult: "results", KindDataset: "datasets",
+	KindDesired: "desired",
 }
 
 func (k Kind) String() string {
@@ -68,10 +70,19 @@ func WorkerTopic(cluster, node, namespace, pod string) Topic {
 // ControllerFilter is the subscription that reads every node of a cluster.
 func ControllerFilter(cluster string) string { return Root + "/" + cluster + "/nodes/+/#" }
 
-// AgentCommandTopic is the only topic an agent subscribes to.
+// AgentCommandTopic is the topic of the controller's commands to a node's agent.
 func AgentCommandTopic(cluster, node string) string {
 	return NodeTopic(cluster, node, KindCommand).String()
 }
+
+// AgentDesiredTopic is the topic of the controller's DesiredWorkers sets for a node's agent.
+func AgentDesiredTopic(cluster, node string) string {
+	return NodeTopic(cluster, node, KindDesired).String()
+}
+
+// FromController tells whether only the controller publishes messages of kind k, which agents subscribe to
+// [P-AUTH-1] [P-AUTH-2].
+func FromController(k Kind) bool { return k == KindCommand || k == KindDesired }
 
 // ParseTopic parses and validates a topic; names must be DNS-1123 (node, cluster, namespace: labels or
 // subdomains as Kubernetes requires), so a forged topic cannot smuggle wildcards or path tricks [P-TOPIC-3].
