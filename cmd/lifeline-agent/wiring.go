@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -34,13 +35,15 @@ type wiring struct {
 	// first-failure lines and the readiness probe.
 	podsErrors, brokerErrors agent.ErrorTap
 
-	src     agent.NodeSources
-	word    *desired.ControllerWord // the controller's word, when it is the pod source
-	pub     *publisher.Publisher
-	health  *agent.Health
-	agent   *agent.Agent
-	reports *reportapi.Server
-	reg     *prometheus.Registry
+	src  agent.NodeSources
+	word *desired.ControllerWord // the controller's word, when it is the pod source
+	// refusedSets counts the controller's sets the word refused, by reason [P-DES-2].
+	refusedSets *prometheus.CounterVec
+	pub         *publisher.Publisher
+	health      *agent.Health
+	agent       *agent.Agent
+	reports     *reportapi.Server
+	reg         *prometheus.Registry
 }
 
 // assemble builds the agent's parts; standbyProbe as runAgent's.
@@ -64,6 +67,12 @@ func (w *wiring) assemble(standbyProbe *agent.CloudProbe) error {
 	timing := core.DefaultHealTiming
 	timing.APIGrace, timing.DeadFor, timing.ControllerWait = o.healGrace, o.healDeadFor, o.healWait
 	w.reg = prometheus.NewRegistry()
+	w.refusedSets = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lifeline_agent_desired_sets_refused_total",
+		Help: "The controller's DesiredWorkers sets the agent refused, by reason: " + strings.Join(desired.RefusedSetReasons, ", ") + "."}, []string{"reason"})
+	for _, reason := range desired.RefusedSetReasons {
+		w.refusedSets.WithLabelValues(reason)
+	}
+	w.reg.MustRegister(w.refusedSets)
 	agent.RegisterMetrics(w.reg, agent.StateSources{BrokerUp: pub.Connected, APIReachable: src.APIReachable, Journal: j,
 		RuntimeUp: w.health.RuntimeAnswers, OfflineRebuilds: func() uint64 { return w.agent.OfflineRebuilds() }, Oversized: src.Workers.Oversized})
 	w.reports = reportapi.New(o.cluster, o.node, pub, src.Workers, pub.BirthSeq, o.queue, w.reg, log.WithName("reports"))
@@ -133,7 +142,10 @@ func (w *wiring) publisher() error {
 
 // takeDesired hands the controller's set to the pod source that reads it.
 func (w *wiring) takeDesired(birthSeq uint64, payload []byte) {
-	if err := w.word.Offer(birthSeq, payload); err != nil {
+	err := w.word.Offer(birthSeq, payload)
+	var refused *desired.RefusedSetError
+	if errors.As(err, &refused) {
+		w.refusedSets.WithLabelValues(refused.Reason).Inc()
 		w.log.Error(err, "refused the controller's desired workers", "birthSeq", birthSeq)
 	}
 }

@@ -8,12 +8,16 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lifeline-edge/lifeline/edge/desired"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
@@ -95,5 +99,57 @@ func TestEventStreamEndingAtOnceIsReopenedLessAndLessOften(t *testing.T) {
 	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second, time.Second}
 	if !slices.Equal(got, want) {
 		t.Errorf("waits %v, want %v", got, want)
+	}
+}
+
+// [P-DES-1] On a node as keadm leaves it (edgecore's configuration given, its MetaServer off, no address named),
+// the agent's workers are the controller's word: a process answering at the MetaServer's address with a pod of
+// its own is never read, and the word is trusted for rebuilds only over TLS.
+func TestKeadmNodeReadsTheControllersWordNotTheMetaServersAddress_P_DES_1(t *testing.T) {
+	var squatted atomic.Int32
+	squatter := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		squatted.Add(1)
+		_, _ = w.Write([]byte(`{"metadata":{"resourceVersion":"1"},"items":[{"metadata":{"namespace":"default","name":"evil","uid":"evil",` +
+			`"labels":{"lifeline.sedna.io/role":"edge"}},"spec":{"nodeName":"edge-1","hostPID":true,"containers":[{"name":"c","image":"x"}]}}]}`))
+	}))
+	defer squatter.Close()
+	config := filepath.Join(t.TempDir(), "edgecore.yaml")
+	if err := os.WriteFile(config, []byte("modules:\n  metaManager:\n    metaServer:\n      enable: false\n      server: "+
+		strings.TrimPrefix(squatter.URL, "http://")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	flags := PodSourceFlags{APIServer: squatter.URL, MetaServer: squatter.URL, EdgecoreConfig: config, StaticDir: t.TempDir()}
+	if !flags.UsesControllerWord(PodSourceAuto) {
+		t.Fatal("--pod-source=auto on a KubeEdge node does not read the controller's word")
+	}
+	for _, overTLS := range []bool{false, true} {
+		flags.Word = &desired.ControllerWord{Node: "edge-1", OverTLS: overTLS, Session: func() (uint64, bool) { return 1, true }}
+		src, err := PodSources("edge-1", t.TempDir(), nil, flags, logr.Discard(), logr.Discard())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (src.Rebuilder != nil) != overTLS {
+			t.Errorf("over TLS %t: rebuilder %v, want one only over TLS", overTLS, src.Rebuilder)
+		}
+		set, _ := proto.Marshal(&lifelinev1.DesiredWorkers{Node: "edge-1", BirthSeq: 1, Revision: 1, Workers: []*lifelinev1.DesiredWorker{{PodUid: "u1",
+			Manifest: []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"namespace":"default","name":"w","labels":{"lifeline.sedna.io/role":"edge"}},"spec":{"containers":[{"name":"c","image":"w"}]}}`)}}})
+		if err := flags.Word.Offer(1, set); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { src.Workers.Run(ctx, 10*time.Millisecond); close(done) }()
+		testkit.Until(t, 5*time.Second, "the controller's worker", func() bool { return src.Workers.Has("u1") })
+		cancel()
+		<-done
+		if src.Workers.Has("evil") || squatted.Load() != 0 {
+			t.Errorf("the process at the MetaServer's address was read %d times (its pod a worker: %t)", squatted.Load(), src.Workers.Has("evil"))
+		}
+	}
+	for _, given := range []PodSourceFlags{{APIServerExplicit: true, EdgecoreConfig: config}, {InCluster: true, EdgecoreConfig: config},
+		{MetaServerExplicit: true, EdgecoreConfig: config}} {
+		if given.UsesControllerWord(PodSourceAuto) {
+			t.Errorf("flags %+v: the controller's word, though a source is named", given)
+		}
 	}
 }

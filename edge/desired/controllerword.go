@@ -28,11 +28,26 @@ type ControllerWord struct {
 	// in the broker's place.
 	OverTLS bool
 
-	mu      sync.Mutex
-	set     *heldSet
-	newer   chan struct{} // closed when a newer set is taken
-	refused map[string]uint64
+	mu    sync.Mutex
+	set   *heldSet
+	newer chan struct{} // closed when a newer set is taken
 }
+
+// RefusedSetError is a set the agent refused, and why [P-DES-2].
+type RefusedSetError struct {
+	// Reason is one of too-large, decode, forged, replayed: the refused-sets metric's label.
+	Reason string
+	Err    error
+}
+
+func (e *RefusedSetError) Error() string {
+	return "refused the controller's set (" + e.Reason + "): " + e.Err.Error()
+}
+
+func (e *RefusedSetError) Unwrap() error { return e.Err }
+
+// RefusedSetReasons are the values of RefusedSetError.Reason.
+var RefusedSetReasons = []string{"too-large", "decode", "forged", "replayed"}
 
 // heldSet is the latest set taken, as pods.
 type heldSet struct {
@@ -45,29 +60,29 @@ var errNoWord = errors.New("the controller's desired workers for this session ha
 
 // Offer takes a DesiredWorkers payload that arrived in the session of birthSeq, or says why not [P-DES-2]: a
 // payload beyond the bound or that does not decode, a set of another node's or another session's, or one no newer
-// than the last taken.
+// than the last taken: a *RefusedSetError.
 func (c *ControllerWord) Offer(birthSeq uint64, payload []byte) error {
 	if len(payload) > lifelinev1.MaxDesiredPayloadBytes {
-		return c.refuse("too-large", fmt.Errorf("a set of %d bytes, beyond %d", len(payload), lifelinev1.MaxDesiredPayloadBytes))
+		return refuse("too-large", fmt.Errorf("a set of %d bytes, beyond %d", len(payload), lifelinev1.MaxDesiredPayloadBytes))
 	}
 	var set lifelinev1.DesiredWorkers
 	if err := proto.Unmarshal(payload, &set); err != nil {
-		return c.refuse("decode", fmt.Errorf("decoding a set: %w", err))
+		return refuse("decode", fmt.Errorf("decoding a set: %w", err))
 	}
 	if set.Node != c.Node {
-		return c.refuse("forged", fmt.Errorf("a set for node %q", set.Node))
+		return refuse("forged", fmt.Errorf("a set for node %q", set.Node))
 	}
 	if set.BirthSeq != birthSeq {
-		return c.refuse("replayed", fmt.Errorf("a set of session %d in session %d", set.BirthSeq, birthSeq))
+		return refuse("replayed", fmt.Errorf("a set of session %d in session %d", set.BirthSeq, birthSeq))
 	}
 	pods, err := podsOf(c.Node, &set)
 	if err != nil {
-		return c.refuse("decode", err)
+		return refuse("decode", err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.set != nil && c.set.birthSeq == set.BirthSeq && set.Revision <= c.set.revision {
-		return c.refuseLocked("replayed", fmt.Errorf("revision %d after %d", set.Revision, c.set.revision))
+		return refuse("replayed", fmt.Errorf("revision %d after %d", set.Revision, c.set.revision))
 	}
 	c.set = &heldSet{birthSeq: set.BirthSeq, revision: set.Revision, pods: pods}
 	if c.newer != nil {
@@ -100,30 +115,7 @@ func podsOf(node string, set *lifelinev1.DesiredWorkers) ([]*Pod, error) {
 	return pods, nil
 }
 
-// Refused counts the sets refused, by reason.
-func (c *ControllerWord) Refused() map[string]uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[string]uint64, len(c.refused))
-	for k, v := range c.refused {
-		out[k] = v
-	}
-	return out
-}
-
-func (c *ControllerWord) refuse(reason string, err error) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.refuseLocked(reason, err)
-}
-
-func (c *ControllerWord) refuseLocked(reason string, err error) error {
-	if c.refused == nil {
-		c.refused = map[string]uint64{}
-	}
-	c.refused[reason]++
-	return err
-}
+func refuse(reason string, err error) error { return &RefusedSetError{Reason: reason, Err: err} }
 
 // current is the set of the session that is up now, nil when there is none.
 func (c *ControllerWord) current() (*heldSet, chan struct{}) {

@@ -155,7 +155,6 @@ type Core struct {
 	healedAt map[string]time.Time // by UID: the offline policy's last rebuild
 	acted    map[string]uint64    // by UID: the episode last acted on, by a command or the offline policy
 	apiDown  time.Time            // zero while the API server is reachable
-	apiUp    time.Time            // since when the API server is reachable; zero while it is not
 	unwanted map[string]time.Time // stand-in (namespace/pod) -> since when the API server wants no pod of its worker
 	claims   map[string]time.Time // command id -> when it may be forgotten
 	lastNow  time.Time            // the latest env.Now seen, to notice the clock stepping back
@@ -292,9 +291,6 @@ func (c *Core) clock(env Env) {
 		back := c.lastNow.Sub(env.Now)
 		if !c.apiDown.IsZero() {
 			c.apiDown = c.apiDown.Add(-back)
-		}
-		if !c.apiUp.IsZero() {
-			c.apiUp = c.apiUp.Add(-back)
 		}
 		for key, since := range c.unwanted {
 			c.unwanted[key] = since.Add(-back)

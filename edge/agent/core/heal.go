@@ -19,14 +19,10 @@ type HealTiming struct {
 	ControllerWait time.Duration
 	// Cooldown between two local rebuilds of the same worker.
 	Cooldown time.Duration
-	// HandBackLimit: a stand-in whose worker has no running pod this long after the API server returned is
-	// handed back all the same, so none outlives a controller that never replaces its worker.
-	HandBackLimit time.Duration
 }
 
 // DefaultHealTiming is the agent's default.
-var DefaultHealTiming = HealTiming{APIGrace: 5 * time.Second, DeadFor: time.Second, ControllerWait: 5 * time.Second, Cooldown: 10 * time.Second,
-	HandBackLimit: 10 * time.Minute}
+var DefaultHealTiming = HealTiming{APIGrace: 5 * time.Second, DeadFor: time.Second, ControllerWait: 5 * time.Second, Cooldown: 10 * time.Second}
 
 // healCase is what the rule looks at for one worker.
 type healCase struct {
@@ -65,13 +61,9 @@ func (c *Core) Tick(env Env, workers []desired.Worker) []Action {
 	c.clock(env)
 	c.setDesired(workers)
 	if env.APIReachable {
-		if c.apiUp.IsZero() {
-			c.apiUp = env.Now
-		}
 		c.apiDown = time.Time{}
 		return c.handBack(env) // the API server's side acts
 	}
-	c.apiUp = time.Time{}
 	if c.apiDown.IsZero() {
 		c.apiDown = env.Now
 	}
@@ -118,8 +110,9 @@ const unwantedGrace = 10 * time.Second
 
 // handBack releases the stand-ins whose work is over: the worker's own pod, or the pod that replaces it, runs
 // (then at once, cut off or not: two would run); or, with the API server back, the API server has wanted no pod
-// of that worker on the node for unwantedGrace, or none of its pods has run within HandBackLimit. Until then the
-// stand-in keeps running, so the worker is never down for the hand-over.
+// of that worker on the node for unwantedGrace. Until then the stand-in keeps running, however long, so the
+// worker is never without an instance: a pod the node lost while cut off may never be sent to it again (its
+// object did not change), and only a running instance of the worker is worth giving way to.
 func (c *Core) handBack(env Env) []Action {
 	var out []Action
 	present := map[string]bool{}
@@ -134,8 +127,7 @@ func (c *Core) handBack(env Env) []Action {
 				c.unwanted[key] = env.Now
 			}
 			since, unwanted := c.unwanted[key]
-			release = unwanted && env.Now.Sub(since) >= unwantedGrace ||
-				env.Now.Sub(c.apiUp) >= c.cfg.Timing.HandBackLimit
+			release = unwanted && env.Now.Sub(since) >= unwantedGrace
 		}
 		if release {
 			out = append(out, Action{Op: c.op(pending{kind: Release}), Kind: Release, Namespace: s.Namespace, Name: s.Pod})

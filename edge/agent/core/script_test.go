@@ -332,7 +332,8 @@ func TestLostPodIsRebuiltAndHandedBackOnceItsOwnPodRuns_P_HEAL_3(t *testing.T) {
 
 // [P-HEAL-3] Stand-ins left in the node's directory by an earlier life of the agent go as their rules say: at
 // once for a worker whose pod runs; for one the API server no longer binds to the node, after unwantedGrace (a
-// controller replacing a pod deletes it first); for one whose pod never runs, after HandBackLimit.
+// controller replacing a pod deletes it first); one whose pod never runs again stays, however long: it is the
+// worker's only instance.
 func TestStandInsOfAnEarlierLifeAreHandedBack_P_HEAL_3(t *testing.T) {
 	s := newScript(t, Config{CanRebuild: true}).worker("runs", "Always").worker("never-runs", "Never")
 	s.kill("never-runs", 1)
@@ -342,7 +343,9 @@ func TestStandInsOfAnEarlierLifeAreHandedBack_P_HEAL_3(t *testing.T) {
 	expect(t, "the agent starts; tick 9.5s", s.tick(9500*time.Millisecond), "release default/runs")
 	expect(t, "tick 1s: 'deleted' unwanted for 10s", s.tick(time.Second), "release default/deleted")
 	expect(t, "tick 9m30s", s.tick(9*time.Minute+30*time.Second))
-	expect(t, "tick 30s: the hand-back limit", s.tick(30*time.Second), "release default/never-runs")
+	expect(t, "tick 1h: its pod still wanted, never run again", s.tick(time.Hour))
+	s.nodeRestarts("never-runs")
+	expect(t, "the node runs its pod again; tick 500ms", s.tick(500*time.Millisecond), "release default/never-runs")
 }
 
 // [P-HEAL-3] An FL trainer under Never fails on a cut-off node and is rebuilt. Once the link is back the
