@@ -84,6 +84,7 @@ func (s *Sender) Enqueue(node string) {
 func (s *Sender) Start(ctx context.Context) error {
 	s.init()
 	go func() { <-ctx.Done(); s.queue.ShutDown() }()
+	go s.recheckSent(ctx)
 	var running sync.WaitGroup
 	for range workers {
 		running.Go(func() {
@@ -157,6 +158,29 @@ func (s *Sender) sync(ctx context.Context, node string) error {
 // controller's restarts and a change of leader, which an external broker's session outlives [P-DES-2].
 func nextRevision(last uint64, now time.Time) uint64 {
 	return max(uint64(now.UnixNano()), last+1)
+}
+
+// recheckSentEvery is how often every node sent a set is looked at again: one whose agent the liveness table
+// forgot (its Node gone) is forgotten here too, so what the sender keeps is bounded by the nodes heard.
+const recheckSentEvery = time.Minute
+
+func (s *Sender) recheckSent(ctx context.Context) {
+	tick := time.NewTicker(recheckSentEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			s.mu.Lock()
+			for node := range s.sent {
+				if !s.Agents.AgentOf(node, now).Heard {
+					delete(s.sent, node)
+				}
+			}
+			s.mu.Unlock()
+		}
+	}
 }
 
 func (s *Sender) forget(node string) {
