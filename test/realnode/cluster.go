@@ -5,6 +5,7 @@
 package realnode
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -26,14 +28,15 @@ import (
 	"github.com/lifeline-edge/lifeline/test/harness"
 )
 
-// NodeSpec names a node and its role.
+// NodeSpec names a node, its role and what runs its pods (DaemonKubelet when empty).
 type NodeSpec struct {
-	Name string
-	Role Role
+	Name   string
+	Role   Role
+	Daemon Daemon
 }
 
 // DefaultNodes are one cloud node and two edge nodes.
-var DefaultNodes = []NodeSpec{{"cloud-1", RoleCloud}, {"edge-1", RoleEdge}, {"edge-2", RoleEdge}}
+var DefaultNodes = []NodeSpec{{Name: "cloud-1", Role: RoleCloud}, {Name: "edge-1", Role: RoleEdge}, {Name: "edge-2", Role: RoleEdge}}
 
 // Options configure a cluster of real nodes.
 type Options struct {
@@ -59,13 +62,16 @@ type Cluster struct {
 	// Nodes are the nodes, in the order of Options.Nodes.
 	Nodes []*Node
 
-	cp       *harness.ControlPlane
-	dns      *serviceDNS
-	client   kubernetes.Interface
-	binDir   string
-	dir      string
-	apiPort  int
-	progress func(format string, args ...any)
+	cp     *harness.ControlPlane
+	dns    *serviceDNS
+	client kubernetes.Interface
+	// cloudcore runs when a node's daemon is edgecore; joinToken is the token its nodes join with.
+	cloudcore *harness.Process
+	joinToken string
+	binDir    string
+	dir       string
+	apiPort   int
+	progress  func(format string, args ...any)
 }
 
 // Requirements are the programs a cluster of real nodes needs on this machine beyond bin/.
@@ -113,7 +119,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		specs = DefaultNodes
 	}
 	for i, s := range specs {
-		n := &Node{Name: s.Name, Role: s.Role, index: i + 1, Disk: filepath.Join(c.dir, "nodes", s.Name),
+		n := &Node{Name: s.Name, Role: s.Role, Daemon: cmp.Or(s.Daemon, DaemonKubelet), index: i + 1, Disk: filepath.Join(c.dir, "nodes", s.Name),
 			runDir: filepath.Join(c.dir, "run", s.Name), mountNS: filepath.Join(c.dir, "ns", s.Name)}
 		n.CRISocket = n.onDisk(CRISocketPath)
 		c.Nodes = append(c.Nodes, n)
@@ -148,6 +154,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if c.dns, err = startServiceDNS(context.WithoutCancel(ctx), c.client); err != nil {
 		return nil, err
 	}
+	if slices.ContainsFunc(c.Nodes, func(n *Node) bool { return n.Daemon == DaemonEdgecore }) {
+		if err := c.startCloudcore(ctx); err != nil {
+			return nil, err
+		}
+	}
 	for _, n := range c.Nodes {
 		if err := c.bootNode(ctx, n, opts.Images); err != nil {
 			return nil, err
@@ -173,6 +184,9 @@ func (c *Cluster) bootNode(ctx context.Context, n *Node, images []string) error 
 		}
 	}
 	c.progress("node %s: containerd up, %d images imported", n.Name, len(images))
+	if n.Daemon == DaemonEdgecore {
+		return n.startEdgecore(ctx, c)
+	}
 	return n.startKubelet(c)
 }
 

@@ -33,6 +33,8 @@ type Node struct {
 	Name string
 	// Role is what the node is for.
 	Role Role
+	// Daemon is what runs the node's pods: a kubelet, or edgecore.
+	Daemon Daemon
 	// Disk is the node's disk: what survives a reboot.
 	Disk string
 	// CRISocket is the node's containerd socket, as this machine reaches it.
@@ -42,16 +44,17 @@ type Node struct {
 	runDir     string // the node's /run: emptied by a reboot
 	mountNS    string // the file that holds the node's mount namespace
 	procs      []*harness.Process
-	kubelet    *harness.Process
-	cuts       []Link // what the node's link has lost: a reboot does not mend it
-	brokerPort int    // the broker's port when a cut took it
+	kubelet    *harness.Process // or edgecore
+	cuts       []Link           // what the node's link has lost: a reboot does not mend it
+	brokerPort int              // the broker's port when a cut took it
 }
 
 // The node's view of the file system: each path is bound from the node's disk (or its /run) in the node's mount
 // namespace, so that nodes on one machine share none of them.
 var (
 	diskPaths = []string{"/var/lib/kubelet", "/var/lib/containerd", "/var/lib/cni", "/etc/cni/net.d",
-		"/etc/kubernetes", "/var/log/pods", "/var/log/containers", "/var/lib/lifeline-agent", "/etc/lifeline", "/data"}
+		"/etc/kubernetes", "/var/log/pods", "/var/log/containers", "/var/lib/lifeline-agent", "/etc/lifeline", "/data",
+		"/etc/kubeedge", "/var/lib/kubeedge"}
 	// /run/netns holds the pods' network namespaces, which containerd names there.
 	runPaths = []string{"/run/containerd", "/run/netns"}
 )
@@ -61,6 +64,9 @@ const StaticPodDir = "/etc/kubernetes/manifests"
 
 // CRISocketPath is containerd's socket as the node's own processes see it.
 const CRISocketPath = "/run/containerd/containerd.sock"
+
+// OnDisk is where path of the node, as the node sees it, lives on the machine.
+func (n *Node) OnDisk(path string) string { return n.onDisk(path) }
 
 // onDisk is where path of the node lives on the machine.
 func (n *Node) onDisk(path string) string {

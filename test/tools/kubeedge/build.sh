@@ -14,13 +14,23 @@ if [[ -z $archive || ! -f $archive ]]; then
 	exit 0
 fi
 stamp=$bin/.kubeedge-$want
-if [[ -x $bin/cloudcore && -x $bin/edgecore && -f $stamp ]]; then
+crds=$bin/kubeedge-crds
+if [[ -x $bin/cloudcore && -x $bin/edgecore && -f $stamp && -d $crds ]]; then
 	exit 0
 fi
 got=$(sha256sum "$archive" | awk '{ print $1 }')
 if [[ $got != "$want" ]]; then
 	echo "KubeEdge: $archive has sha256 $got, not the pinned $want (test/tools/kubeedge/archive.sha256)" >&2
 	exit 1
+fi
+# cloudcore's CRDs (devices, rules, node tasks...), which keadm init applies and cloudcore's controllers watch.
+if [[ ! -d $crds ]]; then
+	tmp=$(mktemp -d)
+	tar -xJf "$archive" -C "$tmp" --wildcards 'kubeedge/build/crds/*'
+	rm -rf "$crds" && mv "$tmp/kubeedge/build/crds" "$crds" && rm -rf "$tmp"
+fi
+if [[ -x $bin/cloudcore && -x $bin/edgecore && -f $stamp ]]; then
+	exit 0
 fi
 src=$bin/.kubeedge-src
 rm -rf "$src" && mkdir -p "$src"
