@@ -57,8 +57,11 @@ test: lint verify-generated tools build fuzz ## Everything CI runs: lint, genera
 	@# The real-node tests (test/realnode) install these images on real kubelets; elsewhere they skip, saying why.
 	@echo "==> images for this machine's real nodes"
 	$(MAKE) --no-print-directory images images-samples PLATFORMS=$(HOST_PLATFORM)
-	@echo "==> go test -race ./... but the soak (integration and e2e packages start their own control plane)"
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v '/test/soak$$')
+	@echo "==> go test -race ./... but the soak and the real KubeEdge nodes (integration and e2e packages start their own control plane)"
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e '/test/soak$$' -e '/test/realkubeedge$$')
+	@# Apart from test/realnode: real nodes of both take this machine's node network (its addresses, namespaces, firewall).
+	@echo "==> go test -race on real KubeEdge nodes (cloudcore and edgecore from ../shared/kubeedge; they skip without it)"
+	$(GO) test -race -count=1 ./test/realkubeedge/
 	@# Apart from the e2e: both simulations run their nodes' pods on this machine's ports, aggregators on 7363.
 	@echo "==> go test -race the soak's short run"
 	$(GO) test -race -count=1 ./test/soak/

@@ -10,19 +10,29 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
+	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
+	"github.com/lifeline-edge/lifeline/cloud/manager"
+	"github.com/lifeline-edge/lifeline/test/harness"
 	"github.com/lifeline-edge/lifeline/test/realnode"
 	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 var (
 	rc         *realnode.Cluster
+	inst       *realnode.Installation
 	skipReason string
 )
 
@@ -31,6 +41,7 @@ const edgeNode = "edge-1"
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	ctrllog.SetLogger(logr.Discard())
 	os.Exit(runKubeEdge(m))
 }
 
@@ -52,9 +63,9 @@ func runKubeEdge(m *testing.M) int {
 		skipReason = "no KubeEdge: " + err.Error()
 		return m.Run()
 	}
-	pause := filepath.Join(repo, "dist/images/samples/pause.tar")
-	if _, err := os.Stat(pause); err != nil {
-		fmt.Fprintln(os.Stderr, "real KubeEdge nodes: no pause image in dist/images: run make images-samples first")
+	images := realnode.ImageArchives(repo)
+	if samples, _ := filepath.Glob(filepath.Join(repo, "dist/images/samples/*.tar")); len(samples) == 0 || len(images) == len(samples) {
+		fmt.Fprintln(os.Stderr, "real KubeEdge nodes: no images in dist/images: run make images images-samples first")
 		return 1
 	}
 	dir, err := os.MkdirTemp("", "llk-")
@@ -62,8 +73,16 @@ func runKubeEdge(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	rc, err = realnode.Start(context.Background(), realnode.Options{Dir: dir, Images: []string{pause},
-		Nodes: []realnode.NodeSpec{{Name: edgeNode, Role: realnode.RoleEdge, Daemon: realnode.DaemonEdgecore}}})
+	ctx := context.Background()
+	// The controller and the cloud workers on a kubelet node, as in a KubeEdge cluster's cloud.
+	rc, err = realnode.Start(ctx, realnode.Options{Dir: dir, Images: images, Nodes: []realnode.NodeSpec{
+		{Name: "cloud-1", Role: realnode.RoleCloud}, {Name: edgeNode, Role: realnode.RoleEdge, Daemon: realnode.DaemonEdgecore}}})
+	if err == nil {
+		err = realnode.PlaceExampleFiles(rc)
+	}
+	if err == nil {
+		inst, err = realnode.InstallLifeline(ctx, rc, realnode.InstallOptions{Repo: repo})
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "real KubeEdge nodes:", err)
 		if rc != nil {
@@ -135,4 +154,111 @@ func TestEdgecoreNodeAsKeadmLeavesItRunsAPod(t *testing.T) {
 		return err == nil && got.Status.Phase == corev1.PodRunning, err
 	})
 	t.Logf("the pod ran %.1f s after its creation", time.Since(began).Seconds())
+}
+
+// [W] [P-DES-1] [P-HEAL-3]: an FL trainer under restartPolicy Never fails on an edgecore node as keadm leaves it,
+// cut off from cloudcore and the API server; the chart's defaults (armed stand-ins, the controller's word over the
+// agent's TLS session, no MetaServer, no insecure flag) run it again as a stand-in within 3 s; once the link is
+// back, the stand-in gives way to the trainer's replacement, and no moment passes without a trainer.
+func TestFailedNeverTrainerOnACutOffEdgecoreNodeRunsAgainWithin3s(t *testing.T) {
+	needKubeEdge(t)
+	ctx := context.Background()
+	kc := kubeClient(t)
+	objs, err := testkit.Objects("federated-learning.yaml", realnode.FixtureVars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job *v1alpha1.FederatedLearningJob
+	for _, o := range objs {
+		if j, ok := o.(*v1alpha1.FederatedLearningJob); ok {
+			job = j
+			continue
+		}
+		o.SetNamespace("default")
+		if err := kc.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	job.Namespace, job.Name = "default", "never-on-edgecore"
+	job.Spec.AggregationWorker.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "exit_round", Value: "100000"}}
+	for i := range job.Spec.TrainingWorkers {
+		job.Spec.TrainingWorkers[i].Template.Spec.RestartPolicy = corev1.RestartPolicyNever
+	}
+	if err := kc.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kc.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationForeground)) })
+	trainer, edge := fl.TrainerName(job.Name, 0), rc.Node(edgeNode)
+	harness.Eventually(t, 2*time.Minute, "trainer 0 running on "+edgeNode, func(ctx context.Context) (bool, error) {
+		n, err := edge.RunningContainers(ctx, trainer)
+		return n == 1, err
+	})
+	harness.Eventually(t, time.Minute, "trainer 0's stand-in armed from the controller's word", func(context.Context) (bool, error) {
+		files, err := filepath.Glob(edge.OnDisk("/etc/kubeedge/manifests/lifeline-*.json"))
+		return len(files) > 0, err
+	})
+	t.Cleanup(func() { _ = rc.Mend(ctx, edgeNode) })
+	if err := rc.Cut(ctx, edgeNode, realnode.LinkAPI, inst.BrokerPort); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, time.Minute, "trainer 0's status from the agent, its node cut off", func(ctx context.Context) (bool, error) {
+		got := &v1alpha1.FederatedLearningJob{}
+		if err := kc.Get(ctx, client.ObjectKeyFromObject(job), got); err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(got.Status.Workers, func(w v1alpha1.WorkerStatus) bool {
+			return w.Name == trainer && w.Source == v1alpha1.StatusSourceAgent
+		}), nil
+	})
+	if _, err := edge.KillContainer(ctx, trainer, job.Spec.TrainingWorkers[0].Template.Spec.Containers[0].Name); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	harness.Eventually(t, 90*time.Second, "trainer 0's stand-in running", func(ctx context.Context) (bool, error) {
+		n, err := edge.RunningContainers(ctx, trainer+"-"+edgeNode)
+		return n == 1, err
+	})
+	rebuilt := time.Since(killed)
+	if err := rc.Mend(ctx, edgeNode); err != nil {
+		t.Fatal(err)
+	}
+	mended, last := time.Now(), time.Now()
+	var gap time.Duration
+	harness.Eventually(t, 3*time.Minute, "the stand-in given way to trainer 0's replacement", func(ctx context.Context) (bool, error) {
+		all, err := edge.RunningContainers(ctx, trainer)
+		if err != nil {
+			return false, err
+		}
+		standIn, err := edge.RunningContainers(ctx, trainer+"-"+edgeNode)
+		if err != nil {
+			return false, err
+		}
+		if all == 0 {
+			gap += time.Since(last)
+		}
+		last = time.Now()
+		return standIn == 0 && all == 1, nil
+	})
+	t.Logf("the trainer ran again %.2f s after it failed, cut off; the stand-in gave way %.1f s after the link returned; no trainer ran for %v",
+		rebuilt.Seconds(), time.Since(mended).Seconds(), gap)
+	if rebuilt > 3*time.Second {
+		t.Errorf("the trainer ran again %.2f s after it failed: want within 3 s", rebuilt.Seconds())
+	}
+	if gap > 0 {
+		t.Errorf("no trainer ran for %v during the hand-over", gap)
+	}
+}
+
+// kubeClient is a client of the cluster that knows Lifeline's kinds.
+func kubeClient(t testing.TB) client.Client {
+	t.Helper()
+	s, err := manager.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := client.New(rc.ControlPlane().Config, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"os"
@@ -41,9 +42,9 @@ type Installation struct {
 	Release string
 }
 
-// InstallLifeline installs the Helm chart as docs/operations.md tells users, nodes logging in with passwords
-// (each edge node's in /etc/lifeline/mqtt-password, all in the Secret lifeline-mqtt-credentials), the images
-// already on the nodes, then waits until the controller and one agent per edge node are ready.
+// InstallLifeline installs the Helm chart as docs/operations.md tells users, the images already on the nodes, then
+// waits until the controller and one agent per edge node are ready: with the chart's defaults on KubeEdge nodes,
+// for kubelet nodes with nodes logging in with passwords.
 func InstallLifeline(ctx context.Context, c *Cluster, opts InstallOptions) (*Installation, error) {
 	out := opts.Progress
 	if out == nil {
@@ -55,12 +56,63 @@ func InstallLifeline(ctx context.Context, c *Cluster, opts InstallOptions) (*Ins
 		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("creating namespace %s: %w", Namespace, err)
 	}
-	passwords := map[string]string{}
 	var cloud *Node
 	for _, n := range c.Nodes {
 		if n.Role == RoleCloud && cloud == nil {
 			cloud = n
 		}
+	}
+	if cloud == nil {
+		return nil, fmt.Errorf("no cloud node to run the controller")
+	}
+	args := []string{"install", inst.Release, filepath.Join(opts.Repo, "deploy/chart/lifeline"),
+		"--kubeconfig", c.Kubeconfig, "--namespace", Namespace,
+		"--set", "broker.advertiseAddress={" + cloud.nodeIP() + "}",
+		"--set", "controller.image.pullPolicy=Never", "--set", "agent.image.pullPolicy=Never",
+		"--wait", "--timeout", "90s"}
+	var err error
+	if c.cloudcore != nil {
+		args, err = c.kubeedgeValues(ctx, args)
+	} else {
+		args, err = c.kubeletValues(ctx, args)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range opts.Values {
+		args = append(args, "--set", v)
+	}
+	fmt.Fprintf(out, "real nodes: helm %s\n", strings.Join(args, " "))
+	began := time.Now()
+	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, "helm"), args...)
+	if outp, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("helm install: %w: %s\n%s", err, outp, c.Diagnose(ctx, Namespace))
+	}
+	fmt.Fprintf(out, "real nodes: Lifeline installed, controller and agents ready (%.0fs)\n", time.Since(began).Seconds())
+	return inst, nil
+}
+
+// kubeedgeValues are the chart's defaults for KubeEdge nodes: each node logs in to the broker with the
+// certificate cloudcore issued it, checked against KubeEdge's CA, which docs/operations.md takes from the Secret
+// kubeedge/casecret.
+func (c *Cluster) kubeedgeValues(ctx context.Context, args []string) ([]string, error) {
+	secret, err := c.client.CoreV1().Secrets("kubeedge").Get(ctx, "casecret", metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading KubeEdge's CA: %w", err)
+	}
+	ca := filepath.Join(c.dir, "kubeedge-ca.crt")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: secret.Data["cadata"]}), 0o644); err != nil {
+		return nil, err
+	}
+	return append(args, "--set-file", "nodeIdentity.kubeedgeCA="+ca), nil
+}
+
+// kubeletValues are those of kubelet nodes logging in with passwords (each edge node's in
+// /etc/lifeline/mqtt-password, all in the Secret lifeline-mqtt-credentials).
+func (c *Cluster) kubeletValues(ctx context.Context, args []string) ([]string, error) {
+	client := c.client
+	passwords := map[string]string{}
+	for _, n := range c.Nodes {
 		if n.Role != RoleEdge {
 			continue
 		}
@@ -73,32 +125,12 @@ func InstallLifeline(ctx context.Context, c *Cluster, opts InstallOptions) (*Ins
 			return nil, fmt.Errorf("provisioning node %s's MQTT password: %w", n.Name, err)
 		}
 	}
-	if cloud == nil {
-		return nil, fmt.Errorf("no cloud node to run the controller")
-	}
 	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "lifeline-mqtt-credentials", Namespace: Namespace},
 		StringData: passwords}
 	if _, err := client.CoreV1().Secrets(Namespace).Create(ctx, creds, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("creating the MQTT credentials: %w", err)
 	}
-	args := []string{"install", inst.Release, filepath.Join(opts.Repo, "deploy/chart/lifeline"),
-		"--kubeconfig", c.Kubeconfig, "--namespace", Namespace,
-		"--set", "nodeIdentity.mode=password",
-		"--set", "broker.advertiseAddress={" + cloud.nodeIP() + "}",
-		"--set", "agent.nodeDaemon=kubelet",
-		"--set", "controller.image.pullPolicy=Never", "--set", "agent.image.pullPolicy=Never",
-		"--wait", "--timeout", "90s"}
-	for _, v := range opts.Values {
-		args = append(args, "--set", v)
-	}
-	fmt.Fprintf(out, "real nodes: helm %s\n", strings.Join(args, " "))
-	began := time.Now()
-	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, "helm"), args...)
-	if outp, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("helm install: %w: %s\n%s", err, outp, c.Diagnose(ctx, Namespace))
-	}
-	fmt.Fprintf(out, "real nodes: Lifeline installed, controller and agents ready (%.0fs)\n", time.Since(began).Seconds())
-	return inst, nil
+	return append(args, "--set", "nodeIdentity.mode=password", "--set", "agent.nodeDaemon=kubelet"), nil
 }
 
 // Diagnose describes what in the namespace is not running, for an error: each pod's phase, node and waiting or

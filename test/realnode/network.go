@@ -104,7 +104,8 @@ type Link string
 
 // The links a node can lose.
 const (
-	// LinkAPI is the API server: the kubelet, kube-proxy, the agent and every pod of the node lose it.
+	// LinkAPI is the API server and cloudcore: the kubelet or edgecore, kube-proxy, the agent and every pod of the
+	// node lose them.
 	LinkAPI Link = "api"
 	// LinkBroker is Lifeline's MQTT broker.
 	LinkBroker Link = "broker"
@@ -140,8 +141,10 @@ func (n *Node) applyCuts(ctx context.Context, apiPort int) error {
 func (n *Node) dropLink(ctx context.Context, link Link, apiPort, brokerPort int) error {
 	var rules [][]string
 	switch link {
-	case LinkAPI:
-		rules = [][]string{{"-p", "tcp", "-d", apiAddress, "--dport", fmt.Sprint(apiPort)}}
+	case LinkAPI: // and cloudcore, an edgecore node's link to it
+		rules = [][]string{{"-p", "tcp", "-d", apiAddress, "--dport", fmt.Sprint(apiPort)},
+			{"-p", "tcp", "-d", apiAddress, "--dport", fmt.Sprint(cloudhubWebsocketPort)},
+			{"-p", "tcp", "-d", apiAddress, "--dport", fmt.Sprint(cloudhubHTTPSPort)}}
 	case LinkBroker:
 		rules = [][]string{{"-p", "tcp", "--dport", fmt.Sprint(brokerPort)}}
 	case LinkAll:
