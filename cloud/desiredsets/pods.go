@@ -44,19 +44,19 @@ func (p APINodePods) NodeWorkers(ctx context.Context, node string) ([]corev1.Pod
 }
 
 // PodEvents is the handler of the worker pods' informer that enqueues a node whose set a pod's change may change:
-// a pod bound, deleted, its spec, labels or annotations changed, or its start [P-DES-1]. A status change alone
-// changes no set.
+// a worker bound, deleted, its spec, labels or annotations changed, or its start [P-DES-1]. A status change alone
+// changes no set, nor does any change of a mirror pod or a stand-in.
 func (s *Sender) PodEvents() toolscache.ResourceEventHandler {
 	return toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			if pod, ok := obj.(*corev1.Pod); ok {
+			if pod, ok := obj.(*corev1.Pod); ok && isWorkerOf(pod.Spec.NodeName, pod) {
 				s.Enqueue(pod.Spec.NodeName)
 			}
 		},
 		UpdateFunc: func(before, after any) {
 			old, okOld := before.(*corev1.Pod)
 			pod, ok := after.(*corev1.Pod)
-			if ok && okOld && changesSet(old, pod) {
+			if ok && okOld && (isWorkerOf(old.Spec.NodeName, old) || isWorkerOf(pod.Spec.NodeName, pod)) && changesSet(old, pod) {
 				s.Enqueue(old.Spec.NodeName)
 				s.Enqueue(pod.Spec.NodeName)
 			}
@@ -65,7 +65,7 @@ func (s *Sender) PodEvents() toolscache.ResourceEventHandler {
 			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 				obj = tomb.Obj
 			}
-			if pod, ok := obj.(*corev1.Pod); ok {
+			if pod, ok := obj.(*corev1.Pod); ok && isWorkerOf(pod.Spec.NodeName, pod) {
 				s.Enqueue(pod.Spec.NodeName)
 			}
 		},

@@ -110,3 +110,24 @@ func TestOnlyChangesOfTheSetEnqueueANode(t *testing.T) {
 		}
 	}
 }
+
+// A mirror pod or a stand-in (which carry their worker's labels) enqueues nothing; a worker's pod its node.
+func TestPodEventsEnqueueTheNodesOfWorkersOnly(t *testing.T) {
+	s := &Sender{}
+	s.init()
+	handler := s.PodEvents()
+	mirror := workerPod("w-edge-1", "edge-1", corev1.PodRunning)
+	mirror.Annotations[corev1.MirrorPodAnnotationKey] = "x"
+	standIn := workerPod("w-edge-2", "edge-2", corev1.PodRunning)
+	standIn.Annotations[lifelinev1.StaticPodOfAnnotation] = "default/w"
+	handler.OnAdd(&mirror, false)
+	handler.OnAdd(&standIn, false)
+	if n := s.queue.Len(); n != 0 {
+		t.Errorf("%d nodes enqueued for a mirror pod and a stand-in", n)
+	}
+	worker := workerPod("w", "edge-3", corev1.PodRunning)
+	handler.OnAdd(&worker, false)
+	if node, _ := s.queue.Get(); s.queue.Len() != 0 || node != "edge-3" {
+		t.Errorf("enqueued %q, want the worker's node alone", node)
+	}
+}

@@ -157,10 +157,25 @@ func freshAgent(t testing.TB, node string) {
 	}
 }
 
+// readMetaServer has the node's agent read its workers from the node's MetaServer for the test, as with the
+// chart's agent.edgecore.metaServer set, rather than from the controller's word.
+func readMetaServer(t testing.TB, node string) {
+	t.Helper()
+	if err := s.ReadMetaServer(node, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.ReadMetaServer(node, false); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
 // (a) Cut off, edgecore's MetaServer ignores a fieldSelector (it lists nothing): an agent installed while its node
 // is cut off, with an empty state directory, still learns the node's workers and reports a death.
 func TestAgentStartedCutOffWithAnEmptyStateLearnsItsWorkers(t *testing.T) {
 	skipShort(t)
+	readMetaServer(t, edgeNode)
 	ji, pod := readyService(t)
 	cutOff(t, edgeNode, false)
 	waitCutOffInTheMetaServer(t, edgeNode)
@@ -185,6 +200,7 @@ func TestAgentStartedCutOffWithAnEmptyStateLearnsItsWorkers(t *testing.T) {
 // publishes only its own node's workers (the controller would drop the others as forged).
 func TestAgentNeverPublishesOtherNodesPodsTheMetaServerLists(t *testing.T) {
 	skipShort(t)
+	readMetaServer(t, edgeNode)
 	readyService(t)
 	pods := metaServerPods(t, edgeNode, url.Values{"labelSelector": {roleLabel}})
 	if onlyOn(pods, edgeNode) {
@@ -407,9 +423,9 @@ func TestArmedStandInRunsATrainerFailedInTheFirstSecondOfACut_P_HEAL_3(t *testin
 	})
 }
 
-// [P-DES-1] [P-HEAL-3]: on a node as keadm leaves it, with no MetaServer for the agent to read, the agent learns
-// its workers from the controller's word alone; the worker a cut-off node loses is rebuilt from it, and handed back
-// once the link returns.
+// [P-DES-1] [P-HEAL-3]: on a node as keadm leaves it, with no MetaServer for the agent to read, an agent started
+// with an empty state learns its workers from the controller's word alone; the worker a cut-off node loses is
+// rebuilt from it, and handed back once the link returns.
 func TestLostPodIsRebuiltFromTheControllersWordWithoutAMetaServer_P_DES_1(t *testing.T) {
 	skipShort(t)
 	s.StopAgent(edgeNode)
@@ -417,10 +433,9 @@ func TestLostPodIsRebuiltFromTheControllersWordWithoutAMetaServer_P_DES_1(t *tes
 	if err := os.Remove(saved); err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}
-	if err := s.ReadControllersWord(edgeNode, true); err != nil {
+	if err := s.StartAgent(edgeNode); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.ReadControllersWord(edgeNode, false) })
 	ji, pod := readyService(t)
 	eventually(t, within, "the agent holding the controller's word on the worker", func(context.Context) (bool, error) {
 		data, err := os.ReadFile(saved)

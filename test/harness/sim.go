@@ -80,9 +80,10 @@ type edgeNode struct {
 	agent                 *Process
 	// armStandIns: the agent arms its workers' stand-ins ahead (--stand-in-gate-image).
 	armStandIns bool
-	// controllersWord: the agent reads its workers from the controller's word alone, as on a node keadm joined
-	// (MetaServer off): it is given no MetaServer (--pod-source=controller).
-	controllersWord bool
+	// readMetaServer: the agent reads its workers from the node's MetaServer, as with the chart's
+	// agent.edgecore.metaServer set; by default it reads the controller's word and is given no MetaServer, as on a
+	// node keadm joined (MetaServer off).
+	readMetaServer bool
 }
 
 // AgentImage is the image the agents' armed stand-ins gate with; the hollow nodes run the agent's binary for it.
@@ -249,21 +250,23 @@ func (s *Sim) StartNode(name string, cloud bool) error {
 	return nil
 }
 
-// startAgent launches the node's lifeline-agent configured as on a KubeEdge node: its workers from the node's
-// MetaServer, the node's link to the cloud probed through the node's API proxy, the broker through the other.
+// startAgent launches the node's lifeline-agent configured as on a KubeEdge node keadm joined: its workers from the
+// controller's word (or the node's MetaServer, ReadMetaServer), the node's link to the cloud probed through the
+// node's API proxy, the broker through the other.
 func (s *Sim) startAgent(name string, e *edgeNode) error {
-	source := []string{"--api-server=http://" + e.metaServer, "--metaserver=http://" + e.metaServer}
-	if e.controllersWord {
-		source = []string{"--pod-source=controller", "--metaserver="}
+	source := []string{"--pod-source=controller", "--metaserver="}
+	if e.readMetaServer {
+		source = []string{"--api-server=http://" + e.metaServer, "--metaserver=http://" + e.metaServer}
 	}
 	args := []string{"--node-name=" + name, "--cluster=" + Cluster, "--broker=tcp://" + e.brokerProxy.Addr(),
 		"--password-file=" + filepath.Join(s.credentialsDir, name), "--state-dir=" + s.AgentStateDir(name),
 		"--cri-socket=" + s.CRISocket(name), source[0], source[1],
 		"--cloud-probe=https://" + e.apiProxy.Addr() + "/healthz", "--cloud-probe-ca=" + s.ControlPlane.CAFile(), "--static-pod-dir=" + s.StaticPodDir(name),
 		"--report-address=" + e.report, "--metrics-address=", "--health-address=", "--heal-api-grace=2s", "--log-level=debug",
-		// The hollow node's MetaServer speaks plain HTTP, as KubeEdge's does unless requireAuthorization is on: its
-		// stand-ins are held to a restricted pod, with node paths below the Models' and Datasets' directories the
-		// tests and Sedna's examples use.
+		// The simulation's broker session is plain TCP, and the hollow node's MetaServer plain HTTP, as KubeEdge's
+		// is unless requireAuthorization is on: stand-ins from either are held to a restricted pod, with node paths
+		// below the Models' and Datasets' directories the tests and Sedna's examples use. The chart's session is
+		// TLS (the real KubeEdge nodes' tests, test/realkubeedge), and needs no such flag.
 		"--allow-insecure-pod-source", "--insecure-pod-source-host-paths=" + strings.Join(simDataDirs, ",")}
 	if e.armStandIns {
 		args = append(args, "--stand-in-gate-image="+AgentImage)
@@ -372,15 +375,15 @@ func (s *Sim) ArmStandIns(node string, on bool) error {
 	return s.startAgent(node, e)
 }
 
-// ReadControllersWord restarts an edge node's agent reading its workers from the controller's word alone, with no
-// MetaServer, or as before.
-func (s *Sim) ReadControllersWord(node string, on bool) error {
+// ReadMetaServer restarts an edge node's agent reading its workers from the node's MetaServer (and restarting
+// through it), or from the controller's word with no MetaServer, the default.
+func (s *Sim) ReadMetaServer(node string, on bool) error {
 	e := s.edges[node]
 	if e == nil {
 		return fmt.Errorf("%s is not an edge node", node)
 	}
 	s.StopAgent(node)
-	e.controllersWord = on
+	e.readMetaServer = on
 	return s.startAgent(node, e)
 }
 

@@ -38,6 +38,17 @@ type NodeSpec struct {
 // DefaultNodes are one cloud node and two edge nodes.
 var DefaultNodes = []NodeSpec{{Name: "cloud-1", Role: RoleCloud}, {Name: "edge-1", Role: RoleEdge}, {Name: "edge-2", Role: RoleEdge}}
 
+// WithDaemon is specs with every node of role run by daemon.
+func WithDaemon(specs []NodeSpec, role Role, daemon Daemon) []NodeSpec {
+	out := slices.Clone(specs)
+	for i := range out {
+		if out[i].Role == role {
+			out[i].Daemon = daemon
+		}
+	}
+	return out
+}
+
 // Options configure a cluster of real nodes.
 type Options struct {
 	// Dir holds everything: the control plane's files and logs, and every node's disk. It must exist or be

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -229,4 +230,23 @@ func writeYAML(path string, v any) (string, error) {
 		return "", err
 	}
 	return path, os.WriteFile(path, data, 0o600)
+}
+
+// LoseEdgecorePod makes an edgecore node lose a pod as a node does when its local store loses it: edgecore stops,
+// the pod leaves its database (metamanager's store, which edged runs its pods from), and edgecore starts again,
+// its containers of that pod then no pod's. The API server still binds the pod to the node, and cloudcore sends
+// it again only if it changes.
+func (c *Cluster) LoseEdgecorePod(ctx context.Context, node, namespace, pod string) error {
+	n := c.Node(node)
+	if n == nil || n.Daemon != DaemonEdgecore {
+		return fmt.Errorf("%s is not an edgecore node", node)
+	}
+	n.kubelet.Stop(10 * time.Second)
+	n.procs = slices.DeleteFunc(n.procs, func(p *harness.Process) bool { return p == n.kubelet })
+	query := fmt.Sprintf("delete from meta where key like '%[1]s/pod/%[2]s' or key like '%[1]s/podpatch/%[2]s'; "+
+		"delete from meta_v2 where namespace = '%[1]s' and name = '%[2]s';", namespace, pod)
+	if err := run(ctx, "sqlite3", n.onDisk("/var/lib/kubeedge/edgecore.db"), query); err != nil {
+		return fmt.Errorf("node %s losing pod %s/%s: %w", node, namespace, pod, err)
+	}
+	return n.startEdgecore(ctx, c)
 }

@@ -3,6 +3,7 @@
 // trying Lifeline and for checks; then cuts, mends and reboots its nodes, and takes it all down.
 //
 //	lifeline-nodes up --dir D       control plane, nodes, Lifeline; prints KUBECONFIG=... and NODE=... lines
+//	lifeline-nodes up --dir D --kubeedge   the edge nodes run KubeEdge's edgecore, as keadm join leaves it, with cloudcore
 //	lifeline-nodes cut --dir D NODE api|broker|all
 //	lifeline-nodes mend --dir D NODE
 //	lifeline-nodes reboot --dir D NODE
@@ -31,7 +32,8 @@ import (
 )
 
 const usage = `usage: lifeline-nodes up|cut|mend|reboot|down --dir D [args]
-  up --dir D [--repo R] [--no-lifeline]   control plane, one cloud and two edge nodes, Lifeline installed
+  up --dir D [--repo R] [--no-lifeline] [--kubeedge]   control plane, one cloud and two edge nodes, Lifeline installed;
+      with --kubeedge the edge nodes run edgecore (as keadm join leaves it) beside cloudcore
   cut --dir D NODE api|broker|all
   mend --dir D NODE
   reboot --dir D NODE
@@ -47,6 +49,7 @@ func main() {
 	dir := fs.String("dir", "", "the cluster's directory (required)")
 	repo := fs.String("repo", ".", "the Lifeline checkout whose chart, examples and images (dist/images) are installed")
 	bare := fs.Bool("no-lifeline", false, "bring up the nodes with the images, but leave installing Lifeline to you")
+	kubeedge := fs.Bool("kubeedge", false, "edge nodes run KubeEdge's edgecore beside cloudcore (built by make tools from KubeEdge's source archive)")
 	_ = fs.Parse(os.Args[2:])
 	if *dir == "" {
 		fmt.Fprintln(os.Stderr, usage)
@@ -58,9 +61,9 @@ func main() {
 	}
 	switch cmd {
 	case "up":
-		err = up(abs, *repo, *bare)
+		err = up(abs, *repo, *bare, *kubeedge)
 	case "serve":
-		err = serve(abs, *repo, *bare)
+		err = serve(abs, *repo, *bare, *kubeedge)
 	case "cut", "mend", "reboot", "down":
 		err = ask(abs, append([]string{cmd}, fs.Args()...))
 	default:
@@ -82,12 +85,17 @@ func readyPath(dir string) string  { return filepath.Join(dir, "ready") }
 func logPath(dir string) string    { return filepath.Join(dir, "lifeline-nodes.log") }
 
 // up starts the supervisor in the background and waits for it to say the cluster is ready, relaying its progress.
-func up(dir, repo string, bare bool) error {
+func up(dir, repo string, bare, kubeedge bool) error {
 	if err := ask(dir, []string{"ping"}); err == nil {
 		return fmt.Errorf("a cluster is already up in %s (lifeline-nodes down --dir %s)", dir, dir)
 	}
 	if err := realnode.CheckMachine(); err != nil {
 		return err
+	}
+	if kubeedge {
+		if err := realnode.CheckKubeEdge(filepath.Join(repo, "bin")); err != nil {
+			return err
+		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -105,7 +113,7 @@ func up(dir, repo string, bare bool) error {
 	if err != nil {
 		return err
 	}
-	sup := exec.Command(self, "serve", "--dir", dir, "--repo", repoAbs, fmt.Sprintf("--no-lifeline=%t", bare))
+	sup := exec.Command(self, "serve", "--dir", dir, "--repo", repoAbs, fmt.Sprintf("--no-lifeline=%t", bare), fmt.Sprintf("--kubeedge=%t", kubeedge))
 	sup.Stdout, sup.Stderr = logFile, logFile
 	sup.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := sup.Start(); err != nil {
@@ -169,10 +177,14 @@ func ask(dir string, words []string) error {
 }
 
 // serve owns the cluster: it brings it up, writes the ready file, and carries out commands until down.
-func serve(dir, repo string, bare bool) error {
+func serve(dir, repo string, bare, kubeedge bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	c, err := realnode.Start(ctx, realnode.Options{Dir: dir, Images: realnode.ImageArchives(repo), Progress: os.Stdout})
+	nodes := realnode.DefaultNodes
+	if kubeedge {
+		nodes = realnode.WithDaemon(nodes, realnode.RoleEdge, realnode.DaemonEdgecore)
+	}
+	c, err := realnode.Start(ctx, realnode.Options{Dir: dir, Nodes: nodes, Images: realnode.ImageArchives(repo), Progress: os.Stdout})
 	if err != nil {
 		return err
 	}
