@@ -99,3 +99,17 @@ func (n *Node) TagImage(ctx context.Context, from, to string) error {
 	}
 	return nil
 }
+
+// GateRunning tells whether the gate of the pod's armed stand-in (a static pod named <pod>-<node>) runs on the
+// node: the stand-in is armed, its mirror pod made, and a rebuild only has to open it.
+func (n *Node) GateRunning(ctx context.Context, standIn string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	found := false
+	err := n.withRuntime(func(rt runtimeapi.RuntimeServiceClient) error {
+		running, err := runningContainers(ctx, rt, map[string]string{"io.kubernetes.pod.name": standIn, "io.kubernetes.container.name": "lifeline-gate"})
+		found = len(running) > 0
+		return err
+	})
+	return found, err
+}
