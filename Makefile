@@ -107,6 +107,9 @@ bench: tools build ## Benchmarks, each printed beside an anchor measured in the 
 	$(MAKE) --no-print-directory images images-samples PLATFORMS=$(HOST_PLATFORM)
 	@echo "==> benchmarks (each package starts a control plane first)"
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
+	@# Apart from test/realnode's: real nodes of both take this machine's node network.
+	@echo "==> benchmarks on real KubeEdge nodes (they skip without KubeEdge's source archive)"
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./test/realkubeedge/
 
 # Fleet sizes `make bench-scale` runs at, one control plane each (SCALE_NODES=100,300,1000 for the whole curve).
 SCALE_NODES ?= 100,300

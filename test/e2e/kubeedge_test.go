@@ -446,12 +446,6 @@ func TestLostPodIsRebuiltFromTheControllersWordWithoutAMetaServer_P_DES_1(t *tes
 	if err := s.LosePod(edgeNode, "default", pod.Name); err != nil {
 		t.Fatal(err)
 	}
-	static := pod.Name + "-" + edgeNode
-	eventually(t, within, "the worker running again as a static pod", func(context.Context) (bool, error) {
-		return s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
-	})
-	s.RestoreAPI(edgeNode)
-	eventually(t, within, "the worker back in its own pod, the static pod gone", func(context.Context) (bool, error) {
-		return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") && !s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
-	})
+	waitStandIn(t, pod)
+	handBack(t, pod)
 }

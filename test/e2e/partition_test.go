@@ -491,23 +491,35 @@ func TestLostPodIsRebuiltAsAStaticPodAndHandedBack(t *testing.T) {
 	if err := s.LosePod(edgeNode, "default", pod.Name); err != nil {
 		t.Fatal(err)
 	}
-	static := pod.Name + "-" + edgeNode // edged names a static pod after its node
-	eventually(t, within, "the worker running again as a static pod", func(context.Context) (bool, error) {
-		return s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
-	})
+	waitStandIn(t, pod)
 	eventually(t, within, "the rebuild told in Events", func(ctx context.Context) (bool, error) {
 		return hasEvent(ctx, ji, edgeaware.ReasonRestartCommandSent) && hasEvent(ctx, ji, edgeaware.ReasonRestartedByAgent), nil
 	})
-	s.RestoreAPI(edgeNode)
-	eventually(t, within, "the worker back in its own pod, the static pod gone", func(context.Context) (bool, error) {
-		return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") && !s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
-	})
+	handBack(t, pod)
 	waitEdgeWorker(t, ji, "the API server the truth again", func(w v1alpha1.WorkerStatus) bool {
 		return w.Source == v1alpha1.StatusSourceAPIServer && w.Liveness == v1alpha1.LivenessAlive
 	})
 	if n := edgePods(t); n != 1 {
 		t.Errorf("%d edge worker pods in the API, want exactly 1", n)
 	}
+}
+
+// waitStandIn waits until the edge worker runs again as its static pod (edged names a static pod after its node).
+func waitStandIn(t testing.TB, pod *corev1.Pod) {
+	t.Helper()
+	eventually(t, within, "the worker running again as a static pod", func(context.Context) (bool, error) {
+		return s.WorkerRunning(edgeNode, "default", pod.Name+"-"+edgeNode, "little-model"), nil
+	})
+}
+
+// handBack gives the edge node its link to the API server back and waits until the worker runs in its own pod
+// again, its static pod gone.
+func handBack(t testing.TB, pod *corev1.Pod) {
+	t.Helper()
+	s.RestoreAPI(edgeNode)
+	eventually(t, within, "the worker back in its own pod, the static pod gone", func(context.Context) (bool, error) {
+		return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") && !s.WorkerRunning(edgeNode, "default", pod.Name+"-"+edgeNode, "little-model"), nil
+	})
 }
 
 // 9. The agent is down when a cut-off node loses a worker's pod, and starts again with the node still cut
@@ -525,14 +537,8 @@ func TestAgentRestartedAfterALossRebuildsTheWorker(t *testing.T) {
 	if err := s.StartAgent(edgeNode); err != nil {
 		t.Fatal(err)
 	}
-	static := pod.Name + "-" + edgeNode
-	eventually(t, within, "the worker running again as a static pod", func(context.Context) (bool, error) {
-		return s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
-	})
-	s.RestoreAPI(edgeNode)
-	eventually(t, within, "the worker back in its own pod, the static pod gone", func(context.Context) (bool, error) {
-		return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") && !s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
-	})
+	waitStandIn(t, pod)
+	handBack(t, pod)
 }
 
 // 10. A process on the node posts the largest reports as fast as it can for one of the node's workers while the
