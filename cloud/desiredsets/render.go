@@ -137,8 +137,8 @@ func leaveOutManifest(w *lifelinev1.DesiredWorker, pod *corev1.Pod) {
 	w.ManifestBytes, w.Manifest = uint32(len(w.Manifest)), marksManifest(pod)
 }
 
-// boundPayload leaves out the workers with the largest marks until the set is within MaxDesiredPayloadBytes, and
-// returns how many it left out.
+// boundPayload leaves out the workers with the largest manifests (whole or marks) until the set is within
+// MaxDesiredPayloadBytes, and returns how many it left out.
 func boundPayload(set *lifelinev1.DesiredWorkers) uint32 {
 	var dropped uint32
 	for proto.Size(set) > lifelinev1.MaxDesiredPayloadBytes {

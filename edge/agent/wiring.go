@@ -95,24 +95,26 @@ func ChoosePods(inCluster bool, kubeconfig, apiServer string, apiServerExplicit 
 }
 
 // ChooseRebuilder is the static-pod rebuilder of workers the node lost, or nil when the agent must not rebuild:
-// no static-pod directory, or a pod source that any process of the node could stand in for (plain HTTP) unless
-// allowInsecure, and then each stand-in is held to bound as an untrusted one (StandInBound.Untrusted). bound's
-// Protected are node paths no stand-in may mount, beside SystemPaths and staticDir.
+// no static-pod directory, or an unauthenticated pod source (a plain-HTTP MetaServer, the controller's word over a
+// session without TLS) unless allowInsecure, and then each stand-in is held to bound as an untrusted one
+// (StandInBound.Untrusted). bound's Protected are node paths no stand-in may mount, beside SystemPaths and
+// staticDir.
 func ChooseRebuilder(pods PodSource, staticDir string, allowInsecure bool, workers DesiredWorkers, bound StandInBound,
 	log logr.Logger) *StaticPods {
 	switch {
 	case staticDir == "":
 		return nil
 	case !pods.Authenticated() && !allowInsecure:
-		log.Info("offline rebuilds are off: the node's pods are read over plain HTTP, where any process of the node could answer "+
-			"in the MetaServer's place and choose the static pod the agent writes; enable the MetaServer's requireAuthorization, "+
-			"give --kubeconfig, or accept the risk with --allow-insecure-pod-source", "podSource", pods.URL())
+		log.Info("offline rebuilds are off: the node's workers come from an unauthenticated source (a plain-HTTP MetaServer, where "+
+			"any process of the node could answer in its place, or a broker session without TLS) that would choose the static pod the "+
+			"agent writes; use ssl:// to the broker, the MetaServer's requireAuthorization or --kubeconfig, or accept the risk with "+
+			"--allow-insecure-pod-source", "podSource", pods.URL())
 		return nil
 	}
 	bound.Untrusted = !pods.Authenticated()
 	if bound.Untrusted {
-		log.Info("offline rebuilds from plain HTTP (--allow-insecure-pod-source): each stand-in runs as Pod Security's restricted "+
-			"profile allows, with node paths only below the directories named", "podSource", pods.URL(), "hostPaths", bound.HostPathRoots)
+		log.Info("offline rebuilds from an unauthenticated source (--allow-insecure-pod-source): each stand-in runs as Pod Security's "+
+			"restricted profile allows, with node paths only below the directories named", "podSource", pods.URL(), "hostPaths", bound.HostPathRoots)
 	}
 	return &StaticPods{Dir: staticDir, Workers: workers, Bound: bound}
 }

@@ -406,8 +406,8 @@ func TestForgedReplayedAndGarbageMessagesChangeNothing(t *testing.T) {
 func mqttClient(t *testing.T, user, password string) (mqtt.Client, error) {
 	t.Helper()
 	// The broker admits a node's credentials only under that node's agent's client id (taking its session over).
-	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + s.MQTTAddress()).SetClientID(lifelinev1.AgentClientID(user)).
-		SetUsername(user).SetPassword(password).SetProtocolVersion(4).SetAutoReconnect(false))
+	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("ssl://" + s.MQTTAddress()).SetClientID(lifelinev1.AgentClientID(user)).
+		SetTLSConfig(s.BrokerTLS()).SetUsername(user).SetPassword(password).SetProtocolVersion(4).SetAutoReconnect(false))
 	tok := c.Connect()
 	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		return nil, tok.Error()

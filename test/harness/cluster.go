@@ -310,6 +310,13 @@ func (cp *ControlPlane) ClientKubeconfig(server, user string, groups ...string) 
 // CAFile is the path of the cluster's CA certificate, which signed the API server's serving certificate.
 func (cp *ControlPlane) CAFile() string { return cp.pki.caCert }
 
+// ServingCert signs a server certificate for name on this machine's loopback by the control plane's CA, and returns
+// its certificate and key files.
+func (cp *ControlPlane) ServingCert(name string) (cert, key string, err error) {
+	c, err := cp.pki.signServing(name, []net.IP{net.IPv4(127, 0, 0, 1)}, []string{"localhost"})
+	return c.cert, c.key, err
+}
+
 // Client returns a typed admin client.
 func (cp *ControlPlane) Client() (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cp.Config)

@@ -95,6 +95,16 @@ func (p *pki) clientCert(name string, groups ...string) (clientCredential, error
 	return c, err
 }
 
+// signServing signs a server certificate for name at the given addresses.
+func (p *pki) signServing(name string, ips []net.IP, dnsNames []string) (clientCredential, error) {
+	c := clientCredential{
+		cert: filepath.Join(p.dir, name+".crt"),
+		key:  filepath.Join(p.dir, name+".key"),
+	}
+	err := p.sign(c.cert, c.key, pkix.Name{CommonName: name}, ips, dnsNames, x509.ExtKeyUsageServerAuth)
+	return c, err
+}
+
 var serial = time.Now().UnixNano()
 
 func (p *pki) sign(certPath, keyPath string, subject pkix.Name, ips []net.IP, dnsNames []string,

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -64,8 +66,10 @@ type Sim struct {
 	imagesFile string
 	nodes      map[string]*Process
 	controller *Process
-	// mqttAddr is the controller's embedded broker; credentialsDir holds a password file per edge node.
+	// mqttAddr is the controller's embedded broker, TLS with brokerCert and brokerKey (signed by the control
+	// plane's CA), as the chart's; credentialsDir holds a password file per edge node.
 	mqttAddr, credentialsDir string
+	brokerCert, brokerKey    string
 	metricsAddr              string
 	edges                    map[string]*edgeNode
 	memcgs                   map[string]*memoryCgroup // by daemon: "controller", "agent-<node>"
@@ -258,16 +262,18 @@ func (s *Sim) startAgent(name string, e *edgeNode) error {
 	if e.readMetaServer {
 		source = []string{"--api-server=http://" + e.metaServer, "--metaserver=http://" + e.metaServer}
 	}
-	args := []string{"--node-name=" + name, "--cluster=" + Cluster, "--broker=tcp://" + e.brokerProxy.Addr(),
+	args := []string{"--node-name=" + name, "--cluster=" + Cluster, "--broker=ssl://" + e.brokerProxy.Addr(),
+		"--ca-file=" + s.ControlPlane.CAFile(), "--cert-file=", "--key-file=",
 		"--password-file=" + filepath.Join(s.credentialsDir, name), "--state-dir=" + s.AgentStateDir(name),
 		"--cri-socket=" + s.CRISocket(name), source[0], source[1],
 		"--cloud-probe=https://" + e.apiProxy.Addr() + "/healthz", "--cloud-probe-ca=" + s.ControlPlane.CAFile(), "--static-pod-dir=" + s.StaticPodDir(name),
-		"--report-address=" + e.report, "--metrics-address=", "--health-address=", "--heal-api-grace=2s", "--log-level=debug",
-		// The simulation's broker session is plain TCP, and the hollow node's MetaServer plain HTTP, as KubeEdge's
-		// is unless requireAuthorization is on: stand-ins from either are held to a restricted pod, with node paths
-		// below the Models' and Datasets' directories the tests and Sedna's examples use. The chart's session is
-		// TLS (the real KubeEdge nodes' tests, test/realkubeedge), and needs no such flag.
-		"--allow-insecure-pod-source", "--insecure-pod-source-host-paths=" + strings.Join(simDataDirs, ",")}
+		"--report-address=" + e.report, "--metrics-address=", "--health-address=", "--heal-api-grace=2s", "--log-level=debug"}
+	if e.readMetaServer {
+		// The hollow node's MetaServer speaks plain HTTP, as KubeEdge's does unless requireAuthorization is on: its
+		// stand-ins are held to a restricted pod, with node paths below the Models' and Datasets' directories the
+		// tests and Sedna's examples use.
+		args = append(args, "--allow-insecure-pod-source", "--insecure-pod-source-host-paths="+strings.Join(simDataDirs, ","))
+	}
 	if e.armStandIns {
 		args = append(args, "--stand-in-gate-image="+AgentImage)
 	}
@@ -292,7 +298,8 @@ func (s *Sim) startController() error {
 	var err error
 	s.controller, err = s.launchLimited(ControllerBinary, filepath.Join(cp.BinDir, ControllerBinary),
 		[]string{"--metrics-bind-address=" + s.metricsAddr, "--health-probe-bind-address=0", "--kubeconfig=" + cp.Kubeconfig,
-			"--mqtt-address=" + s.mqttAddr, "--mqtt-credentials-dir=" + s.credentialsDir, "--cluster=" + Cluster},
+			"--mqtt-address=" + s.mqttAddr, "--mqtt-tls-cert=" + s.brokerCert, "--mqtt-tls-key=" + s.brokerKey,
+			"--mqtt-credentials-dir=" + s.credentialsDir, "--cluster=" + Cluster},
 		s.opts.ControllerMemoryLimit)
 	return err
 }
@@ -409,8 +416,17 @@ func (s *Sim) StopNode(name string) {
 	}
 }
 
-// MQTTAddress is the controller's embedded broker.
+// MQTTAddress is the controller's embedded broker, TLS (BrokerTLS).
 func (s *Sim) MQTTAddress() string { return s.mqttAddr }
+
+// BrokerTLS is a client's TLS configuration for the broker: its certificate checked against the control plane's CA.
+func (s *Sim) BrokerTLS() *tls.Config {
+	pool := x509.NewCertPool()
+	if pem, err := os.ReadFile(s.ControlPlane.CAFile()); err == nil {
+		pool.AppendCertsFromPEM(pem)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+}
 
 // MQTTPassword is an edge node's MQTT password.
 func (s *Sim) MQTTPassword(node string) (string, error) {
@@ -535,6 +551,10 @@ func (s *Sim) addEdgeLinks(name string) error {
 
 // writeCredentials gives every edge node an MQTT password, as the controller's mounted Secret would.
 func (s *Sim) writeCredentials() error {
+	var err error
+	if s.brokerCert, s.brokerKey, err = s.ControlPlane.ServingCert("lifeline-broker"); err != nil {
+		return fmt.Errorf("the broker's certificate: %w", err)
+	}
 	s.credentialsDir = filepath.Join(s.ControlPlane.Dir, "mqtt-credentials")
 	if err := os.MkdirAll(s.credentialsDir, 0o700); err != nil {
 		return err
