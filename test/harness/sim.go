@@ -373,24 +373,23 @@ func (s *Sim) StartAgent(node string) error {
 
 // ArmStandIns restarts an edge node's agent arming its workers' stand-ins ahead, or no longer.
 func (s *Sim) ArmStandIns(node string, on bool) error {
-	e := s.edges[node]
-	if e == nil {
-		return fmt.Errorf("%s is not an edge node", node)
-	}
-	s.StopAgent(node)
-	e.armStandIns = on
-	return s.startAgent(node, e)
+	return s.restartAgentWith(node, func(e *edgeNode) { e.armStandIns = on })
 }
 
 // ReadMetaServer restarts an edge node's agent reading its workers from the node's MetaServer (and restarting
 // through it), or from the controller's word with no MetaServer, the default.
 func (s *Sim) ReadMetaServer(node string, on bool) error {
+	return s.restartAgentWith(node, func(e *edgeNode) { e.readMetaServer = on })
+}
+
+// restartAgentWith stops an edge node's agent, changes how it is started, and starts it again.
+func (s *Sim) restartAgentWith(node string, change func(*edgeNode)) error {
 	e := s.edges[node]
 	if e == nil {
 		return fmt.Errorf("%s is not an edge node", node)
 	}
 	s.StopAgent(node)
-	e.readMetaServer = on
+	change(e)
 	return s.startAgent(node, e)
 }
 
