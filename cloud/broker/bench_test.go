@@ -256,3 +256,26 @@ func BenchmarkBrokerUnderAttack(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkLoginThroughAChurn prints how six agents at round trips of 50 to 300 ms log in by certificate through a
+// churn of connections that never finish their TLS handshake: from addresses of their own (the broker Service's
+// externalTrafficPolicy Local), and, the anchor, from the churn's own address (Cluster: one node's address hides
+// every source).
+func BenchmarkLoginThroughAChurn(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		sources []string
+	}{
+		{"own-addresses", []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6", "127.0.0.7"}},
+		{"anchor-one-address", []string{"127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1"}},
+	} {
+		got := loginUnderChurn(b, startCertRigWith(b, nil, Limits{}), c.sources)
+		slowest := time.Duration(0)
+		if len(got.took) > 0 {
+			slowest = got.took[len(got.took)-1]
+		}
+		fmt.Printf("\nlogin-through-a-churn %s: %d of 6 agents in (round trips 50-300 ms), the slowest after %.2f s, churn %.0f connections/s\n",
+			c.name, got.loggedIn, slowest.Seconds(), got.churnPerS)
+		b.ReportMetric(float64(got.loggedIn), c.name+"-agents-in")
+	}
+}

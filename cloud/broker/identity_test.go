@@ -45,7 +45,7 @@ func startCertRig(t *testing.T, nodes Nodes) *certRig {
 }
 
 // startCertRigWith is startCertRig with the broker's limits.
-func startCertRigWith(t *testing.T, nodes Nodes, limits Limits) *certRig {
+func startCertRigWith(t testing.TB, nodes Nodes, limits Limits) *certRig {
 	t.Helper()
 	serverCert, roots := selfSignedServer(t)
 	ca := testkit.NewCA(t, "kubeedge")

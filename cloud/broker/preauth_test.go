@@ -1,8 +1,14 @@
 package broker
 
 import (
+	"context"
+	"crypto/tls"
+	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -194,4 +200,134 @@ func scrapeGauges(t *testing.T, c prometheus.Collector) map[string]float64 {
 		got[f.GetName()] = f.GetMetric()[0].GetGauge().GetValue()
 	}
 	return got
+}
+
+// churnLogin is what agents logging in during a churn of connections that never log in saw.
+type churnLogin struct {
+	loggedIn   int             // agents in within their connect timeout
+	took       []time.Duration // each agent's login, dial to CONNACK, of those in
+	churnPerS  float64         // the churn's new connections a second
+	roundTrips []time.Duration // the agents' round trips
+}
+
+// loginUnderChurn churns connections that start a TLS handshake and never finish it from 127.0.0.1, as fast as
+// one dialer can, while len(sources) agents log in by certificate, agent i from sources[i] with a round trip of
+// 50 to 300 ms (added to each of its writes: a login is a few request-answer flights); each has 10 s.
+func loginUnderChurn(tb testing.TB, r *certRig, sources []string) churnLogin {
+	tb.Helper()
+	stop, churned := make(chan struct{}), make(chan int)
+	go func() {
+		var open []net.Conn
+		n := 0
+		defer func() {
+			for _, c := range open {
+				c.Close()
+			}
+			churned <- n
+		}()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			c, err := net.Dial("tcp", r.addr)
+			if err != nil {
+				continue
+			}
+			_, _ = c.Write(tlsHelloHeader)
+			n++
+			if open = append(open, c); len(open) > 64 { // the broker evicted these long ago
+				open[0].Close()
+				open = open[1:]
+			}
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // the churn under way
+	began := time.Now()
+	out := churnLogin{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, source := range sources {
+		rtt := 50*time.Millisecond + time.Duration(i)*250*time.Millisecond/time.Duration(max(len(sources)-1, 1))
+		out.roundTrips = append(out.roundTrips, rtt)
+		cert := r.ca.Issue(tb, nodeCert(r.ca, fmt.Sprintf("edge%d", i+1)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			c, err := r.loginOver(lifelinev1.AgentClientID(fmt.Sprintf("edge%d", i+1)), &cert, source, rtt)
+			if err != nil {
+				tb.Logf("agent %d (%s, round trip %v): %v", i+1, source, rtt, err)
+				return
+			}
+			defer c.Disconnect(0)
+			mu.Lock()
+			out.loggedIn++
+			out.took = append(out.took, time.Since(start))
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	out.churnPerS = float64(<-churned) / time.Since(began).Seconds()
+	slices.Sort(out.took)
+	return out
+}
+
+// loginOver logs in by certificate from source with rtt added to each write, over TLS; 10 s for the whole login.
+func (r *certRig) loginOver(clientID string, cert *tls.Certificate, source string, rtt time.Duration) (mqtt.Client, error) {
+	cfg := &tls.Config{RootCAs: r.roots, MinVersion: tls.VersionTLS12,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }}
+	opts := mqtt.NewClientOptions().AddBroker("tcp://" + r.addr).SetClientID(clientID).SetAutoReconnect(false).
+		SetProtocolVersion(4).SetConnectTimeout(10 * time.Second).
+		SetCustomOpenConnectionFn(func(uri *url.URL, _ mqtt.ClientOptions) (net.Conn, error) {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(source)}, Timeout: 10 * time.Second}
+			conn, err := d.Dial("tcp", uri.Host)
+			if err != nil {
+				return nil, err
+			}
+			named := cfg.Clone()
+			named.ServerName = uri.Hostname()
+			tlsConn := tls.Client(&slowConn{Conn: conn, delay: rtt}, named)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := tlsConn.HandshakeContext(ctx); err != nil {
+				conn.Close()
+				return nil, err
+			}
+			return tlsConn, nil
+		})
+	c := mqtt.NewClient(opts)
+	tok := c.Connect()
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		return nil, fmt.Errorf("connecting: %v", tok.Error())
+	}
+	return c, nil
+}
+
+// slowConn delays each write by delay: a round trip the far end sees on every flight.
+type slowConn struct {
+	net.Conn
+	delay time.Duration
+}
+
+func (c *slowConn) Write(p []byte) (int, error) {
+	time.Sleep(c.delay)
+	return c.Conn.Write(p)
+}
+
+// [T] The broker bounds the connections not yet logged in per source address (32), so with the agents' own
+// addresses kept (the Service's externalTrafficPolicy Local) six agents at round trips of 50 to 300 ms all log in
+// through a churn of hundreds of connections a second from another address that never finish their handshake.
+func TestAgentsLogInThroughAChurnWhenTheirAddressesAreKept(t *testing.T) {
+	r := startCertRigWith(t, nil, Limits{})
+	got := loginUnderChurn(t, r, []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6", "127.0.0.7"})
+	t.Logf("%d of 6 agents in (round trips %v), logins %v, under a churn of %.0f connections/s", got.loggedIn, got.roundTrips, got.took, got.churnPerS)
+	if got.loggedIn != 6 {
+		t.Errorf("%d of 6 agents logged in through the churn, want all", got.loggedIn)
+	}
+	if want := 32.0 / 0.3; got.churnPerS < want {
+		t.Errorf("the churn made %.0f connections/s, fewer than 32 per 300 ms round trip (%.0f/s): it proves nothing", got.churnPerS, want)
+	}
 }

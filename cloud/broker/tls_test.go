@@ -15,7 +15,7 @@ import (
 )
 
 // selfSignedServer returns a server certificate for 127.0.0.1 and the pool that trusts it.
-func selfSignedServer(t *testing.T) (tls.Certificate, *x509.CertPool) {
+func selfSignedServer(t testing.TB) (tls.Certificate, *x509.CertPool) {
 	t.Helper()
 	ca := testkit.NewCA(t, "lifeline-broker CA")
 	cert := ca.Issue(t, testkit.CertOptions{CommonName: "lifeline-broker", IPs: []net.IP{net.ParseIP("127.0.0.1")},
