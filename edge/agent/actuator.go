@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -134,20 +135,28 @@ type StaticPods struct {
 	GateImage, GatesDir string
 }
 
-// staticPodFile is the file of a worker's static pod: named by a hash of namespace/name, so two workers never
-// share a file (team-a/trainer and team/a-trainer would both be "team-a-trainer" joined by a dash), and the name
-// stays short and DNS-safe whatever the pod's name. edged names the pod it runs from it <name>-<node> in the
-// worker's namespace, distinct for distinct workers of one node.
-func staticPodFile(namespace, name string) string {
+// standInSlot is one of the two places a worker's stand-ins take in turn: a file in the static-pod directory and
+// the name of the pod in it.
+type standInSlot struct{ file, pod string }
+
+// standInSlots are a worker's two slots. The files are named by a hash of namespace/name, so two workers never
+// share one (team-a/trainer and team/a-trainer would both be "team-a-trainer" joined by a dash) and the name stays
+// short and DNS-safe whatever the pod's name; edged names the pod it runs from each <pod>-<node> in the worker's
+// namespace. The pods are named lifelinev1.StandInPods: the next stand-in is armed in one while the last one still
+// runs in the other, since edged starts a static pod of the same full name only after the last one ended and its
+// mirror pod was deleted and made anew (10-15 s on edgecore), a window a cut must not find unarmed.
+func standInSlots(namespace, name string) [2]standInSlot {
 	sum := sha256.Sum256([]byte(namespace + "/" + name))
-	return staticPrefix + hex.EncodeToString(sum[:12]) + ".json"
+	file := staticPrefix + hex.EncodeToString(sum[:12])
+	pods := lifelinev1.StandInPods(name)
+	return [2]standInSlot{{file: file + ".json", pod: pods[0]}, {file: file + "-b.json", pod: pods[1]}}
 }
 
 // staticPrefix begins the name of every manifest the agent writes.
 const staticPrefix = "lifeline-"
 
-// standInOf is the manifest a rebuild of w writes, as staticPodManifest makes it.
-func (s *StaticPods) standInOf(w desired.Worker) ([]byte, error) {
+// standInOf is the manifest of w's stand-in in slot, as staticPodManifest makes it.
+func (s *StaticPods) standInOf(w desired.Worker, slot standInSlot) ([]byte, error) {
 	if w.ManifestRefused != "" {
 		return nil, fmt.Errorf("no stand-in for %s/%s: %s", w.Namespace, w.Name, w.ManifestRefused)
 	}
@@ -156,7 +165,7 @@ func (s *StaticPods) standInOf(w desired.Worker) ([]byte, error) {
 	}
 	bound := s.Bound
 	bound.Protected = append([]string{s.Dir}, bound.Protected...)
-	manifest, err := staticPodManifest(w.Manifest, lifelinev1.StaticPodOf(w.Namespace, w.Name), bound)
+	manifest, err := staticPodManifest(w.Manifest, lifelinev1.StaticPodOf(w.Namespace, w.Name), slot.pod, bound)
 	if err != nil {
 		return nil, fmt.Errorf("the manifest of %s/%s: %w", w.Namespace, w.Name, err)
 	}
@@ -168,28 +177,67 @@ func (s *StaticPods) gateDir(file string) string {
 	return filepath.Join(s.GatesDir, strings.TrimSuffix(file, ".json"))
 }
 
+// slotState is what a worker's slot holds.
+type slotState int
+
+const (
+	slotFree     slotState = iota // nothing of the agent's
+	slotArmed                     // an armed stand-in, its gate closed: no stand-in yet
+	slotStanding                  // a stand-in that runs, or is about to: a rebuild wrote it, or opened its gate
+)
+
+// slotOf tells what slot holds.
+func (s *StaticPods) slotOf(slot standInSlot) (slotState, standIn) {
+	in, ok := readStandIn(filepath.Join(s.Dir, slot.file))
+	switch {
+	case !ok:
+		return slotFree, in
+	case in.gate == "" || s.gateOpen(slot.file):
+		return slotStanding, in
+	}
+	return slotArmed, in
+}
+
 // Rebuild runs the worker again: it opens the gate of its armed stand-in, or else writes its manifest, marked as
-// the agent's (atomically: edged must never read half a file; edged skips the hidden temporary file).
+// the agent's (atomically: edged must never read half a file; edged skips the hidden temporary file). A stand-in
+// that runs already is left as it is; one a rebuild wrote is written again, a new pod to the node.
 func (s *StaticPods) Rebuild(_ context.Context, namespace, pod, uid string) error {
 	for _, w := range s.Workers.Workers() {
 		if w.UID != uid {
 			continue
 		}
-		file := staticPodFile(w.Namespace, w.Name)
-		if in, ok := readStandIn(filepath.Join(s.Dir, file)); ok && in.gate != "" && in.gate == s.gateDir(file) {
-			if err := statefile.Write(filepath.Join(in.gate, gateFile), nil); err != nil {
+		slots := standInSlots(w.Namespace, w.Name)
+		var standing, armed *standInSlot
+		var armedAt time.Time
+		for _, slot := range slots {
+			switch state, in := s.slotOf(slot); {
+			case state == slotStanding && in.gate != "":
+				return nil // its gate is open: it runs, or is about to
+			case state == slotStanding:
+				standing = &slot
+			case state == slotArmed && in.gate == s.gateDir(slot.file) && (armed == nil || in.written.Before(armedAt)):
+				// The one armed longest: the other may have been armed again just now, its pod not yet made.
+				armed, armedAt = &slot, in.written
+			}
+		}
+		target := slots[0]
+		switch {
+		case standing != nil:
+			target = *standing // written again, not a second one opened beside it
+		case armed != nil:
+			if err := statefile.Write(filepath.Join(s.gateDir(armed.file), gateFile), nil); err != nil {
 				return fmt.Errorf("opening the gate of %s/%s's stand-in: %w", namespace, pod, err)
 			}
 			return nil
 		}
-		manifest, err := s.standInOf(w)
+		manifest, err := s.standInOf(w, target)
 		if err == nil {
 			manifest, err = stamped(manifest, time.Now())
 		}
 		if err != nil {
 			return err
 		}
-		if err := statefile.Write(filepath.Join(s.Dir, file), manifest); err != nil {
+		if err := statefile.Write(filepath.Join(s.Dir, target.file), manifest); err != nil {
 			return fmt.Errorf("the static pod of %s/%s: %w", namespace, pod, err)
 		}
 		return nil
@@ -197,11 +245,12 @@ func (s *StaticPods) Rebuild(_ context.Context, namespace, pod, uid string) erro
 	return fmt.Errorf("pod %s/%s (%s) is not one of this node's workers", namespace, pod, uid)
 }
 
-// Arm writes, for each of workers its offline policy lets the agent heal, its stand-in held by a closed gate, so
-// that a rebuild needs nothing from the cloud; it removes the armed stand-ins of pods no longer among workers, and
-// every one still closed when there is no GateImage (arming was turned off). A stand-in whose gate is open runs,
-// and is left to Release. To be called while the node reaches the API server, which creates each new stand-in's
-// mirror pod then.
+// Arm keeps, for each of workers its offline policy lets the agent heal, a stand-in held by a closed gate, so that
+// a rebuild needs nothing from the cloud: its armed ones are kept (written again in place when the worker's pod
+// changed), and when none is, one is armed in a free slot, beside a stand-in that runs. It removes the armed
+// stand-ins of pods no longer among workers, and every one still closed when there is no GateImage (arming was
+// turned off). A stand-in that runs is left to Release. To be called while the node reaches the API server, which
+// creates each new stand-in's mirror pod then.
 func (s *StaticPods) Arm(workers []desired.Worker) error {
 	if s.GatesDir == "" {
 		return nil
@@ -209,37 +258,23 @@ func (s *StaticPods) Arm(workers []desired.Worker) error {
 	var errs []error
 	want := map[string]bool{}
 	for _, w := range workers {
-		if s.GateImage == "" || w.OfflinePolicy == lifelinev1.OfflinePolicyNone || w.Manifest == "" {
+		if !s.armable(w) {
 			continue
 		}
-		file := staticPodFile(w.Namespace, w.Name)
-		want[file] = true
-		path := filepath.Join(s.Dir, file)
-		if in, ok := readStandIn(path); ok && (in.gate == "" || s.gateOpen(file)) {
-			continue // it stands in: left to Release
+		var free []standInSlot
+		armed := false
+		for _, slot := range standInSlots(w.Namespace, w.Name) {
+			switch state, _ := s.slotOf(slot); state {
+			case slotArmed:
+				want[slot.file], armed = true, true
+				errs = append(errs, s.arm(w, slot))
+			case slotFree:
+				free = append(free, slot)
+			}
 		}
-		standIn, err := s.standInOf(w)
-		if err != nil {
-			continue // refused: a rebuild says why
-		}
-		manifest, err := armedManifest(standIn, s.gateDir(file), s.GateImage)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if err := os.MkdirAll(s.gateDir(file), 0o755); err != nil {
-			errs = append(errs, fmt.Errorf("the gate of %s/%s's stand-in: %w", w.Namespace, w.Name, err))
-			continue
-		}
-		if written, err := os.ReadFile(path); err == nil && bytes.Equal(unstamped(written), manifest) {
-			continue // armed already
-		}
-		if manifest, err = stamped(manifest, time.Now()); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if err := statefile.Write(path, manifest); err != nil {
-			errs = append(errs, fmt.Errorf("arming %s/%s's stand-in: %w", w.Namespace, w.Name, err))
+		if !armed && len(free) > 0 {
+			want[free[0].file] = true
+			errs = append(errs, s.arm(w, free[0]))
 		}
 	}
 	files, err := filepath.Glob(filepath.Join(s.Dir, staticPrefix+"*.json"))
@@ -253,6 +288,52 @@ func (s *StaticPods) Arm(workers []desired.Worker) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// armable: the agent arms w's stand-ins (it has a gate image, w's offline policy lets it heal, and its manifest
+// is known).
+func (s *StaticPods) armable(w desired.Worker) bool {
+	return s.GateImage != "" && w.OfflinePolicy != lifelinev1.OfflinePolicyNone && w.Manifest != ""
+}
+
+// arm writes w's stand-in into slot behind a closed gate, unless it is there already.
+func (s *StaticPods) arm(w desired.Worker, slot standInSlot) error {
+	manifest, err := s.armedOf(w, slot)
+	if err != nil || manifest == nil {
+		return err
+	}
+	if written, err := os.ReadFile(filepath.Join(s.Dir, slot.file)); err == nil && bytes.Equal(unstamped(written), manifest) {
+		return nil // armed already
+	}
+	return s.writeArmed(w, slot, manifest)
+}
+
+// armedOf is w's armed stand-in in slot; nil when the manifest is refused (a rebuild says why).
+func (s *StaticPods) armedOf(w desired.Worker, slot standInSlot) ([]byte, error) {
+	standIn, err := s.standInOf(w, slot)
+	if err != nil {
+		return nil, nil
+	}
+	return armedManifest(standIn, s.gateDir(slot.file), s.GateImage)
+}
+
+// writeArmed closes slot's gate and writes manifest there, stamped: a new pod to the node, which waits at its gate.
+func (s *StaticPods) writeArmed(w desired.Worker, slot standInSlot, manifest []byte) error {
+	gate := s.gateDir(slot.file)
+	if err := os.MkdirAll(gate, 0o755); err != nil {
+		return fmt.Errorf("the gate of %s/%s's stand-in: %w", w.Namespace, w.Name, err)
+	}
+	if err := os.Remove(filepath.Join(gate, gateFile)); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("closing the gate of %s/%s's stand-in: %w", w.Namespace, w.Name, err)
+	}
+	manifest, err := stamped(manifest, time.Now())
+	if err != nil {
+		return err
+	}
+	if err := statefile.Write(filepath.Join(s.Dir, slot.file), manifest); err != nil {
+		return fmt.Errorf("arming %s/%s's stand-in: %w", w.Namespace, w.Name, err)
+	}
+	return nil
 }
 
 // gateOpen tells whether the armed stand-in in file has its gate open: it runs, or is about to.
@@ -269,10 +350,12 @@ type standIn struct {
 	core.StandIn
 	// gate is the gate directory of an armed stand-in; empty for a stand-in written by a rebuild.
 	gate string
+	// written is when the agent wrote it (its WrittenAnnotation); zero if unstamped.
+	written time.Time
 }
 
 // readStandIn reads the manifest at path when the agent wrote it: it carries the StaticPodOfAnnotation naming a
-// worker whose file is this one. A file someone else put there, even named lifeline-*, is not the agent's.
+// worker one of whose slots is this file. A file someone else put there, even named lifeline-*, is not the agent's.
 func readStandIn(path string) (standIn, bool) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -284,11 +367,12 @@ func readStandIn(path string) (standIn, bool) {
 		return standIn{}, false
 	}
 	namespace, name, ok := lifelinev1.ParseStaticPodOf(pod.Metadata.Annotations[lifelinev1.StaticPodOfAnnotation])
-	if !ok || staticPodFile(namespace, name) != filepath.Base(path) {
+	slots := standInSlots(namespace, name)
+	if !ok || !slices.ContainsFunc(slots[:], func(s standInSlot) bool { return s.file == filepath.Base(path) }) {
 		return standIn{}, false
 	}
 	return standIn{StandIn: core.StandIn{Namespace: namespace, Pod: name, WorkerName: desired.WorkerNameOf(&pod)},
-		gate: pod.Metadata.Annotations[ArmedAnnotation]}, true
+		gate: pod.Metadata.Annotations[ArmedAnnotation], written: writtenAt(pod.Metadata.Annotations[WrittenAnnotation])}, true
 }
 
 // StandIns lists the stand-ins that run, or are about to, each with the pod it stands in for and that pod's
@@ -307,14 +391,37 @@ func (s *StaticPods) StandIns() ([]core.StandIn, error) {
 	return out, nil
 }
 
-// Release removes the stand-in the agent wrote for namespace/pod, and its gate, if they are there; Arm arms it
-// again while the node reaches the API server.
+// Release ends the stand-ins of namespace/pod that run, or are about to: each is written again in place, armed
+// behind a closed gate, while the node's workers still hold that pod; removed, with its gate, otherwise. A file of
+// a worker the node keeps is never removed, because removing a static pod's file orphans its mirror pod, and
+// edged's housekeeping, which every pod's start waits for, waits on that mirror pod's deletion: for two minutes of
+// message timeouts when a cut begins meanwhile (the stand-in armed in the other slot would not start until then).
 func (s *StaticPods) Release(namespace, pod string) error {
-	file := staticPodFile(namespace, pod)
-	if _, ok := readStandIn(filepath.Join(s.Dir, file)); !ok {
-		return nil
+	var errs []error
+	for _, slot := range standInSlots(namespace, pod) {
+		if state, _ := s.slotOf(slot); state != slotStanding {
+			continue
+		}
+		if w, ok := s.worker(namespace, pod); ok && s.armable(w) {
+			manifest, err := s.armedOf(w, slot)
+			if err == nil && manifest != nil {
+				errs = append(errs, s.writeArmed(w, slot, manifest))
+				continue
+			}
+		}
+		errs = append(errs, s.remove(slot.file))
 	}
-	return s.remove(file)
+	return errors.Join(errs...)
+}
+
+// worker is the node's worker whose pod is namespace/pod, if the node has it.
+func (s *StaticPods) worker(namespace, pod string) (desired.Worker, bool) {
+	for _, w := range s.Workers.Workers() {
+		if w.Namespace == namespace && w.Name == pod {
+			return w, true
+		}
+	}
+	return desired.Worker{}, false
 }
 
 // remove removes the stand-in in file and its gate.

@@ -36,6 +36,12 @@ func stamped(manifest []byte, at time.Time) ([]byte, error) {
 	return withAnnotation(manifest, WrittenAnnotation, at.UTC().Format(time.RFC3339Nano))
 }
 
+// writtenAt reads a WrittenAnnotation value; zero when it does not parse.
+func writtenAt(v string) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, v)
+	return t
+}
+
 // unstamped is manifest without WrittenAnnotation, to compare what two stand-ins run; nil if it does not decode.
 func unstamped(manifest []byte) []byte {
 	out, err := withAnnotation(manifest, WrittenAnnotation, "")

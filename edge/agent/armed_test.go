@@ -64,9 +64,9 @@ func TestArmedStandInIsOpenedByARebuildAndArmedAgainAfterItsRelease_P_HEAL_3(t *
 	if err := s.Arm(workers); err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(dir, staticPodFile("default", "fl-trainer-0"))
+	file := filepath.Join(dir, standInSlots("default", "fl-trainer-0")[0].file)
 	pod := readArmed(t, file)
-	gate := s.gateDir(staticPodFile("default", "fl-trainer-0"))
+	gate := s.gateDir(standInSlots("default", "fl-trainer-0")[0].file)
 	if pod.Metadata.Annotations[ArmedAnnotation] != gate || len(pod.Spec.InitContainers) != 1 ||
 		pod.Spec.InitContainers[0].Image != "lifeline-agent:1.0" ||
 		!slices.Equal(pod.Spec.InitContainers[0].Args, []string{"gate", "--path", filepath.Join(gate, "open")}) {
@@ -87,7 +87,7 @@ func TestArmedStandInIsOpenedByARebuildAndArmedAgainAfterItsRelease_P_HEAL_3(t *
 	if info, err := os.Stat(gate); err != nil || !info.IsDir() || !mounted || filepath.Dir(gate) != gates {
 		t.Errorf("the gate directory %s (%v) is not there, or not mounted", gate, err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, staticPodFile("default", "w"))); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(dir, standInSlots("default", "w")[0].file)); !os.IsNotExist(err) {
 		t.Errorf("a worker whose offline policy is None was armed (%v)", err)
 	}
 	if got, _ := s.StandIns(); len(got) != 0 {
@@ -129,9 +129,26 @@ func TestArmedStandInIsOpenedByARebuildAndArmedAgainAfterItsRelease_P_HEAL_3(t *
 	if err := s.Release("default", "fl-trainer-0"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(gate); !os.IsNotExist(err) {
-		t.Errorf("the gate outlived its release (%v)", err)
+	if _, err := os.Stat(filepath.Join(gate, "open")); !os.IsNotExist(err) || readArmed(t, file).Metadata.Annotations[ArmedAnnotation] != gate {
+		t.Error("not armed again in place, closed, by the release")
 	}
+	if again, _ := os.ReadFile(file); string(again) == string(before) {
+		t.Error("the release left the stand-in's pod as it was: the node would not make it anew behind its closed gate")
+	}
+	s.Workers = fixedWorkers{kept} // the trainer's pod gone: its stand-in goes at its release
+	if err := s.Rebuild(context.Background(), "default", "fl-trainer-0", "u1"); err == nil {
+		t.Error("rebuilt a worker the node no longer has")
+	}
+	if err := os.WriteFile(filepath.Join(gate, "open"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release("default", "fl-trainer-0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(gate); !os.IsNotExist(err) {
+		t.Errorf("the gate of a worker gone outlived its release (%v)", err)
+	}
+	s.Workers = workers
 	if err := s.Arm(workers); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +184,8 @@ func TestArmedStandInIsOpenedByARebuildAndArmedAgainAfterItsRelease_P_HEAL_3(t *
 }
 
 // A stand-in a rebuild wrote (before arming, or before the node first reached the API server) runs until its
-// release: arming never replaces it with a gated one, which the node would start anew behind a closed gate.
+// release: arming never replaces it with a gated one, which the node would start anew behind a closed gate, but
+// arms the worker's next stand-in beside it; its release arms it in place.
 func TestArmingLeavesAStandInThatRunsAlone(t *testing.T) {
 	dir := t.TempDir()
 	workers := fixedWorkers{{Namespace: "default", Name: "fl-trainer-0", UID: "u1", Manifest: renderedTrainer}}
@@ -175,7 +193,8 @@ func TestArmingLeavesAStandInThatRunsAlone(t *testing.T) {
 	if err := s.Rebuild(context.Background(), "default", "fl-trainer-0", "u1"); err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(dir, staticPodFile("default", "fl-trainer-0"))
+	slots := standInSlots("default", "fl-trainer-0")
+	file := filepath.Join(dir, slots[0].file)
 	before, _ := os.ReadFile(file)
 	s.GateImage = "lifeline-agent:1.0"
 	if err := s.Arm(workers); err != nil {
@@ -187,11 +206,93 @@ func TestArmingLeavesAStandInThatRunsAlone(t *testing.T) {
 	if err := s.Release("default", "fl-trainer-0"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Arm(workers); err != nil {
-		t.Fatal(err)
+	for _, slot := range slots {
+		if readArmed(t, filepath.Join(dir, slot.file)).Metadata.Annotations[ArmedAnnotation] == "" {
+			t.Errorf("%s not armed after the release", slot.file)
+		}
 	}
-	if readArmed(t, file).Metadata.Annotations[ArmedAnnotation] == "" {
-		t.Error("not armed after the release")
+}
+
+// [P-HEAL-3] A worker's stand-ins take two slots: while one stands in, the next is armed in the other, under another
+// pod name, and the release arms the first again in place, never removing its file (a node holds every pod's start
+// while it deletes an orphaned mirror pod, for minutes when a cut begins meanwhile). A rebuild opens the stand-in
+// armed longest (the other may be a pod the node is still making anew), unless a stand-in runs already.
+func TestTheNextStandInIsArmedBesideTheOneThatRuns_P_HEAL_3(t *testing.T) {
+	dir := t.TempDir()
+	workers := fixedWorkers{{Namespace: "default", Name: "fl-trainer-0", UID: "u1", Manifest: renderedTrainer}}
+	s := &StaticPods{Dir: dir, Workers: workers, GateImage: "lifeline-agent:1.0", GatesDir: filepath.Join(t.TempDir(), "gates")}
+	slots := standInSlots("default", "fl-trainer-0")
+	ctx := context.Background()
+	arm := func() {
+		if err := s.Arm(workers); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rebuild := func() {
+		if err := s.Rebuild(ctx, "default", "fl-trainer-0", "u1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := func() {
+		if err := s.Release("default", "fl-trainer-0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// state is each slot's content: "" (free), "armed", or "open", with the pod's name.
+	state := func() [2]string {
+		var out [2]string
+		for i, slot := range slots {
+			data, err := os.ReadFile(filepath.Join(dir, slot.file))
+			if err != nil {
+				continue
+			}
+			var pod struct{ Metadata struct{ Name string } }
+			_ = json.Unmarshal(data, &pod)
+			out[i] = "armed " + pod.Metadata.Name
+			if s.gateOpen(slot.file) {
+				out[i] = "open " + pod.Metadata.Name
+			}
+		}
+		return out
+	}
+	a, b := "fl-trainer-0", "fl-trainer-0-b"
+	steps := []struct {
+		what      string
+		do        func()
+		want      [2]string
+		rewritten int // the slot the step writes anew, -1 for none
+	}{
+		{"armed", arm, [2]string{"armed " + a, ""}, -1},
+		{"rebuilt", rebuild, [2]string{"open " + a, ""}, -1},
+		{"rebuilt again while it stands in", rebuild, [2]string{"open " + a, ""}, -1},
+		{"the next armed beside it", arm, [2]string{"open " + a, "armed " + b}, -1},
+		{"rebuilt while one stands in and the next is armed", rebuild, [2]string{"open " + a, "armed " + b}, -1},
+		{"handed back", release, [2]string{"armed " + a, "armed " + b}, 0},
+		{"armed after the hand-back", arm, [2]string{"armed " + a, "armed " + b}, -1},
+		{"rebuilt from the slot armed longest", rebuild, [2]string{"armed " + a, "open " + b}, -1},
+		{"nothing more to arm", arm, [2]string{"armed " + a, "open " + b}, -1},
+		{"handed back again", release, [2]string{"armed " + a, "armed " + b}, 1},
+		{"rebuilt from the first slot, armed longest now", rebuild, [2]string{"open " + a, "armed " + b}, -1},
+	}
+	for _, step := range steps {
+		armed := map[string][]byte{}
+		for _, slot := range slots {
+			armed[slot.file], _ = os.ReadFile(filepath.Join(dir, slot.file))
+		}
+		time.Sleep(time.Millisecond) // stamps apart
+		step.do()
+		if got := state(); got != step.want {
+			t.Fatalf("%s: slots %q, want %q", step.what, got, step.want)
+		}
+		for i, slot := range slots {
+			now, _ := os.ReadFile(filepath.Join(dir, slot.file))
+			if changed := len(armed[slot.file]) > 0 && string(now) != string(armed[slot.file]); changed != (i == step.rewritten) {
+				t.Errorf("%s: %s written anew: %v, want %v (the node makes a new pod of it)", step.what, slot.file, changed, i == step.rewritten)
+			}
+		}
+		if got, _ := s.StandIns(); len(got) > 1 {
+			t.Errorf("%s: %d stand-ins, want one at most", step.what, len(got))
+		}
 	}
 }
 
@@ -209,7 +310,7 @@ func TestWithoutAGateImageARebuildWritesTheStandIn(t *testing.T) {
 	if err := s.Rebuild(context.Background(), "default", "fl-trainer-0", "u1"); err != nil {
 		t.Fatal(err)
 	}
-	if pod := readArmed(t, filepath.Join(dir, staticPodFile("default", "fl-trainer-0"))); len(pod.Spec.InitContainers) != 0 ||
+	if pod := readArmed(t, filepath.Join(dir, standInSlots("default", "fl-trainer-0")[0].file)); len(pod.Spec.InitContainers) != 0 ||
 		pod.Metadata.Annotations[ArmedAnnotation] != "" {
 		t.Errorf("the rebuild wrote a gated stand-in: %+v", pod)
 	}
@@ -221,7 +322,7 @@ func TestEachStandInWrittenIsANewPodToTheNode(t *testing.T) {
 	dir := t.TempDir()
 	workers := fixedWorkers{{Namespace: "default", Name: "fl-trainer-0", UID: "u1", Manifest: renderedTrainer}}
 	s := &StaticPods{Dir: dir, Workers: workers, GatesDir: filepath.Join(t.TempDir(), "gates")}
-	file := filepath.Join(dir, staticPodFile("default", "fl-trainer-0"))
+	file := filepath.Join(dir, standInSlots("default", "fl-trainer-0")[0].file)
 	var written [][]byte
 	for range 2 {
 		if err := s.Rebuild(context.Background(), "default", "fl-trainer-0", "u1"); err != nil {

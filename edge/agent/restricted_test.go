@@ -12,7 +12,7 @@ import (
 // refusal is the reason staticPodManifest refuses manifest for, or "" when it takes it.
 func refusal(t *testing.T, manifest string, bound StandInBound) string {
 	t.Helper()
-	_, err := staticPodManifest(manifest, "default/fl-trainer-0", bound)
+	_, err := staticPodManifest(manifest, "default/fl-trainer-0", "fl-trainer-0", bound)
 	var refused *RefusedManifestError
 	switch {
 	case err == nil:
@@ -123,7 +123,7 @@ type restrictedPod struct {
 
 func restrictedStandIn(t *testing.T, manifest string, bound StandInBound) restrictedPod {
 	t.Helper()
-	out, err := staticPodManifest(manifest, "default/fl-trainer-0", bound)
+	out, err := staticPodManifest(manifest, "default/fl-trainer-0", "fl-trainer-0", bound)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,8 +41,8 @@ type StandInBound struct {
 	HostRoot string
 }
 
-// staticPodManifest turns a worker's last known pod into the static pod the agent writes, marked as standing in
-// for worker, or refuses it. The pod's source may have been forged (the MetaServer's port is anyone's to bind
+// staticPodManifest turns a worker's last known pod into the static pod the agent writes, named podName and marked
+// as standing in for worker, or refuses it. The pod's source may have been forged (the MetaServer's port is anyone's to bind
 // while edgecore restarts) and edged runs a static pod with no admission at all, so only what a worker may have
 // passes: no privileged container, no added capability, no host PID or IPC namespace, no unmasked /proc,
 // no unconfined seccomp or AppArmor profile, no volume but node directories and files outside the node's system
@@ -55,7 +55,7 @@ type StandInBound struct {
 //
 // What ties the pod to the API server is dropped, as upstream Kubernetes requires of static pods: its service
 // account, and the projected token volume admission added, which a cut-off node could never fill.
-func staticPodManifest(manifest, worker string, bound StandInBound) ([]byte, error) {
+func staticPodManifest(manifest, worker, podName string, bound StandInBound) ([]byte, error) {
 	var pod map[string]any
 	strict, err := sigsjson.UnmarshalStrict([]byte(manifest), &pod, sigsjson.DisallowDuplicateFields)
 	if err != nil {
@@ -82,6 +82,7 @@ func staticPodManifest(manifest, worker string, bound StandInBound) ([]byte, err
 		return nil, &RefusedManifestError{Reason: err.Error()}
 	}
 	annotationsOf(pod)[lifelinev1.StaticPodOfAnnotation] = worker
+	objectAt(pod, "metadata")["name"] = podName
 	return json.Marshal(pod)
 }
 

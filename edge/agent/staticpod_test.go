@@ -56,7 +56,7 @@ func withSpec(t *testing.T, field, value string) string {
 }
 
 func TestRenderedWorkerIsRebuiltWithoutItsServiceAccount(t *testing.T) {
-	out, err := staticPodManifest(renderedTrainer, "default/fl-trainer-0", StandInBound{})
+	out, err := staticPodManifest(renderedTrainer, "default/fl-trainer-0", "fl-trainer-0", StandInBound{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestRebuildRefusesManifestsThatReachTheNode(t *testing.T) {
 		{"the agent's state", withSpec(t, "volumes", `[{"name":"r","hostPath":{"path":"/srv/lifeline/state"}}]`), "/srv/lifeline"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := staticPodManifest(tc.manifest, "default/fl-trainer-0", StandInBound{Protected: []string{"/srv/lifeline/state/agent"}})
+			_, err := staticPodManifest(tc.manifest, "default/fl-trainer-0", "fl-trainer-0", StandInBound{Protected: []string{"/srv/lifeline/state/agent"}})
 			var refused *RefusedManifestError
 			if !errors.As(err, &refused) || !strings.Contains(err.Error(), tc.reason) {
 				t.Fatalf("error %v, want a refusal saying %q", err, tc.reason)
@@ -179,7 +179,7 @@ func TestHostileMetaServerStandInGetsNoManifestWritten(t *testing.T) {
 func TestWorkersOwnNodeDirectoryIsRebuilt(t *testing.T) {
 	manifest := withSpec(t, "volumes", `[{"name":"results","hostPath":{"path":"/var/lib/helmet-detection/output","type":"DirectoryOrCreate"}}]`)
 	manifest = strings.Replace(manifest, `"volumeMounts":[`, `"volumeMounts":[{"name":"results","mountPath":"/output"},`, 1)
-	if _, err := staticPodManifest(manifest, "default/w", StandInBound{}); err != nil {
+	if _, err := staticPodManifest(manifest, "default/w", "w", StandInBound{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -230,7 +231,8 @@ func TestASlowAcknowledgementKeepsTheSession_P_JRN_1(t *testing.T) {
 	if fmt.Sprint(reports) != fmt.Sprint(seq(1, 5)) {
 		t.Errorf("reports %v, want 1..5 in order", reports)
 	}
-	if fmt.Sprint(births) != "[1]" || len(deaths) != 0 {
+	// A birth is sent at QoS 1, so it may arrive twice; a second session would be born with seq 2.
+	if fmt.Sprint(slices.Compact(births)) != "[1]" || len(deaths) != 0 {
 		t.Errorf("births %v, deaths %v: want the one session [1], never ended", births, deaths)
 	}
 }

@@ -193,19 +193,18 @@ func (d *demo) cutOffLose(pod *corev1.Pod) error {
 		return err
 	}
 	lost := time.Now()
-	static := pod.Name + "-edge3" // edged names a static pod after its node
 	if err := d.waitFor("the agent to rebuild the worker as a static pod", func() bool {
-		return s.WorkerRunning("edge3", "default", static, "little-model")
+		return s.StandInRunning("edge3", "default", pod.Name, "little-model")
 	}); err != nil {
 		return err
 	}
-	say("Pod lost -> the worker runs again as static pod %s in %v: the node would never have run it again by itself,\n"+
-		"and the cloud cannot reach the node to do it.", static, time.Since(lost).Round(10*time.Millisecond))
+	say("Pod lost -> the worker runs again as a static pod (%s-edge3) in %v: the node would never have run it again by itself,\n"+
+		"and the cloud cannot reach the node to do it.", pod.Name, time.Since(lost).Round(10*time.Millisecond))
 	say("Mending the links.")
 	s.RestoreBroker("edge3")
 	s.RestoreAPI("edge3")
 	return d.waitFor("the worker back in its own pod, the static pod gone", func() bool {
-		return s.WorkerRunning("edge3", "default", pod.Name, "little-model") && !s.WorkerRunning("edge3", "default", static, "little-model")
+		return s.WorkerRunning("edge3", "default", pod.Name, "little-model") && !s.StandInRunning("edge3", "default", pod.Name, "little-model")
 	})
 }
 

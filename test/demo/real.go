@@ -166,7 +166,8 @@ func (d *demo) realRebootCutOff(c *realnode.Cluster, inst *realnode.Installation
 	say("A kubelet that boots cut off knows none of the pods the API server gave it, the agent's DaemonSet pod included;")
 	say("it runs only its static pods, among them the agent's standby, which the agent pod installed.")
 	if err := d.waitFor("the edge worker to run again on edge-1, as a static pod the standby wrote", func() bool {
-		return running(pod.Name+"-edge-1") == 1
+		n, _ := edge.StandInContainers(d.ctx, pod.Name)
+		return n == 1
 	}); err != nil {
 		return err
 	}
@@ -178,7 +179,8 @@ func (d *demo) realRebootCutOff(c *realnode.Cluster, inst *realnode.Installation
 	}
 	mended := time.Now()
 	if err := d.waitFor("the stand-in to give way to the worker's own pod, and the agent pod to be back", func() bool {
-		return running(pod.Name+"-edge-1") == 0 && running(pod.Name) == 1 && running("lifeline-agent-") >= 2
+		n, _ := edge.StandInContainers(d.ctx, pod.Name)
+		return n == 0 && running(pod.Name) == 1 && running("lifeline-agent-") >= 2
 	}); err != nil {
 		return err
 	}

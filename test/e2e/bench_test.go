@@ -105,7 +105,7 @@ func BenchmarkCutOffNode(b *testing.B) {
 			b.Fatal(err)
 		}
 		harness.Eventually(b, within, "the lost worker running as a static pod", func(context.Context) (bool, error) {
-			return s.WorkerRunning(edgeNode, "default", pod.Name+"-"+edgeNode, "little-model"), nil
+			return s.StandInRunning(edgeNode, "default", pod.Name, "little-model"), nil
 		})
 		rebuiltLost := time.Since(lost)
 		s.RestoreAPI(edgeNode)
@@ -315,7 +315,7 @@ func failNeverTrainerCutOff(b testing.TB, name string, into, limit time.Duration
 	defer deleteAndWait(b, job) // each run makes the job anew, under the same name
 	if armed {
 		harness.Eventually(b, within, "the trainer's stand-in armed", func(context.Context) (bool, error) {
-			return s.WorkerRunning("edge1", "default", trainer+"-edge1", "lifeline-gate"), nil
+			return s.StandInRunning("edge1", "default", trainer, "lifeline-gate"), nil
 		})
 	}
 	s.CutAPI("edge1")
@@ -350,7 +350,7 @@ func trainerRunsOnEdge1(ctx context.Context, job client.Object, standIns bool) (
 	}
 	for _, p := range pods.Items {
 		if strings.HasPrefix(p.Name, job.GetName()+"-train") && (s.WorkerRunning("edge1", "default", p.Name, "train-worker") ||
-			standIns && s.WorkerRunning("edge1", "default", p.Name+"-edge1", "train-worker")) {
+			standIns && s.StandInRunning("edge1", "default", p.Name, "train-worker")) {
 			return true, nil
 		}
 	}

@@ -271,7 +271,7 @@ func TestOneDeathOnACutOffNodeGetsOneCommand(t *testing.T) {
 	}
 	waitHeard(t, lifelinev1.KindWorkerState, states, "the last state of the dead trainer heard by the controller")
 	eventually(t, within, "the trainer running again as a static pod", func(context.Context) (bool, error) {
-		return s.WorkerRunning("edge1", "default", trainer+"-edge1", "train-worker"), nil
+		return s.StandInRunning("edge1", "default", trainer, "train-worker"), nil
 	})
 	eventually(t, within, "the command and the rebuild told in Events", func(context.Context) (bool, error) {
 		return eventCount(t, job, edgeaware.ReasonRestartCommandSent) > 0 &&
@@ -392,9 +392,8 @@ func TestArmedStandInRunsATrainerFailedInTheFirstSecondOfACut_P_HEAL_3(t *testin
 	t.Cleanup(func() { _ = s.ImitateEdgehub("edge1", 0, 0) })
 	job, trainer := neverTrainerJob(t, "surface-defect-detection-armed")
 	defer deleteAndWait(t, job)
-	standIn := trainer + "-edge1"
 	eventually(t, within, "the trainer's stand-in armed: its gate waits on the node", func(context.Context) (bool, error) {
-		return s.WorkerRunning("edge1", "default", standIn, "lifeline-gate"), nil
+		return s.StandInRunning("edge1", "default", trainer, "lifeline-gate"), nil
 	})
 	cut := time.Now()
 	cutOff(t, "edge1", false)
@@ -410,13 +409,13 @@ func TestArmedStandInRunsATrainerFailedInTheFirstSecondOfACut_P_HEAL_3(t *testin
 	}
 	// A third of the node's mirror-pod wait: a stand-in written at the rebuild cannot run this soon.
 	eventually(t, mirrorPodTimeout/3, "the trainer running again as its armed stand-in", func(context.Context) (bool, error) {
-		return s.WorkerRunning("edge1", "default", standIn, "train-worker"), nil
+		return s.StandInRunning("edge1", "default", trainer, "train-worker"), nil
 	})
 	t.Logf("failed %v into the cut -> running again as the armed stand-in after %v", killed.Sub(cut).Round(time.Millisecond),
 		time.Since(killed).Round(time.Millisecond))
 	s.RestoreAPI("edge1")
 	eventually(t, 2*within, "the stand-in gone, a trainer of the job running in its own pod", func(ctx context.Context) (bool, error) {
-		if s.WorkerRunning("edge1", "default", standIn, "train-worker") {
+		if s.StandInRunning("edge1", "default", trainer, "train-worker") {
 			return false, nil
 		}
 		return trainerRunsOnEdge1(ctx, job, false)

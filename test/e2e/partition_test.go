@@ -202,15 +202,14 @@ func TestCutOffFromEverythingTheAgentHealsByPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost := time.Now()
-	static := pod.Name + "-" + edgeNode // edged names a static pod after its node
 	eventually(t, within, "the worker running again as a static pod", func(context.Context) (bool, error) {
-		return s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
+		return s.StandInRunning(edgeNode, "default", pod.Name, "little-model"), nil
 	})
 	t.Logf("pod lost -> running again as a static pod, cut off from everything: %v", time.Since(lost).Round(time.Millisecond))
 	s.RestoreBroker(edgeNode)
 	s.RestoreAPI(edgeNode)
 	eventually(t, within, "the worker back in its own pod, the static pod gone", func(context.Context) (bool, error) {
-		return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") && !s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
+		return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") && !s.StandInRunning(edgeNode, "default", pod.Name, "little-model"), nil
 	})
 	eventually(t, within, "the RestartedOffline event on the node, from the journal's replay", func(ctx context.Context) (bool, error) {
 		return hasEventOn(ctx, ji, edgeaware.ReasonRestartedOffline, edgeNode), nil
@@ -508,7 +507,7 @@ func TestLostPodIsRebuiltAsAStaticPodAndHandedBack(t *testing.T) {
 func waitStandIn(t testing.TB, pod *corev1.Pod) {
 	t.Helper()
 	eventually(t, within, "the worker running again as a static pod", func(context.Context) (bool, error) {
-		return s.WorkerRunning(edgeNode, "default", pod.Name+"-"+edgeNode, "little-model"), nil
+		return s.StandInRunning(edgeNode, "default", pod.Name, "little-model"), nil
 	})
 }
 
@@ -518,7 +517,7 @@ func handBack(t testing.TB, pod *corev1.Pod) {
 	t.Helper()
 	s.RestoreAPI(edgeNode)
 	eventually(t, within, "the worker back in its own pod, the static pod gone", func(context.Context) (bool, error) {
-		return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") && !s.WorkerRunning(edgeNode, "default", pod.Name+"-"+edgeNode, "little-model"), nil
+		return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") && !s.StandInRunning(edgeNode, "default", pod.Name, "little-model"), nil
 	})
 }
 

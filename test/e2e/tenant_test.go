@@ -43,14 +43,13 @@ func TestTenantPodsOfAMegabyteEachLeaveTheAgentUpAndHealing(t *testing.T) {
 	if err := s.LosePod(edgeNode, "default", pod.Name); err != nil {
 		t.Fatal(err)
 	}
-	static := pod.Name + "-" + edgeNode
 	eventually(t, within, "the node's own worker running again as a static pod", func(context.Context) (bool, error) {
-		return s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
+		return s.StandInRunning(edgeNode, "default", pod.Name, "little-model"), nil
 	})
 	s.RestoreBroker(edgeNode)
 	s.RestoreAPI(edgeNode)
 	eventually(t, within, "the worker back in its own pod, the static pod gone", func(context.Context) (bool, error) {
-		return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") && !s.WorkerRunning(edgeNode, "default", static, "little-model"), nil
+		return s.WorkerRunning(edgeNode, "default", pod.Name, "little-model") && !s.StandInRunning(edgeNode, "default", pod.Name, "little-model"), nil
 	})
 	waitAgentCondition(t, corev1.ConditionTrue, nodecondition.ReasonConnected)
 

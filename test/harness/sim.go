@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lifeline-edge/lifeline/cloud/manager"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/simnode"
 	"github.com/lifeline-edge/lifeline/test/testkit"
 )
@@ -615,6 +616,17 @@ func (s *Sim) signalWorker(node, namespace, pod, container string, sig syscall.S
 // WorkerRunning tells whether the process of a container runs, by its pid file.
 func (s *Sim) WorkerRunning(node, namespace, pod, container string) bool {
 	return simnode.ProcessRuns(simnode.PIDFile(s.NodeDir(node), namespace, pod, container))
+}
+
+// StandInRunning tells whether the container of one of the stand-ins of a worker's pod runs on the node (the
+// agent arms them in two slots in turn).
+func (s *Sim) StandInRunning(node, namespace, pod, container string) bool {
+	for _, name := range lifelinev1.StandInPodsOn(pod, node) {
+		if s.WorkerRunning(node, namespace, name, container) {
+			return true
+		}
+	}
+	return false
 }
 
 // Kubectl runs the pinned kubectl against the simulation.

@@ -83,13 +83,13 @@ func BenchmarkRealNodes(b *testing.B) {
 	line("reboot-reconnect-stand-in-gave-way", reboot.gaveWay)
 	line("reboot-reconnect-no-worker-running", reboot.gap)
 	line("reboot-reconnect-two-workers-running", reboot.overlap)
-	fmt.Printf("helm-upgrade-workers-restarted %d\n", len(upgraded.restarted))
-	fmt.Printf("helm-upgrade-reports-lost %d (delivered after a retry: %d)\n", len(upgraded.lost), upgraded.reportsRetried)
-	for _, l := range upgraded.lost {
+	fmt.Printf("helm-upgrade-workers-restarted %d\n", len(upgraded.Restarted))
+	fmt.Printf("helm-upgrade-reports-lost %d (delivered after a retry: %d)\n", len(upgraded.Lost), upgraded.ReportsRetried)
+	for _, l := range upgraded.Lost {
 		fmt.Println("  " + l)
 	}
-	line("helm-upgrade-every-agent-ready", upgraded.took)
-	fmt.Printf("helm-upgrade-hand-overs %d of 2 (the new agent started beside the old one and took the node from it)\n", upgraded.handOvers)
+	line("helm-upgrade-every-agent-ready", upgraded.Took)
+	fmt.Printf("helm-upgrade-hand-overs %d of %d (the new agent started beside the old one and took the node from it)\n", upgraded.HandOvers, upgraded.Agents)
 	fmt.Println("helm-upgrade-anchor none (Sedna's controllers have no agent to upgrade)")
 }
 

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,7 +34,6 @@ var (
 	rc         *realnode.Cluster
 	kc         client.Client
 	inst       *realnode.Installation
-	repo       string
 	skipReason string
 )
 
@@ -59,8 +56,8 @@ func runReal(m *testing.M) int {
 		skipReason = "this machine cannot run real nodes: " + err.Error()
 		return m.Run()
 	}
-	var err error
-	if repo, err = testkit.RepoRoot(); err != nil {
+	repo, err := testkit.RepoRoot()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -301,28 +298,8 @@ type handOver struct {
 func failNeverTrainerCutOff(t testing.TB, name string) handOver {
 	t.Helper()
 	ctx := context.Background()
-	objs, err := testkit.Objects("federated-learning.yaml", realnode.FixtureVars)
+	job, err := realnode.CreateNeverTrainerJob(ctx, kc, name)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var job *v1alpha1.FederatedLearningJob
-	for _, o := range objs {
-		if j, ok := o.(*v1alpha1.FederatedLearningJob); ok {
-			job = j
-			continue
-		}
-		o.SetNamespace("default") // the example's Datasets and Model, unless an earlier test made them
-		if err := kc.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-	job.Namespace, job.Name = "default", name
-	// An aggregator that never ends, so the job outlives the scenario.
-	job.Spec.AggregationWorker.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "exit_round", Value: "100000"}}
-	for i := range job.Spec.TrainingWorkers {
-		job.Spec.TrainingWorkers[i].Template.Spec.RestartPolicy = corev1.RestartPolicyNever
-	}
-	if err := kc.Create(ctx, job); err != nil {
 		t.Fatal(err)
 	}
 	defer deleteAndWait(t, job)
@@ -375,7 +352,7 @@ func cutOffKnown(t testing.TB, node, what string, told func(ctx context.Context)
 	known := false
 	defer func() {
 		if !known { // the wait failed the test: its output keeps the logs, the pods' own go with them when the run ends
-			t.Logf("the controller:\n%s\nthe agents:\n%s", componentLogs(t, "lifeline-controller"), componentLogs(t, "lifeline-agent"))
+			t.Logf("the controller:\n%s\nthe agents:\n%s", rc.ComponentLogs(ctx, "lifeline-controller"), rc.ComponentLogs(ctx, "lifeline-agent"))
 		}
 	}()
 	harness.Eventually(t, 30*time.Second, what+": "+node+"'s agent knows it is cut off", told)
@@ -385,12 +362,11 @@ func cutOffKnown(t testing.TB, node, what string, told func(ctx context.Context)
 	}
 }
 
-// waitStandIn waits until the stand-in of the worker whose pods are named worker* runs on edge-1 (a static pod,
-// named <pod>-edge-1).
+// waitStandIn waits until a stand-in of the worker whose pod is named worker runs on edge-1.
 func waitStandIn(t testing.TB, worker string, within time.Duration) {
 	t.Helper()
 	harness.Eventually(t, within, worker+"'s stand-in running on edge-1", func(ctx context.Context) (bool, error) {
-		n, err := rc.Node("edge-1").RunningContainers(ctx, worker+"-edge-1")
+		n, err := rc.Node("edge-1").StandInContainers(ctx, worker)
 		return n == 1, err
 	})
 }
@@ -406,11 +382,11 @@ func mendAndHandBack(t testing.TB, worker string, h *handOver, done func() bool)
 	}
 	mended, last := time.Now(), time.Now()
 	harness.Eventually(t, 3*time.Minute, "the stand-in given way to a pod of "+worker, func(ctx context.Context) (bool, error) {
-		running, err := edge.RunningContainers(ctx, worker) // its own pods' and its stand-in's (<name>-edge-1)
+		running, err := edge.RunningContainers(ctx, worker) // its own pods' and its stand-ins' (<name>-edge-1, <name>-b-edge-1)
 		if err != nil {
 			return false, err
 		}
-		static, err := edge.RunningContainers(ctx, worker+"-edge-1")
+		static, err := edge.StandInContainers(ctx, worker)
 		if err != nil {
 			return false, err
 		}
@@ -514,8 +490,12 @@ func rebootCutOff(t testing.TB) handOver {
 		t.Errorf("%d standby containers run on edge-1 (%v), want 1", n, err)
 	}
 	mendAndHandBack(t, worker, &h, func() bool {
+		pods, err := rc.ComponentPods(ctx, "lifeline-agent")
+		if err != nil {
+			t.Fatal(err)
+		}
 		agents := 0
-		for name, ready := range podsOf(t, "app.kubernetes.io/name=lifeline-agent") {
+		for name, ready := range pods {
 			if ready && strings.HasPrefix(name, "lifeline-agent-") {
 				agents++
 			}
@@ -558,39 +538,6 @@ func deleteAndWait(t testing.TB, obj client.Object) {
 	})
 }
 
-// workerPods are the joint inference example's worker pods: name → UID and restart count.
-func workerPods(t testing.TB) map[string]string {
-	t.Helper()
-	pods := &corev1.PodList{}
-	if err := kc.List(context.Background(), pods, client.InNamespace("default"),
-		client.MatchingLabels{"jointinferenceservice.sedna.io/name": jiName}); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, p := range pods.Items {
-		if p.Status.Phase != corev1.PodRunning || contract.IsMirrorPod(&p) {
-			continue // a stand-in's mirror pod is no worker: the agent arms a new one at will
-		}
-		restarts := int32(0)
-		for _, cs := range p.Status.ContainerStatuses {
-			restarts += cs.RestartCount
-		}
-		out[p.Name] = fmt.Sprintf("uid %s restarts %d", p.UID, restarts)
-	}
-	return out
-}
-
-func helm(t testing.TB, args ...string) string {
-	t.Helper()
-	cmd := exec.Command(filepath.Join(rc.ControlPlane().BinDir, "helm"), append(args, "--kubeconfig", rc.Kubeconfig,
-		"--namespace", realnode.Namespace)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm %s: %v\n%s\n%s", strings.Join(args, " "), err, out, rc.Diagnose(context.Background(), realnode.Namespace))
-	}
-	return string(out)
-}
-
 // helm upgrade to a new tag of both images, one edge node cut off from everything meanwhile: no worker restarts,
 // no report is lost (Sedna's library tries one for 12 s; the old agent hands the node to the new one, which
 // starts beside it), and the standby follows the new image.
@@ -598,197 +545,39 @@ func TestHelmUpgradeWhileANodeIsCutOffRestartsNoWorker(t *testing.T) {
 	needReal(t)
 	jointInferenceReady(t)
 	u := upgradeWhileCutOff(t, "0.0.0-upgrade")
-	for _, w := range u.restarted {
+	for _, w := range u.Restarted {
 		t.Errorf("worker restarted by the upgrade: %s", w)
 	}
-	if len(u.lost) != 0 {
-		t.Errorf("%d reports lost while the agents were replaced:\n%s\nthe agents:\n%s", len(u.lost), strings.Join(u.lost, "\n"), componentLogs(t, "lifeline-agent"))
+	if len(u.Lost) != 0 {
+		t.Errorf("%d reports lost while the agents were replaced:\n%s\nthe agents:\n%s", len(u.Lost), strings.Join(u.Lost, "\n"),
+			rc.ComponentLogs(context.Background(), "lifeline-agent"))
 	}
-	if !u.standbyFollowed {
+	if !u.StandbyFollowed {
 		t.Error("edge-1's standby is not of the new release")
 	}
 	t.Logf("upgrade: every agent of the new release ready after %v, %d of them handed the node by the old one; %d reports delivered after a retry, %d lost",
-		u.took.Round(time.Second), u.handOvers, u.reportsRetried, len(u.lost))
+		u.Took.Round(time.Second), u.HandOvers, u.ReportsRetried, len(u.Lost))
 }
 
-// componentLogs is the log of every pod of a component of the release (lifeline-agent, lifeline-controller), and
-// of its container's previous run if it restarted.
-func componentLogs(t testing.TB, component string) string {
+// upgradeWhileCutOff upgrades the release to tag for both images while edge-2 is cut off from everything, watching
+// the joint inference example's workers (realnode.UpgradeWhileCutOff).
+func upgradeWhileCutOff(t testing.TB, tag string) realnode.Upgrade {
 	t.Helper()
-	ctx := context.Background()
-	pods, err := rc.Client().CoreV1().Pods(realnode.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + component})
+	u, err := realnode.UpgradeWhileCutOff(context.Background(), rc, inst, kc, realnode.UpgradeOptions{
+		Tag: tag, CutNode: "edge-2", Service: client.ObjectKey{Namespace: "default", Name: jiName}})
 	if err != nil {
-		return err.Error()
-	}
-	var out strings.Builder
-	for _, p := range pods.Items {
-		for _, previous := range []bool{true, false} {
-			logs, err := rc.Client().CoreV1().Pods(realnode.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Previous: previous}).Do(ctx).Raw()
-			if err == nil {
-				fmt.Fprintf(&out, "== %s on %s (previous run: %v)\n%s", p.Name, p.Spec.NodeName, previous, logs)
-			}
-		}
-	}
-	return out.String()
-}
-
-// upgrade is what a helm upgrade did to the running workers.
-type upgrade struct {
-	restarted       []string // workers whose pod or restart count changed
-	lost            []string // the workers' lines on the reports they gave up on (Sedna's library: five attempts, 3 s apart)
-	reportsRetried  int      // reports delivered after a retry: sent while an agent was being replaced
-	handOvers       int      // new agents that found the old one running and took the node from it
-	took            time.Duration
-	standbyFollowed bool // edge-1's standby manifest names the new tag
-}
-
-// upgradeWhileCutOff upgrades the release to tag for both images, as a registry serving a new tag would (the same
-// images re-tagged on every node), while edge-2 is cut off from everything; it mends edge-2 once the new
-// controller is ready and returns when every agent of the new release is.
-func upgradeWhileCutOff(t testing.TB, tag string) upgrade {
-	t.Helper()
-	ctx := context.Background()
-	before := workerPods(t)
-	if len(before) == 0 {
-		t.Fatal("no worker runs")
-	}
-	oldController := podsOf(t, "app.kubernetes.io/name=lifeline-controller")
-	// The edge worker's reports reach its agent: a lost one below is the upgrade's.
-	var metricsBefore []v1alpha1.Metric
-	harness.Eventually(t, time.Minute, "the edge worker's reports in the service's status", func(ctx context.Context) (bool, error) {
-		ji := &v1alpha1.JointInferenceService{}
-		err := kc.Get(ctx, client.ObjectKey{Namespace: "default", Name: jiName}, ji)
-		metricsBefore = ji.Status.Metrics
-		return len(metricsBefore) > 0, err
-	})
-	for _, name := range []string{"lifeline-controller", "lifeline-agent"} {
-		image := imageOf(t, name)
-		for _, n := range rc.Nodes {
-			if err := n.TagImage(ctx, "docker.io/"+image, "docker.io/"+repoOf(image)+":"+tag); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := rc.Cut(ctx, "edge-2", realnode.LinkAll, inst.BrokerPort); err != nil {
 		t.Fatal(err)
-	}
-	defer func() { _ = rc.Mend(ctx, "edge-2") }()
-	// The cut node's agent cannot be replaced until the link returns.
-	upgraded := metav1.Now()
-	helm(t, "upgrade", inst.Release, filepath.Join(repo, "deploy/chart/lifeline"), "--reuse-values",
-		"--set", "controller.image.tag="+tag, "--set", "agent.image.tag="+tag)
-	harness.Eventually(t, 2*time.Minute, "a new controller pod ready", func(ctx context.Context) (bool, error) {
-		pods := podsOf(t, "app.kubernetes.io/name=lifeline-controller")
-		for name, ready := range pods {
-			if _, old := oldController[name]; !old && ready {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err := rc.Mend(ctx, "edge-2"); err != nil {
-		t.Fatal(err)
-	}
-	harness.Eventually(t, 3*time.Minute, "every agent of the new revision ready", func(ctx context.Context) (bool, error) {
-		pods := &corev1.PodList{}
-		if err := kc.List(ctx, pods, client.InNamespace(realnode.Namespace), client.MatchingLabels{"app.kubernetes.io/name": "lifeline-agent"}); err != nil {
-			return false, err
-		}
-		ready := 0
-		for _, p := range pods.Items {
-			if strings.HasSuffix(p.Spec.Containers[0].Image, ":"+tag) && isReady(&p) {
-				ready++
-			}
-		}
-		return ready == 2, nil
-	})
-	u := upgrade{took: time.Since(upgraded.Time)}
-	harness.Eventually(t, 30*time.Second, "reports through the new agents", func(ctx context.Context) (bool, error) {
-		ji := &v1alpha1.JointInferenceService{}
-		err := kc.Get(ctx, client.ObjectKey{Namespace: "default", Name: jiName}, ji)
-		return err == nil && !equality.Semantic.DeepEqual(ji.Status.Metrics, metricsBefore), err
-	})
-	for name := range podsOf(t, "app.kubernetes.io/name=lifeline-agent") {
-		logs, err := rc.Client().CoreV1().Pods(realnode.Namespace).GetLogs(name, &corev1.PodLogOptions{}).Do(ctx).Raw()
-		if err != nil {
-			t.Fatalf("logs of %s: %v", name, err)
-		}
-		if strings.Contains(string(logs), "or the agent pod it replaces, to give way") {
-			u.handOvers++
-		}
-	}
-	standby, err := os.ReadFile(filepath.Join(rc.Node("edge-1").Disk, realnode.StaticPodDir, "lifeline-agent-standby.yaml"))
-	u.standbyFollowed = err == nil && strings.Contains(string(standby), ":"+tag)
-	after := workerPods(t)
-	for name, was := range before {
-		if now := after[name]; now != was {
-			u.restarted = append(u.restarted, fmt.Sprintf("%s: %s before, %q after", name, was, now))
-		}
-	}
-	// The edge worker reports every 3 s, as Sedna's library does, trying a report again while no agent answers.
-	for name := range after {
-		logs, err := rc.Client().CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{SinceTime: &upgraded}).Do(ctx).Raw()
-		if err != nil {
-			t.Fatalf("logs of %s: %v", name, err)
-		}
-		for _, l := range strings.Split(string(logs), "\n") {
-			if strings.Contains(l, "report lost") {
-				u.lost = append(u.lost, name+": "+l)
-			}
-		}
-		u.reportsRetried += strings.Count(string(logs), "report delivered at attempt")
 	}
 	return u
-}
-
-// imageOf is the image the DaemonSet or Deployment name of Lifeline runs, as its pod template names it.
-func imageOf(t testing.TB, name string) string {
-	t.Helper()
-	cs := rc.Client().AppsV1()
-	if d, err := cs.Deployments(realnode.Namespace).Get(context.Background(), name, metav1.GetOptions{}); err == nil {
-		return d.Spec.Template.Spec.Containers[0].Image
-	}
-	ds, err := cs.DaemonSets(realnode.Namespace).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ds.Spec.Template.Spec.Containers[0].Image
-}
-
-// repoOf is an image name without its tag.
-func repoOf(image string) string {
-	return image[:strings.LastIndex(image, ":")]
-}
-
-func podsOf(t testing.TB, selector string) map[string]bool {
-	t.Helper()
-	pods, err := rc.Client().CoreV1().Pods(realnode.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]bool{}
-	for i := range pods.Items {
-		if pods.Items[i].DeletionTimestamp == nil {
-			out[pods.Items[i].Name] = isReady(&pods.Items[i])
-		}
-	}
-	return out
-}
-
-func isReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // TestHelmUninstallLeavesNoLifelineObject runs last: it removes Lifeline.
 func TestHelmUninstallLeavesNoLifelineObject(t *testing.T) {
 	needReal(t)
 	ctx := context.Background()
-	helm(t, "uninstall", inst.Release, "--wait", "--timeout", "3m")
+	if _, err := rc.Helm(ctx, "uninstall", inst.Release, "--wait", "--timeout", "3m"); err != nil {
+		t.Fatal(err)
+	}
 	cs := rc.Client()
 	selector := metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=lifeline"}
 	harness.Eventually(t, 2*time.Minute, "no Lifeline pod left", func(ctx context.Context) (bool, error) {

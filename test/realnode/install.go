@@ -40,6 +40,8 @@ type Installation struct {
 	BrokerPort int
 	// Release is the Helm release's name.
 	Release string
+	// Chart is the chart the release was installed from, which an upgrade names again.
+	Chart string
 }
 
 // InstallLifeline installs the Helm chart as docs/operations.md tells users, the images already on the nodes, then
@@ -50,7 +52,7 @@ func InstallLifeline(ctx context.Context, c *Cluster, opts InstallOptions) (*Ins
 	if out == nil {
 		out = os.Stderr
 	}
-	inst := &Installation{BrokerPort: BrokerNodePort, Release: "lifeline"}
+	inst := &Installation{BrokerPort: BrokerNodePort, Release: "lifeline", Chart: filepath.Join(opts.Repo, "deploy/chart/lifeline")}
 	client := c.client
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}},
 		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -65,8 +67,7 @@ func InstallLifeline(ctx context.Context, c *Cluster, opts InstallOptions) (*Ins
 	if cloud == nil {
 		return nil, fmt.Errorf("no cloud node to run the controller")
 	}
-	args := []string{"install", inst.Release, filepath.Join(opts.Repo, "deploy/chart/lifeline"),
-		"--kubeconfig", c.Kubeconfig, "--namespace", Namespace,
+	args := []string{"install", inst.Release, inst.Chart,
 		"--set", "broker.advertiseAddress={" + cloud.nodeIP() + "}",
 		"--set", "controller.image.pullPolicy=Never", "--set", "agent.image.pullPolicy=Never",
 		"--wait", "--timeout", "90s"}
@@ -84,12 +85,22 @@ func InstallLifeline(ctx context.Context, c *Cluster, opts InstallOptions) (*Ins
 	}
 	fmt.Fprintf(out, "real nodes: helm %s\n", strings.Join(args, " "))
 	began := time.Now()
-	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, "helm"), args...)
-	if outp, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("helm install: %w: %s\n%s", err, outp, c.Diagnose(ctx, Namespace))
+	if _, err := c.Helm(ctx, args...); err != nil {
+		return nil, err
 	}
 	fmt.Fprintf(out, "real nodes: Lifeline installed, controller and agents ready (%.0fs)\n", time.Since(began).Seconds())
 	return inst, nil
+}
+
+// Helm runs the cluster's helm with args on Lifeline's namespace, as its admin, and returns what it printed. Its
+// error holds that output and what in the namespace is not running.
+func (c *Cluster) Helm(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, "helm"), append(args, "--kubeconfig", c.Kubeconfig, "--namespace", Namespace)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("helm %s: %w\n%s\n%s", strings.Join(args, " "), err, out, c.Diagnose(ctx, Namespace))
+	}
+	return string(out), nil
 }
 
 // kubeedgeValues are the chart's defaults for KubeEdge nodes: each node logs in to the broker with the
@@ -166,6 +177,61 @@ func (c *Cluster) Diagnose(ctx context.Context, namespace string) string {
 		}
 	}
 	return b.String()
+}
+
+// componentPods are the pods of a component of the release (app.kubernetes.io/name=component, as
+// lifeline-controller or lifeline-agent), those being deleted among them.
+func (c *Cluster) componentPods(ctx context.Context, component string) ([]corev1.Pod, error) {
+	pods, err := c.client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + component})
+	if err != nil {
+		return nil, fmt.Errorf("listing the pods of %s: %w", component, err)
+	}
+	return pods.Items, nil
+}
+
+// ComponentPods tells, by name, whether each pod of a component of the release (lifeline-controller,
+// lifeline-agent) is ready; pods being deleted are left out, as they are the ones on their way out.
+func (c *Cluster) ComponentPods(ctx context.Context, component string) (map[string]bool, error) {
+	pods, err := c.componentPods(ctx, component)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for i := range pods {
+		if pods[i].DeletionTimestamp == nil {
+			out[pods[i].Name] = podReady(&pods[i])
+		}
+	}
+	return out, nil
+}
+
+// ComponentLogs is the log of every pod of a component of the release (lifeline-agent, lifeline-controller), every
+// run of its containers, for a failure's message. It is read from the nodes' disks, so that it is there for a node
+// cut off and for an edgecore node alike; what cannot be read says why in its place.
+func (c *Cluster) ComponentLogs(ctx context.Context, component string) string {
+	pods, err := c.componentPods(ctx, component)
+	if err != nil {
+		return err.Error()
+	}
+	var out strings.Builder
+	for i := range pods {
+		logs, err := c.podLogs(&pods[i], time.Time{})
+		if err != nil {
+			logs = err.Error() + "\n"
+		}
+		fmt.Fprintf(&out, "== %s on %s\n%s", pods[i].Name, pods[i].Spec.NodeName, logs)
+	}
+	return out.String()
+}
+
+// podReady tells whether the pod's Ready condition is true.
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // exampleFiles are the files deploy/examples' Models and Datasets name on the nodes that run their workers: the

@@ -2,15 +2,20 @@ package realnode
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/lifeline-edge/lifeline/test/harness"
 )
@@ -76,6 +81,55 @@ func (n *Node) onDisk(path string) string {
 		}
 	}
 	return filepath.Join(n.Disk, path)
+}
+
+// podLogsDir is where the kubelet and edged write the logs of their pods' containers, as the node sees it:
+// <namespace>_<pod>_<uid>/<container>/<run>.log, each line `<time> <stream> <F|P> <text>` (CRI's format; P is part
+// of a line the next one goes on with).
+const podLogsDir = "/var/log/pods"
+
+// podLogs is what the pod's containers wrote since a moment (zero: from their start), every run of each in turn,
+// read from its node's disk: the API server serves no log of an edgecore node, whose edgeStream keadm leaves off,
+// nor of a node cut off from it.
+func (c *Cluster) podLogs(p *corev1.Pod, since time.Time) (string, error) {
+	n := c.Node(p.Spec.NodeName)
+	if n == nil {
+		return "", fmt.Errorf("reading the logs of pod %s/%s: no node %q", p.Namespace, p.Name, p.Spec.NodeName)
+	}
+	files, err := filepath.Glob(filepath.Join(n.onDisk(podLogsDir), p.Namespace+"_"+p.Name+"_"+string(p.UID), "*", "*.log"))
+	if err != nil {
+		return "", fmt.Errorf("reading the logs of pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	slices.SortFunc(files, func(a, b string) int {
+		return cmp.Or(strings.Compare(filepath.Dir(a), filepath.Dir(b)), cmp.Compare(logRun(a), logRun(b)))
+	})
+	var out strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("reading the logs of pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			fields := strings.SplitN(line, " ", 4)
+			if len(fields) < 4 {
+				continue // the file's last, empty line
+			}
+			if at, err := time.Parse(time.RFC3339Nano, fields[0]); err == nil && at.Before(since) {
+				continue
+			}
+			out.WriteString(fields[3])
+			if fields[2] != "P" {
+				out.WriteString("\n")
+			}
+		}
+	}
+	return out.String(), nil
+}
+
+// logRun is the run of its container a log file of podLogsDir holds: the container's restart count then.
+func logRun(file string) int {
+	run, _ := strconv.Atoi(strings.TrimSuffix(filepath.Base(file), ".log"))
+	return run
 }
 
 // boot gives the node a fresh /run and mount namespace and starts containerd; the kubelet and kube-proxy start

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 // KillContainer kills, with SIGKILL, the process of the pod's running container on the node, as the kernel's OOM
@@ -100,16 +102,35 @@ func (n *Node) TagImage(ctx context.Context, from, to string) error {
 	return nil
 }
 
-// GateRunning tells whether the gate of the pod's armed stand-in (a static pod named <pod>-<node>) runs on the
-// node: the stand-in is armed, its mirror pod made, and a rebuild only has to open it.
-func (n *Node) GateRunning(ctx context.Context, standIn string) (bool, error) {
+// GateRunning tells whether the gate of an armed stand-in of the worker whose pod is named pod runs on the node:
+// the stand-in is armed, its mirror pod made, and a rebuild only has to open it.
+func (n *Node) GateRunning(ctx context.Context, pod string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	found := false
 	err := n.withRuntime(func(rt runtimeapi.RuntimeServiceClient) error {
-		running, err := runningContainers(ctx, rt, map[string]string{"io.kubernetes.pod.name": standIn, "io.kubernetes.container.name": "lifeline-gate"})
-		found = len(running) > 0
-		return err
+		for _, standIn := range lifelinev1.StandInPodsOn(pod, n.Name) {
+			running, err := runningContainers(ctx, rt, map[string]string{"io.kubernetes.pod.name": standIn, "io.kubernetes.container.name": "lifeline-gate"})
+			if err != nil {
+				return err
+			}
+			found = found || len(running) > 0
+		}
+		return nil
 	})
 	return found, err
+}
+
+// StandInContainers counts the running containers of the stand-ins of the worker whose pod is named pod (static
+// pods named <stand-in>-<node>, lifelinev1.StandInPodsOn), their gates not counted.
+func (n *Node) StandInContainers(ctx context.Context, pod string) (int, error) {
+	count := 0
+	for _, standIn := range lifelinev1.StandInPodsOn(pod, n.Name) {
+		c, err := n.RunningContainers(ctx, standIn)
+		if err != nil {
+			return 0, err
+		}
+		count += c
+	}
+	return count, nil
 }

@@ -40,6 +40,17 @@ const (
 // StaticPodOf is the value of StaticPodOfAnnotation for a worker: "<namespace>/<pod>".
 func StaticPodOf(namespace, pod string) string { return namespace + "/" + pod }
 
+// StandInPods are the names of the pods in a worker's two stand-in manifests [P-HEAL-3]: the agent arms the next
+// stand-in in one while the other stands in, and a node makes a static pod of the same name anew only once the last
+// one ended and its mirror pod went. A node names the pod it runs from each <name>-<node> (StandInPodsOn).
+func StandInPods(pod string) [2]string { return [2]string{pod, pod + "-b"} }
+
+// StandInPodsOn are the names of the pods node runs for a worker's stand-ins, and of their mirror pods.
+func StandInPodsOn(pod, node string) [2]string {
+	names := StandInPods(pod)
+	return [2]string{names[0] + "-" + node, names[1] + "-" + node}
+}
+
 // ParseStaticPodOf reads a StaticPodOfAnnotation value; ok is false unless it names a worker as StaticPodOf
 // does, a DNS-1123 label and a DNS-1123 subdomain.
 func ParseStaticPodOf(v string) (namespace, pod string, ok bool) {
