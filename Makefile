@@ -202,6 +202,15 @@ images: $(BIN)/lifeline-images ## Build the controller's and the agent's images 
 		--tag $(IMAGE_TAG) --version $(VERSION) --revision '$(REVISION)' --source '$(IMAGE_SOURCE)' \
 		--platforms $(subst $(space),$(comma),$(strip $(PLATFORMS))) --source-date-epoch $(SOURCE_DATE_EPOCH)
 
+# Where the release's plugin archives are downloaded from, as its krew manifest names them.
+RELEASE_URL ?= https://github.com/lifeline-edge/lifeline/releases/download/v$(VERSION)
+
+.PHONY: release
+release: $(BIN)/lifeline-images $(BIN)/helm ## A release in dist/release/ for VERSION=x.y.z: the images for linux/amd64 and linux/arm64 (OCI archives), the chart pinned to their digests, kubectl-lifeline for linux and darwin with a krew manifest, SHA256SUMS.
+	@echo '$(VERSION)' | grep -Eq '^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$' || { echo "make release VERSION=x.y.z (a semantic version), not '$(VERSION)'"; exit 1; }
+	$(MAKE) --no-print-directory images VERSION=$(VERSION) IMAGE_TAG=$(VERSION) PLATFORMS="linux/amd64 linux/arm64" DIST=$(DIST)
+	test/tools/release.sh '$(VERSION)' $(DIST)/images $(DIST)/release $(BIN)/helm $(GO) '$(RELEASE_URL)' $(SOURCE_DATE_EPOCH)
+
 # The host's platform, for images that only this machine's real nodes run.
 HOST_PLATFORM := linux/$(shell $(GO) env GOARCH)
 

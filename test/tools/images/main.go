@@ -62,28 +62,43 @@ func run(specs []imageSpec, opts buildOptions, out, platforms, epoch string, pro
 	}
 	for _, spec := range specs {
 		file := filepath.Join(out, spec.Name+".tar")
-		if err := writeImage(spec, opts, file); err != nil {
+		digest, err := writeImage(spec, opts, file)
+		if err != nil {
 			return fmt.Errorf("writing %s: %w", file, err)
 		}
-		fmt.Fprintf(progress, "%s: %s (%s)\n", file, opts.reference(spec), platforms)
+		// Beside the archive, the digest a chart pins the image to (make release).
+		if err := os.WriteFile(filepath.Join(out, spec.Name+".digest"), []byte(digest.String()+"\n"), 0o644); err != nil {
+			return fmt.Errorf("writing %s's digest: %w", file, err)
+		}
+		fmt.Fprintf(progress, "%s: %s@%s (%s)\n", file, opts.reference(spec), digest, platforms)
 	}
 	return nil
 }
 
 // writeImage builds spec's image and writes its archive to file, through a temporary file so a failed build
-// leaves no truncated archive behind.
-func writeImage(spec imageSpec, opts buildOptions, file string) error {
+// leaves no truncated archive behind; it returns the digest of the image's index.
+func writeImage(spec imageSpec, opts buildOptions, file string) (v1.Hash, error) {
 	idx, err := buildIndex(spec, opts)
 	if err != nil {
-		return err
+		return v1.Hash{}, err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(file), "."+spec.Name+"-*.tar")
+	digest, err := idx.Digest()
+	if err != nil {
+		return v1.Hash{}, fmt.Errorf("the index's digest: %w", err)
+	}
+	return digest, writeArchiveFile(idx, opts.reference(spec), opts.Created, file)
+}
+
+// writeArchiveFile writes the archive of idx to file through a temporary file.
+func writeArchiveFile(idx v1.ImageIndex, ref string, created time.Time, file string) error {
+	name := strings.TrimSuffix(filepath.Base(file), ".tar")
+	tmp, err := os.CreateTemp(filepath.Dir(file), "."+name+"-*.tar")
 	if err != nil {
 		return fmt.Errorf("creating the archive: %w", err)
 	}
 	defer os.Remove(tmp.Name())
 	w := bufio.NewWriterSize(tmp, 1<<20)
-	if err := writeArchive(w, idx, opts.reference(spec), opts.Created); err != nil {
+	if err := writeArchive(w, idx, ref, created); err != nil {
 		tmp.Close()
 		return err
 	}

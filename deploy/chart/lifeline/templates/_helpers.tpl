@@ -41,7 +41,7 @@ affinity: {{- toYaml $affinity | nindent 2 }}
 
 {{- define "lifeline.image" -}}
 {{- $img := index . 0 -}}{{- $root := index . 1 -}}
-{{ $img.repository }}:{{ $img.tag | default $root.Chart.AppVersion }}
+{{ $img.repository }}:{{ $img.tag | default $root.Chart.AppVersion }}{{ with $img.digest }}@{{ . }}{{ end }}
 {{- end }}
 
 {{/* The Service's DNS names, which are always in the broker certificate. */}}
