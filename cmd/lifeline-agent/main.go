@@ -1,6 +1,8 @@
 // Command lifeline-agent runs on every edge node: it learns the node's workers from the API server (or KubeEdge's
 // MetaServer) and keeps them on disk, watches them through the container runtime, publishes their states and
-// the workers' Sedna reports over MQTT, and journals what it cannot send.
+// the workers' Sedna reports over MQTT, and journals what it cannot send. It is the one place the agent's parts are
+// chosen (sources.go, parts.go) and put together (wiring.go): the pod source, the rebuilder, the restarts and the
+// cloud probe, each from its own package under edge/, behind the interfaces of edge/agent's loop.
 package main
 
 import (
@@ -25,11 +27,13 @@ import (
 	"github.com/lifeline-edge/lifeline/cmd/internal/flagcheck"
 	"github.com/lifeline-edge/lifeline/cmd/internal/logflags"
 	"github.com/lifeline-edge/lifeline/cmd/internal/memlimit"
-	"github.com/lifeline-edge/lifeline/edge/agent"
 	"github.com/lifeline-edge/lifeline/edge/agent/core"
+	"github.com/lifeline-edge/lifeline/edge/cloudlink"
 	"github.com/lifeline-edge/lifeline/edge/cri"
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/reportapi"
+	"github.com/lifeline-edge/lifeline/edge/standby"
+	"github.com/lifeline-edge/lifeline/edge/standin"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -89,20 +93,20 @@ func main() {
 // node, handing it over to the pod of an update; with --standby-manifest it also installs the node's standby, and
 // removes it when its DaemonSet is gone.
 func runAgentPod(ctx context.Context, o *options, log logr.Logger) error {
-	return agent.NodeLock{Dir: o.stateDir}.Serve(ctx, o.poll, log, func(runCtx context.Context) error {
+	return standby.NodeLock{Dir: o.stateDir}.Serve(ctx, o.poll, log, func(runCtx context.Context) error {
 		if o.standbyManifest != "" {
-			files := agent.StandbyDir(o.stateDir)
+			files := standby.FilesIn(o.stateDir)
 			if err := files.Leave(o.caFile); err != nil {
 				return err
 			}
-			if err := agent.InstallStandby(o.standbyManifest, o.staticDir); err != nil {
+			if err := standby.Install(o.standbyManifest, o.staticDir); err != nil {
 				return err
 			}
 			log.Info("the node's standby is installed", "staticPodDir", o.staticDir)
 			// Only as the pod stops: a hand-over to the next agent pod must not wait for the API server.
 			defer func() {
 				if ctx.Err() != nil {
-					agent.RemoveStandbyIfUninstalled(context.Background(), o.daemonSet, o.staticDir, o.stateDir, agent.OwnerGone, log)
+					standby.RemoveIfUninstalled(context.Background(), o.daemonSet, o.staticDir, o.stateDir, standby.OwnerGone, log)
 				}
 			}()
 		}
@@ -122,23 +126,23 @@ func runGate(args []string) int {
 		fmt.Fprintln(os.Stderr, "lifeline-agent gate: --path and a positive --poll are required")
 		return 2
 	}
-	agent.WaitForGate(*path, *poll)
+	standin.WaitForGate(*path, *poll)
 	return 0
 }
 
 // runStandby runs the agent as the node's standby: a static pod that acts only while no agent pod holds the
 // node and the API server is out of reach.
 func runStandby(ctx context.Context, o *options, log logr.Logger) error {
-	probe, err := agent.StandbyDir(o.stateDir).Probe(o.cloudProbe, o.cloudProbeCA)
+	probe, err := standby.FilesIn(o.stateDir).Probe(o.cloudProbe, o.cloudProbeCA)
 	if err != nil {
 		return err
 	}
 	probe.Period, probe.Timeout = o.probePeriod, o.probeTimeout
 	go probe.Run(ctx)
 	log.Info("standing by", "probe", probe.URL)
-	standby := &agent.Standby{Lock: agent.NodeLock{Dir: o.stateDir}, Interval: o.poll, Log: log,
+	runner := &standby.Runner{Lock: standby.NodeLock{Dir: o.stateDir}, Interval: o.poll, Log: log,
 		CutOff: func() bool { return probe.Probed() && !probe.Reachable() }}
-	standby.Run(ctx, func(ctx context.Context) {
+	runner.Run(ctx, func(ctx context.Context) {
 		if err := runAgent(ctx, o, log, probe); err != nil {
 			log.Error(err, "the standby stopped acting")
 		}
@@ -149,7 +153,7 @@ func runStandby(ctx context.Context, o *options, log logr.Logger) error {
 // runAgent runs the agent's loops until ctx ends and they have stopped. standbyProbe is the standby's probe of
 // the API server: the standby reads no API server (a static pod has no credentials), only the desired workers
 // the agent pod left on the node's disk; nil: the agent pod, reading its pod source.
-func runAgent(ctx context.Context, o *options, log logr.Logger, standbyProbe *agent.CloudProbe) error {
+func runAgent(ctx context.Context, o *options, log logr.Logger, standbyProbe *cloudlink.Probe) error {
 	j, err := journal.OpenLimited(filepath.Join(o.stateDir, "journal.db"),
 		journal.Limits{Entries: o.maxReports, Bytes: o.maxReportBytes})
 	if err != nil {
@@ -241,7 +245,7 @@ func bindPodSourceFlags(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&o.socket, "cri-socket", cri.DefaultSocket, "container runtime CRI socket")
 	fs.StringVar(&o.apiServer, "api-server", "http://"+constants.DefaultMetaServerAddr,
 		"where the node's pods are listed and watched: KubeEdge's MetaServer on the node by default")
-	fs.StringVar(&o.podSource, "pod-source", agent.PodSourceAuto, "where the node's workers and their stand-ins come from: "+
+	fs.StringVar(&o.podSource, "pod-source", PodSourceAuto, "where the node's workers and their stand-ins come from: "+
 		"controller (the controller's word over the broker session; trusted for offline rebuilds over ssl:// only), "+
 		"api (--in-cluster, --kubeconfig, --api-server), or auto: controller on a KubeEdge node unless --api-server, --metaserver, "+
 		"--kubeconfig or --in-cluster is given, api otherwise")
@@ -253,10 +257,10 @@ func bindPodSourceFlags(fs *flag.FlagSet, o *options) {
 		"the node is connected; needed with the MetaServer, which answers from the node's store even while the node is cut off "+
 		"(default: cloudcore's /ca.crt at the modules.edgeHub.httpServer of --edgecore-config); HTTPS only")
 	fs.StringVar(&o.cloudProbeCA, "cloud-probe-ca", "", "the CA that --cloud-probe's certificate is checked against; empty: the system's")
-	fs.DurationVar(&o.probePeriod, "cloud-probe-period", agent.DefaultProbePeriod,
+	fs.DurationVar(&o.probePeriod, "cloud-probe-period", cloudlink.DefaultProbePeriod,
 		"how often the cloud probe asks; a cut is told at most this plus --cloud-probe-timeout after it begins. Over HTTP/2 each "+
 			"attempt after the first is a PING frame on one kept connection, about 100 bytes both ways")
-	fs.DurationVar(&o.probeTimeout, "cloud-probe-timeout", agent.DefaultProbeTimeout,
+	fs.DurationVar(&o.probeTimeout, "cloud-probe-timeout", cloudlink.DefaultProbeTimeout,
 		"an attempt of the cloud probe not answered within this says the node is cut off; keep it above the link's worst round trip")
 	fs.StringVar(&o.edgecoreConfig, "edgecore-config", constants.EdgecoreConfigPath,
 		"edgecore's configuration, read for the default --cloud-probe; empty: no default probe")
@@ -355,10 +359,10 @@ func (o *options) validate(fs *flag.FlagSet) error {
 		}
 	}
 	errs = append(errs, flagcheck.BrokerURL("broker", o.broker))
-	if o.podSource != agent.PodSourceAuto && o.podSource != agent.PodSourceController && o.podSource != agent.PodSourceAPI {
+	if o.podSource != PodSourceAuto && o.podSource != PodSourceController && o.podSource != PodSourceAPI {
 		errs = append(errs, fmt.Errorf("--pod-source %q: want auto, controller or api", o.podSource))
 	}
-	if _, err := agent.ParseProbeURL(o.cloudProbe); o.cloudProbe != "" && err != nil {
+	if _, err := cloudlink.ParseProbeURL(o.cloudProbe); o.cloudProbe != "" && err != nil {
 		errs = append(errs, fmt.Errorf("--cloud-probe: %w", err))
 	} else if o.cloudProbe != "" && !strings.HasPrefix(o.cloudProbe, "https://") {
 		errs = append(errs, fmt.Errorf("--cloud-probe %q: not HTTPS, so anyone on the path could answer it", o.cloudProbe))

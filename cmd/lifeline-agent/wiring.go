@@ -14,11 +14,14 @@ import (
 
 	"github.com/lifeline-edge/lifeline/edge/agent"
 	"github.com/lifeline-edge/lifeline/edge/agent/core"
+	"github.com/lifeline-edge/lifeline/edge/cloudlink"
 	"github.com/lifeline-edge/lifeline/edge/cri"
 	"github.com/lifeline-edge/lifeline/edge/desired"
+	"github.com/lifeline-edge/lifeline/edge/health"
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
 	"github.com/lifeline-edge/lifeline/edge/reportapi"
+	"github.com/lifeline-edge/lifeline/edge/standby"
 	"github.com/lifeline-edge/lifeline/internal/listen"
 )
 
@@ -35,19 +38,19 @@ type wiring struct {
 	// first-failure lines and the readiness probe.
 	podsErrors, brokerErrors agent.ErrorTap
 
-	src  agent.NodeSources
+	src  NodeSources
 	word *desired.ControllerWord // the controller's word, when it is the pod source
 	// refusedSets counts the controller's sets the word refused, by reason [P-DES-2].
 	refusedSets *prometheus.CounterVec
 	pub         *publisher.Publisher
-	health      *agent.Health
+	health      *health.Monitor
 	agent       *agent.Agent
 	reports     *reportapi.Server
 	reg         *prometheus.Registry
 }
 
 // assemble builds the agent's parts; standbyProbe as runAgent's.
-func (w *wiring) assemble(standbyProbe *agent.CloudProbe) error {
+func (w *wiring) assemble(standbyProbe *cloudlink.Probe) error {
 	o, log := w.o, w.log
 	if err := w.podSources(standbyProbe); err != nil {
 		return err
@@ -56,14 +59,14 @@ func (w *wiring) assemble(standbyProbe *agent.CloudProbe) error {
 		return err
 	}
 	src, pub, j := w.src, w.pub, w.journal
-	w.health = &agent.Health{RuntimeAddress: o.socket, RuntimeFresh: agent.RuntimeFreshness(o.poll),
-		Broker: agent.Session{Address: redacted(o.broker), Up: pub.Connected, Err: w.brokerErrors.Err},
+	w.health = &health.Monitor{RuntimeAddress: o.socket, RuntimeFresh: health.RuntimeFreshness(o.poll),
+		Broker: health.Session{Address: redacted(o.broker), Up: pub.Connected, Err: w.brokerErrors.Err},
 		// The pod source answers (its watch, or a refusal), whether or not the cloud probe reaches the cloud: a
 		// MetaServer answering a cut-off node is the edge working as it should.
-		Pods:        agent.Session{Address: src.PodSourceURL, Up: src.Workers.Reachable, Err: w.podsErrors.Err},
-		HandingOver: agent.NodeLock{Dir: o.stateDir}.PodWaiting}
-	w.health.Loop(agent.LoopAgent, o.poll)
-	w.health.Loop(agent.LoopHeartbeats, o.heartbeat)
+		Pods:        health.Session{Address: src.PodSourceURL, Up: src.Workers.Reachable, Err: w.podsErrors.Err},
+		HandingOver: standby.NodeLock{Dir: o.stateDir}.PodWaiting}
+	w.health.Loop(health.LoopAgent, o.poll)
+	w.health.Loop(health.LoopHeartbeats, o.heartbeat)
 	timing := core.DefaultHealTiming
 	timing.APIGrace, timing.DeadFor, timing.ControllerWait = o.healGrace, o.healDeadFor, o.healWait
 	w.reg = prometheus.NewRegistry()
@@ -73,7 +76,7 @@ func (w *wiring) assemble(standbyProbe *agent.CloudProbe) error {
 		w.refusedSets.WithLabelValues(reason)
 	}
 	w.reg.MustRegister(w.refusedSets)
-	agent.RegisterMetrics(w.reg, agent.StateSources{BrokerUp: pub.Connected, APIReachable: src.APIReachable, Journal: j,
+	health.RegisterMetrics(w.reg, health.StateSources{BrokerUp: pub.Connected, APIReachable: src.APIReachable, Journal: j,
 		RuntimeUp: w.health.RuntimeAnswers, OfflineRebuilds: func() uint64 { return w.agent.OfflineRebuilds() }, Oversized: src.Workers.Oversized})
 	w.reports = reportapi.New(o.cluster, o.node, pub, src.Workers, pub.BirthSeq, o.queue, w.reg, log.WithName("reports"))
 	w.reports.Counter = j
@@ -83,7 +86,7 @@ func (w *wiring) assemble(standbyProbe *agent.CloudProbe) error {
 	}
 	var err error
 	w.agent, err = agent.New(agent.Config{Cluster: o.cluster, Node: o.node, Source: w.runtime, Workers: src.Workers, Publisher: pub, Store: j,
-		Actuator: agent.Actuators(src.ActuatorURL, w.runtime), Rebuilder: src.Rebuilder, APIReachable: src.APIReachable, BrokerUp: pub.Connected,
+		Actuator: Actuators(src.ActuatorURL, w.runtime), Rebuilder: src.Rebuilder, APIReachable: src.APIReachable, BrokerUp: pub.Connected,
 		Timing: timing, Interval: o.poll, Changed: w.runtimeEvents, Log: log.WithName("agent"), Probe: w.health.AgentLoop()})
 	if err != nil {
 		return fmt.Errorf("starting the agent: %w", err)
@@ -92,15 +95,15 @@ func (w *wiring) assemble(standbyProbe *agent.CloudProbe) error {
 }
 
 // podSources picks where the node's pods are read, and how the node learns it is cut off.
-func (w *wiring) podSources(standbyProbe *agent.CloudProbe) error {
+func (w *wiring) podSources(standbyProbe *cloudlink.Probe) error {
 	o, log := w.o, w.log
-	protected := agent.ProtectedPaths(o.stateDir, o.socket, o.edgecoreConfig)
+	protected := ProtectedPaths(o.stateDir, o.socket, o.edgecoreConfig)
 	var err error
 	if standbyProbe != nil {
-		w.src, err = agent.StandbySources(o.node, o.stateDir, o.staticDir, o.gateImage, protected, standbyProbe,
+		w.src, err = StandbySources(o.node, o.stateDir, o.staticDir, o.gateImage, protected, standbyProbe,
 			w.podsErrors.Logger(log.WithName("desired")))
 	} else {
-		flags := agent.PodSourceFlags{InCluster: o.inCluster, Kubeconfig: o.kubeconfig,
+		flags := PodSourceFlags{InCluster: o.inCluster, Kubeconfig: o.kubeconfig,
 			APIServer: o.apiServer, APIServerExplicit: o.explicit["api-server"], EdgecoreConfig: o.edgecoreConfig,
 			MetaServer: o.metaServer, MetaServerExplicit: o.explicit["metaserver"], CloudProbe: o.cloudProbe, CloudProbeCA: o.cloudProbeCA,
 			StaticDir: o.staticDir, AllowInsecurePods: o.insecurePods,
@@ -110,7 +113,7 @@ func (w *wiring) podSources(standbyProbe *agent.CloudProbe) error {
 				Session: func() (uint64, bool) { return w.pub.BirthSeq(), w.pub.Connected() }}
 			flags.Word = w.word
 		}
-		w.src, err = agent.PodSources(o.node, o.stateDir, protected, flags, log, w.podsErrors.Logger(log.WithName("desired")))
+		w.src, err = PodSources(o.node, o.stateDir, protected, flags, log, w.podsErrors.Logger(log.WithName("desired")))
 	}
 	if err == nil && w.src.RunProbe {
 		w.src.Probe.Period, w.src.Probe.Timeout = o.probePeriod, o.probeTimeout
@@ -179,7 +182,7 @@ func (w *wiring) run(ctx context.Context) error {
 	loops.Go(func() { datasets.Run(ctx, o.dsInterval) })
 	loops.Go(func() { src.Workers.Run(ctx, time.Second) })
 	loops.Go(func() { w.agent.Run(ctx) })
-	loops.Go(func() { agent.FollowContainerEvents(ctx, w.runtime, w.runtimeEvents, log.WithName("events")) })
+	loops.Go(func() { FollowContainerEvents(ctx, w.runtime, w.runtimeEvents, log.WithName("events")) })
 	loops.Go(func() {
 		agent.Heartbeats(ctx, o.cluster, o.node, o.heartbeat, w.health.Heartbeats(pub),
 			agent.HeartbeatFacts{APIReachable: src.APIReachable, Journaled: w.journal.LogEntries, Oversized: src.Workers.Oversized,

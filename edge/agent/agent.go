@@ -1,6 +1,9 @@
 // Package agent runs the edge agent's decisions (package core) against the node: it reads the container
 // runtime, takes the controller's commands and ticks, hands each to the core, and executes the actions the core
-// returns against the runtime, the journal and the MQTT session, one at a time, in one goroutine.
+// returns against the runtime, the journal and the MQTT session, one at a time, in one goroutine. It knows the
+// parts it acts through only by the small interfaces below (Actuator, Rebuilder, Armer, LoopProbe, ...): they are
+// packages of their own (edge/restart, edge/standin, edge/health) that never import it, chosen by
+// cmd/lifeline-agent.
 package agent
 
 import (
@@ -52,8 +55,8 @@ type Rebuilder interface {
 	Release(namespace, pod string) error
 }
 
-// Armer writes stand-ins ahead while the node reaches the API server (StaticPods.Arm), so that a rebuild needs
-// nothing from the cloud.
+// Armer writes stand-ins ahead while the node reaches the API server (standin.StaticPods.Arm), so that a
+// rebuild needs nothing from the cloud.
 type Armer interface {
 	Arm(workers []desired.Worker) error
 }
@@ -96,7 +99,7 @@ type Config struct {
 	Now func() time.Time
 	Log logr.Logger
 	// Probe, when set, hears the loop's turns and its reads of the runtime, which the agent's health probes
-	// judge it by (Health.AgentLoop).
+	// judge it by (health.Monitor.AgentLoop).
 	Probe LoopProbe
 }
 

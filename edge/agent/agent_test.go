@@ -64,7 +64,7 @@ func (r *recordingRebuilder) Release(ns, pod string) error {
 	return nil
 }
 
-// Arm records each arming, as StaticPods.Arm is called: the number of workers it was given.
+// Arm records each arming, as standin.StaticPods.Arm is called: the number of workers it was given.
 func (r *recordingRebuilder) Arm(workers []desired.Worker) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/desired"
 	"github.com/lifeline-edge/lifeline/edge/journal"
 	"github.com/lifeline-edge/lifeline/edge/publisher"
+	"github.com/lifeline-edge/lifeline/edge/restart"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/simnode"
 	"github.com/lifeline-edge/lifeline/test/testkit"
@@ -61,7 +62,7 @@ func startRig(t *testing.T, containers ...simnode.CRIContainer) *rig {
 	pub := publisher.New(publisher.Config{Broker: "tcp://" + broker, Cluster: "c", Node: "edge-1", StateDir: dir,
 		RetryInterval: 50 * time.Millisecond, Log: logr.Discard(), OnCommand: func(payload []byte) { a.HandleCommand(payload) }}, j)
 	a, err = New(Config{Cluster: "c", Node: "edge-1", Source: runtime, Workers: workers, Publisher: pub, Store: j,
-		Actuator: &CRIActuator{Runtime: runtime, Grace: time.Second}, APIReachable: func() bool { return true }, BrokerUp: pub.Connected,
+		Actuator: &restart.CRIActuator{Runtime: runtime, Grace: time.Second}, APIReachable: func() bool { return true }, BrokerUp: pub.Connected,
 		Interval: 100 * time.Millisecond, Log: logr.Discard()})
 	if err != nil {
 		t.Fatal(err)

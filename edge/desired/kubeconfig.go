@@ -136,10 +136,11 @@ func resolve(path, dir string) string {
 	return filepath.Join(dir, path)
 }
 
-// The service account's files in every pod that mounts its token.
+// InClusterTokenFile and InClusterCAFile are the service account's files in every pod that mounts its token, edged's
+// included: its token and the API server's CA.
 const (
-	inClusterTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-	inClusterCAFile    = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+	InClusterTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+	InClusterCAFile    = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 )
 
 // InClusterPodClient builds a pod client as any client in a pod does: the API server at the `kubernetes`
@@ -151,10 +152,10 @@ func InClusterPodClient() (*PodClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(inClusterTokenFile); err != nil {
+	if _, err := os.Stat(InClusterTokenFile); err != nil {
 		return nil, fmt.Errorf("the service account's token: %w", err)
 	}
-	return NewPodClient(server, tlsConfig, "").WithTokenFile(inClusterTokenFile), nil
+	return NewPodClient(server, tlsConfig, "").WithTokenFile(InClusterTokenFile), nil
 }
 
 // InClusterServer is the API server's address as a pod reaches it, and the TLS configuration that checks its
@@ -164,13 +165,13 @@ func InClusterServer() (string, *tls.Config, error) {
 	if host == "" || port == "" {
 		return "", nil, fmt.Errorf("not in a pod: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set")
 	}
-	ca, err := os.ReadFile(inClusterCAFile)
+	ca, err := os.ReadFile(InClusterCAFile)
 	if err != nil {
 		return "", nil, fmt.Errorf("reading the service account's CA (is its token mounted?): %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(ca) {
-		return "", nil, fmt.Errorf("no certificate in %s", inClusterCAFile)
+		return "", nil, fmt.Errorf("no certificate in %s", InClusterCAFile)
 	}
 	return "https://" + net.JoinHostPort(host, port), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }

@@ -24,7 +24,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
-	"github.com/lifeline-edge/lifeline/edge/agent"
+	"github.com/lifeline-edge/lifeline/edge/standin"
 	"github.com/lifeline-edge/lifeline/test/harness"
 	"github.com/lifeline-edge/lifeline/test/realnode"
 	"github.com/lifeline-edge/lifeline/test/testkit"
@@ -429,7 +429,7 @@ func standIns(t testing.TB, n *realnode.Node) []standIn {
 		if err := json.Unmarshal(data, &s.pod); err != nil {
 			t.Fatalf("stand-in %s: %v", f, err)
 		}
-		gate := s.pod.Annotations[agent.ArmedAnnotation]
+		gate := s.pod.Annotations[standin.ArmedAnnotation]
 		_, err = os.Stat(filepath.Join(n.Disk, gate, "open"))
 		s.standing = gate == "" || err == nil
 		out = append(out, s)

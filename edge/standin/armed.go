@@ -1,4 +1,4 @@
-package agent
+package standin
 
 import (
 	"encoding/json"

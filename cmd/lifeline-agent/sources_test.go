@@ -1,4 +1,4 @@
-package agent
+package main
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,7 +15,9 @@ import (
 	"github.com/go-logr/logr"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lifeline-edge/lifeline/edge/cloudlink"
 	"github.com/lifeline-edge/lifeline/edge/desired"
+	"github.com/lifeline-edge/lifeline/edge/standin"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/testkit"
 )
@@ -31,7 +32,7 @@ func TestStandbyWorksFromTheDesiredWorkersOnDiskAndItsProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	cloud := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
-	probe := &CloudProbe{URL: cloud.URL}
+	probe := &cloudlink.Probe{URL: cloud.URL}
 	src, err := StandbySources("edge-1", stateDir, staticDir, "", nil, probe, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +40,7 @@ func TestStandbyWorksFromTheDesiredWorkersOnDiskAndItsProbe(t *testing.T) {
 	if got := src.Workers.Workers(); len(got) != 1 || got[0].UID != "u1" {
 		t.Errorf("workers %v, want the one on disk", got)
 	}
-	if r, ok := src.Rebuilder.(*StaticPods); !ok || r.Dir != staticDir {
+	if r, ok := src.Rebuilder.(*standin.StaticPods); !ok || r.Dir != staticDir {
 		t.Errorf("rebuilder %#v, want static pods in %s", src.Rebuilder, staticDir)
 	}
 	if src.RunProbe || src.PodSourceURL != "none (the standby)" || src.ActuatorURL != "" {
@@ -84,21 +85,6 @@ func TestAgentPodSourcesFollowTheFlags(t *testing.T) {
 	flags.AllowInsecurePods = true
 	if src, err = PodSources("edge-1", stateDir, nil, flags, logr.Discard(), logr.Discard()); err != nil || src.Rebuilder == nil {
 		t.Errorf("with --allow-insecure-pod-source: rebuilder %v, %v", src.Rebuilder, err)
-	}
-}
-
-// The event stream of a runtime that ends it at once is opened again after a wait that doubles up to half a
-// minute; one that lasted starts the wait again from a second.
-func TestEventStreamEndingAtOnceIsReopenedLessAndLessOften(t *testing.T) {
-	r := eventsRetry{min: time.Second, max: 30 * time.Second}
-	var got []time.Duration
-	for range 7 {
-		got = append(got, r.next(time.Millisecond))
-	}
-	got = append(got, r.next(time.Minute))
-	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second, time.Second}
-	if !slices.Equal(got, want) {
-		t.Errorf("waits %v, want %v", got, want)
 	}
 }
 

@@ -1,4 +1,8 @@
-package agent
+// Package health is what the agent tells about itself: its liveness and readiness probes (/healthz, /readyz),
+// the first-failure log lines of its dependencies (the runtime, the broker, the pod source), and its metrics. It
+// exists so that the policies an operator and the kubelet judge the agent by are one place apart from the work
+// they judge; the agent's loop only tells it its turns (agent.LoopProbe).
+package health
 
 import (
 	"context"
@@ -175,20 +179,20 @@ func (f *failureLog) next(r Readiness) []Failure {
 	return out
 }
 
-// Session is a dependency the agent keeps a session with, as Health watches it.
+// Session is a dependency the agent keeps a session with, as a Monitor watches it.
 type Session struct {
 	Address string
 	// Up tells whether it answers now.
 	Up func() bool
-	// Err is the latest failure seen (an ErrorTap's); nil: none.
+	// Err is the latest failure seen (an agent.ErrorTap's); nil: none.
 	Err func() error
 }
 
-// Health holds what the agent's probes answer and its first-failure log lines say: when its loops last turned,
+// Monitor holds what the agent's probes answer and its first-failure log lines say: when its loops last turned,
 // and what the runtime, the broker and the pod source have answered since it started. The agent's loop feeds it
 // (LoopProbe), Heartbeats through a HeartbeatSender it wraps, and Run samples the sessions. Safe for concurrent
 // use; configure it before its first use.
-type Health struct {
+type Monitor struct {
 	// RuntimeAddress is the CRI socket, as the probes and the logs name it.
 	RuntimeAddress string
 	// RuntimeFresh is how recently the runtime must have answered for the agent to be ready (RuntimeFreshness).
@@ -210,7 +214,7 @@ type Health struct {
 	podsEver    bool
 }
 
-func (h *Health) now() time.Time {
+func (h *Monitor) now() time.Time {
 	if h.Now != nil {
 		return h.Now()
 	}
@@ -218,7 +222,7 @@ func (h *Health) now() time.Time {
 }
 
 // Loop registers a loop of the given period, taken as just turned.
-func (h *Health) Loop(name string, period time.Duration) {
+func (h *Monitor) Loop(name string, period time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.loops == nil {
@@ -231,7 +235,7 @@ func (h *Health) Loop(name string, period time.Duration) {
 }
 
 // Turned records a turn of the named loop; an unregistered loop is ignored.
-func (h *Health) Turned(name string) {
+func (h *Monitor) Turned(name string) {
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -241,7 +245,7 @@ func (h *Health) Turned(name string) {
 }
 
 // RuntimeRead records the outcome of a read of the runtime.
-func (h *Health) RuntimeRead(err error) {
+func (h *Monitor) RuntimeRead(err error) {
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -252,28 +256,42 @@ func (h *Health) RuntimeRead(err error) {
 }
 
 // RuntimeAnswers tells whether the runtime's latest read succeeded: the agent sees the node's workers.
-func (h *Health) RuntimeAnswers() bool {
+func (h *Monitor) RuntimeAnswers() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.runtimeErr == nil && !h.runtimeLast.IsZero()
 }
 
-// AgentLoop is what the agent's loop tells Health (Config.Probe): its turns, and its reads of the runtime.
-func (h *Health) AgentLoop() LoopProbe { return agentLoopProbe{h} }
+// LoopProbe hears what the probes judge the agent's loop by: agent.LoopProbe, which AgentLoop is.
+type LoopProbe interface {
+	// Turned: the loop made progress (it turned, or ended an action).
+	Turned()
+	// RuntimeRead: a read of the runtime ended; err is nil when the runtime answered.
+	RuntimeRead(err error)
+}
 
-type agentLoopProbe struct{ h *Health }
+// HeartbeatSender is the session a heartbeat goes out on: agent.HeartbeatSender, which Heartbeats wraps.
+type HeartbeatSender interface {
+	PublishNow(topic string, payload []byte) bool
+	BirthSeq() uint64
+}
+
+// AgentLoop is what the agent's loop tells the Monitor (agent.Config.Probe): its turns, and its reads of the runtime.
+func (h *Monitor) AgentLoop() LoopProbe { return agentLoopProbe{h} }
+
+type agentLoopProbe struct{ h *Monitor }
 
 func (p agentLoopProbe) Turned()               { p.h.Turned(LoopAgent) }
 func (p agentLoopProbe) RuntimeRead(err error) { p.h.RuntimeRead(err) }
 
 // Heartbeats wraps s so that each heartbeat sent is a turn of the heartbeat loop.
-func (h *Health) Heartbeats(s HeartbeatSender) HeartbeatSender {
+func (h *Monitor) Heartbeats(s HeartbeatSender) HeartbeatSender {
 	return heartbeatProbe{HeartbeatSender: s, h: h}
 }
 
 type heartbeatProbe struct {
 	HeartbeatSender
-	h *Health
+	h *Monitor
 }
 
 func (p heartbeatProbe) PublishNow(topic string, payload []byte) bool {
@@ -282,7 +300,7 @@ func (p heartbeatProbe) PublishNow(topic string, payload []byte) bool {
 }
 
 // readiness samples the sessions and returns what the readiness policy reads now.
-func (h *Health) readiness() Readiness {
+func (h *Monitor) readiness() Readiness {
 	now := h.now()
 	broker := sample(DepBroker, h.Broker)
 	pods := sample(DepPods, h.Pods)
@@ -307,7 +325,7 @@ func sample(name string, s Session) SessionState {
 }
 
 // loopStates are the loops as the liveness policy reads them, in the order registered.
-func (h *Health) loopStates() []LoopState {
+func (h *Monitor) loopStates() []LoopState {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := make([]LoopState, 0, len(h.loopOrder))
@@ -319,7 +337,7 @@ func (h *Health) loopStates() []LoopState {
 
 // Handler serves /healthz (Alive: the loops turn) and /readyz (Ready: the dependencies answered), one line per
 // check and a verdict, with 200 when all pass and 503 otherwise.
-func (h *Health) Handler() http.Handler {
+func (h *Monitor) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		ok, lines := Alive(h.now(), h.loopStates())
@@ -350,7 +368,7 @@ func write(w http.ResponseWriter, ok bool, lines []string, what string) {
 // Run samples the sessions every second, so that a session up for a moment still counts as reached, and logs
 // each dependency's failure as failureLog says: an error naming the dependency, its address and why, at once and
 // then at a bounded rate while it lasts, and one line when it answers again. It returns when ctx ends.
-func (h *Health) Run(ctx context.Context, log logr.Logger) {
+func (h *Monitor) Run(ctx context.Context, log logr.Logger) {
 	var failures failureLog
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()

@@ -1,4 +1,4 @@
-package agent
+package standby
 
 import (
 	"context"
@@ -27,7 +27,7 @@ func TestTheStandbyActsOnlyWhileCutOffAndGivesWayToTheAgentPod(t *testing.T) {
 				synctest.Wait()
 			}
 		}
-		standby := &Standby{Lock: lock, Interval: standbyInterval, Log: logr.Discard(),
+		standby := &Runner{Lock: lock, Interval: standbyInterval, Log: logr.Discard(),
 			CutOff: func() bool { looks.Add(1); return cutOff.Load() }}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -162,35 +162,35 @@ func TestTheStandbyManifestIsRewrittenOnlyWhenItChanges(t *testing.T) {
 	}
 	installed := filepath.Join(static, standbyManifestFile)
 	write("kind: Pod # 1\n")
-	if err := InstallStandby(src, static); err != nil {
+	if err := Install(src, static); err != nil {
 		t.Fatal(err)
 	}
 	first, err := os.Stat(installed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := InstallStandby(src, static); err != nil {
+	if err := Install(src, static); err != nil {
 		t.Fatal(err)
 	}
 	if again, _ := os.Stat(installed); !os.SameFile(first, again) {
 		t.Error("the same manifest was written again: the kubelet would restart the standby")
 	}
 	write("kind: Pod # 2\n")
-	if err := InstallStandby(src, static); err != nil {
+	if err := Install(src, static); err != nil {
 		t.Fatal(err)
 	}
 	if data, _ := os.ReadFile(installed); string(data) != "kind: Pod # 2\n" {
 		t.Errorf("installed %q after the manifest changed", data)
 	}
-	if matches, _ := filepath.Glob(filepath.Join(static, staticPrefix+"*.json")); len(matches) != 0 {
+	if matches, _ := filepath.Glob(filepath.Join(static, "lifeline-*.json")); len(matches) != 0 {
 		t.Errorf("the standby's manifest is taken for a stand-in: %v", matches)
 	}
 
-	files := StandbyFiles{Dir: filepath.Join(dir, "standby")}
+	files := Files{Dir: filepath.Join(dir, "standby")}
 	if err := os.MkdirAll(files.Dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := RemoveStandby(static, files); err != nil {
+	if err := Remove(static, files); err != nil {
 		t.Fatal(err)
 	}
 	for _, gone := range []string{installed, files.Dir} {
@@ -201,7 +201,7 @@ func TestTheStandbyManifestIsRewrittenOnlyWhenItChanges(t *testing.T) {
 }
 
 func TestTheStandbyProbesWhereTheAgentPodSaid(t *testing.T) {
-	files := StandbyFiles{Dir: t.TempDir()}
+	files := Files{Dir: t.TempDir()}
 	if _, err := files.Probe("", ""); err == nil {
 		t.Fatal("a standby with no address to probe starts")
 	}

@@ -1,4 +1,4 @@
-package agent
+package cloudlink
 
 import (
 	"context"
@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-
 	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
@@ -30,7 +28,7 @@ func TestCloudProbeFollowsTheLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer link.Close()
-	p := &CloudProbe{URL: "https://" + link.Addr() + "/healthz", Timeout: 500 * time.Millisecond, Period: 50 * time.Millisecond}
+	p := &Probe{URL: "https://" + link.Addr() + "/healthz", Timeout: 500 * time.Millisecond, Period: 50 * time.Millisecond}
 	go p.Run(t.Context())
 	testkit.Until(t, 5*time.Second, "the cloud reachable (any answer counts)", p.Reachable)
 	link.Cut()
@@ -52,7 +50,7 @@ func TestCloudProbeTellsADroppingLinkWithinItsTimeout(t *testing.T) {
 	}
 	defer link.Close()
 	const timeout, period = 300 * time.Millisecond, 20 * time.Millisecond
-	p := &CloudProbe{URL: "https://" + link.Addr() + "/readyz", Timeout: timeout, Period: period}
+	p := &Probe{URL: "https://" + link.Addr() + "/readyz", Timeout: timeout, Period: period}
 	go p.Run(t.Context())
 	<-p.Changes()
 	testkit.Until(t, 5*time.Second, "the cloud reachable", p.Reachable)
@@ -90,7 +88,7 @@ func TestCloudProbeAsksOnceThenPingsOneConnection(t *testing.T) {
 	cloud.Listener = &countingListener{Listener: cloud.Listener, read: &read}
 	cloud.StartTLS()
 	defer cloud.Close()
-	p := &CloudProbe{URL: cloud.URL + "/readyz", Period: time.Millisecond}
+	p := &Probe{URL: cloud.URL + "/readyz", Period: time.Millisecond}
 	go p.Run(t.Context())
 	<-p.Changes()
 	if !p.Reachable() {
@@ -121,7 +119,7 @@ func TestCloudProbeAsksOverHTTP1OnAKeptConnection(t *testing.T) {
 	countConnections(cloud, &conns)
 	cloud.Start()
 	defer cloud.Close()
-	p := &CloudProbe{URL: cloud.URL + "/healthz", Period: time.Millisecond}
+	p := &Probe{URL: cloud.URL + "/healthz", Period: time.Millisecond}
 	go p.Run(t.Context())
 	testkit.Until(t, 10*time.Second, "twenty requests", func() bool { return requests.Load() >= 20 })
 	if !p.Reachable() || conns.Load() != 1 {
@@ -131,7 +129,7 @@ func TestCloudProbeAsksOverHTTP1OnAKeptConnection(t *testing.T) {
 
 // A probe whose URL is not one is never reachable, and says so once.
 func TestCloudProbeOfABadURLIsNeverReachable(t *testing.T) {
-	p := &CloudProbe{URL: "cloudcore:10002", Period: time.Millisecond}
+	p := &Probe{URL: "cloudcore:10002", Period: time.Millisecond}
 	go p.Run(t.Context())
 	<-p.Changes()
 	if !p.Probed() || p.Reachable() {
@@ -214,7 +212,7 @@ func TestEdgecoreProbeReachesCloudcoreWithoutAClientCertificate(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	old := &CloudProbe{URL: websocket.URL + "/", Timeout: 500 * time.Millisecond, Period: 50 * time.Millisecond}
+	old := &Probe{URL: websocket.URL + "/", Timeout: 500 * time.Millisecond, Period: 50 * time.Millisecond}
 	go old.Run(ctx)
 
 	probe, why, err := EdgecoreProbe(writeEdgecoreConfig(t, https.URL, writeCertPEM(t, https.Certificate())))
@@ -263,37 +261,5 @@ func TestEdgecoreProbeChecksTheCloudsCA(t *testing.T) {
 		if _, _, err := EdgecoreProbe(writeEdgecoreConfig(t, bad, "x")); err == nil {
 			t.Errorf("httpServer %q accepted", bad)
 		}
-	}
-}
-
-// Item 7 of the third hardening round: a probe URL given explicitly was never certificate-checked, so whoever is
-// on the path could answer it and keep a cut-off node looking connected. It is checked against the CA given (or
-// the system's), and a URL that cannot be checked is refused.
-func TestExplicitProbeURLIsCheckedAgainstItsCA(t *testing.T) {
-	cloud := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer cloud.Close()
-	ca := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cloud.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	answered := func(caFile string) bool {
-		probe, err := ChooseProbe(cloud.URL+"/healthz", caFile, false, "", logr.Discard())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go probe.Run(ctx)
-		testkit.Until(t, 10*time.Second, "an attempt", probe.Probed)
-		return probe.Reachable()
-	}
-	if !answered(ca) {
-		t.Error("the cloud, checked against its CA, does not answer")
-	}
-	if answered("") {
-		t.Error("a server whose certificate no system CA signed keeps the node looking connected")
-	}
-	if _, err := ChooseProbe("http://cloud.example/healthz", "", false, "", logr.Discard()); err == nil {
-		t.Error("a plain-HTTP probe URL is taken")
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package standin
 
 import (
 	"errors"
@@ -13,7 +13,7 @@ import (
 
 // restrictStandIn holds a stand-in from an untrusted source to what Pod Security's restricted profile lets a pod
 // do, but for the host network (the controller gives it to every FL trainer) and node paths (checkVolume keeps
-// them below StandInBound.HostPathRoots): it refuses what the profile refuses where the pod asks for it (a root
+// them below Bound.HostPathRoots): it refuses what the profile refuses where the pod asks for it (a root
 // user, privilege escalation, sysctls, an SELinux user, role or type of its own, a host port, a probe of another
 // host), and sets what the profile requires where the pod is silent (a non-root user, no privilege escalation, no
 // capability). A worker whose image runs as root then does not start as a stand-in: that worker needs an
@@ -151,7 +151,7 @@ func checkProfileAnnotations(annotations map[string]any) error {
 // links): from its root down, no component may be a symbolic link, and every directory the path goes through must
 // be root's and writable by root alone (or sticky, with root's entry below), so no worker can swap a link in
 // after the check; what does not exist yet, the node makes as directories. Above the roots is the operator's.
-func checkUntrustedHostPath(volume, nodePath string, bound StandInBound) error {
+func checkUntrustedHostPath(volume, nodePath string, bound Bound) error {
 	root := ""
 	for _, r := range bound.HostPathRoots {
 		if r = path.Clean(r); r != "/" && (nodePath == r || strings.HasPrefix(nodePath, r+"/")) {

@@ -1,4 +1,4 @@
-package agent
+package cloudlink
 
 import (
 	"os"
@@ -82,4 +82,14 @@ func TestAgentReadsTheRealEdgecoresConfiguration(t *testing.T) {
 	if diff := cmp.Diff(want, ep); diff != "" {
 		t.Errorf("the MetaServer turned on, with requireAuthorization (-want +got):\n%s", diff)
 	}
+}
+
+// objectAt is the object under key in m, made when there is none (as the stand-ins' manifests are edited).
+func objectAt(m map[string]any, key string) map[string]any {
+	object, _ := m[key].(map[string]any)
+	if object == nil {
+		object = map[string]any{}
+		m[key] = object
+	}
+	return object
 }

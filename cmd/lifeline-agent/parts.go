@@ -1,26 +1,18 @@
-package agent
+package main
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"os"
-	"strings"
-	"time"
 
 	"github.com/go-logr/logr"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/lifeline-edge/lifeline/edge/cloudlink"
 	"github.com/lifeline-edge/lifeline/edge/cri"
 	"github.com/lifeline-edge/lifeline/edge/desired"
-)
-
-// Where a pod's service-account token and the API server's CA are mounted, edged included.
-const (
-	serviceAccountTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-	serviceAccountCAFile    = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+	"github.com/lifeline-edge/lifeline/edge/restart"
+	"github.com/lifeline-edge/lifeline/edge/standin"
 )
 
 // PodSource is where the node's workers are read: an API server, a MetaServer, or the controller's word.
@@ -66,7 +58,7 @@ func ChoosePods(inCluster bool, kubeconfig, apiServer string, apiServerExplicit 
 	if apiServerExplicit || edgecoreConfig == "" {
 		return PodsSource{Pods: desired.NewPodClient(apiServer, nil, ""), ActuatorURL: actuatorURL}, nil
 	}
-	ep, err := EdgecoreMetaServer(edgecoreConfig)
+	ep, err := cloudlink.EdgecoreMetaServer(edgecoreConfig)
 	if err != nil {
 		log.Info("edgecore's configuration not read: the MetaServer is assumed at its default", "url", apiServer, "reason", err.Error())
 		return PodsSource{Pods: desired.NewPodClient(apiServer, nil, ""), ActuatorURL: actuatorURL}, nil
@@ -90,17 +82,17 @@ func ChoosePods(inCluster bool, kubeconfig, apiServer string, apiServerExplicit 
 		actuatorURL = ""
 	}
 	log.Info("the MetaServer requires authorization: HTTPS with the pod's service-account token", "url", ep.URL, "ca", ep.CAFile)
-	pods := desired.NewPodClient(ep.URL, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, "").WithTokenFile(serviceAccountTokenFile)
+	pods := desired.NewPodClient(ep.URL, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, "").WithTokenFile(desired.InClusterTokenFile)
 	return PodsSource{Pods: pods, ActuatorURL: actuatorURL}, nil
 }
 
 // ChooseRebuilder is the static-pod rebuilder of workers the node lost, or nil when the agent must not rebuild:
 // no static-pod directory, or an unauthenticated pod source (a plain-HTTP MetaServer, the controller's word over a
 // session without TLS) unless allowInsecure, and then each stand-in is held to bound as an untrusted one
-// (StandInBound.Untrusted). bound's Protected are node paths no stand-in may mount, beside SystemPaths and
+// (standin.Bound.Untrusted). bound's Protected are node paths no stand-in may mount, beside standin.SystemPaths and
 // staticDir.
-func ChooseRebuilder(pods PodSource, staticDir string, allowInsecure bool, workers DesiredWorkers, bound StandInBound,
-	log logr.Logger) *StaticPods {
+func ChooseRebuilder(pods PodSource, staticDir string, allowInsecure bool, workers standin.DesiredWorkers, bound standin.Bound,
+	log logr.Logger) *standin.StaticPods {
 	switch {
 	case staticDir == "":
 		return nil
@@ -116,31 +108,31 @@ func ChooseRebuilder(pods PodSource, staticDir string, allowInsecure bool, worke
 		log.Info("offline rebuilds from an unauthenticated source (--allow-insecure-pod-source): each stand-in runs as Pod Security's "+
 			"restricted profile allows, with node paths only below the directories named", "podSource", pods.URL(), "hostPaths", bound.HostPathRoots)
 	}
-	return &StaticPods{Dir: staticDir, Workers: workers, Bound: bound}
+	return &standin.StaticPods{Dir: staticDir, Workers: workers, Bound: bound}
 }
 
 // Actuators restarts through KubeEdge's MetaServer at metaServerURL first (what KubeEdge offers for it; empty:
 // none), then through the runtime.
-func Actuators(metaServerURL string, runtime *cri.Client) FirstWorking {
-	var out FirstWorking
+func Actuators(metaServerURL string, runtime *cri.Client) restart.FirstWorking {
+	var out restart.FirstWorking
 	if metaServerURL != "" {
-		out = append(out, &MetaServerActuator{BaseURL: metaServerURL})
+		out = append(out, &restart.MetaServerActuator{BaseURL: metaServerURL})
 	}
-	return append(out, &CRIActuator{Runtime: runtime})
+	return append(out, &restart.CRIActuator{Runtime: runtime})
 }
 
 // ChooseProbe is the probe of the cloud: url when given, its certificate checked against caFile's CA (empty: the
 // system's); in a pod of a kubelet node (inCluster), the API server's /readyz, which answers anyone (a watch that
 // hangs on a dead link would tell only after TCP gives up); else the one edgecore's configuration implies (empty:
 // none). Without one the MetaServer's answers cannot tell whether the node is cut off, which is logged.
-func ChooseProbe(url, caFile string, inCluster bool, edgecoreConfig string, log logr.Logger) (*CloudProbe, error) {
+func ChooseProbe(url, caFile string, inCluster bool, edgecoreConfig string, log logr.Logger) (*cloudlink.Probe, error) {
 	switch {
 	case url != "":
-		tlsConfig, err := ProbeTLS(url, caFile)
+		tlsConfig, err := cloudlink.ProbeTLS(url, caFile)
 		if err != nil {
 			return nil, err
 		}
-		return &CloudProbe{URL: url, TLS: tlsConfig}, nil
+		return &cloudlink.Probe{URL: url, TLS: tlsConfig}, nil
 	case inCluster:
 		server, tlsConfig, err := desired.InClusterServer()
 		if err != nil {
@@ -148,9 +140,9 @@ func ChooseProbe(url, caFile string, inCluster bool, edgecoreConfig string, log 
 			return nil, nil
 		}
 		log.Info("probing the API server", "url", server+"/readyz")
-		return &CloudProbe{URL: server + "/readyz", TLS: tlsConfig}, nil
+		return &cloudlink.Probe{URL: server + "/readyz", TLS: tlsConfig}, nil
 	case edgecoreConfig != "":
-		probe, why, err := EdgecoreProbe(edgecoreConfig)
+		probe, why, err := cloudlink.EdgecoreProbe(edgecoreConfig)
 		if err != nil {
 			log.Info("no cloud probe: the MetaServer's answers cannot tell whether the node is cut off", "reason", err.Error())
 			return nil, nil
@@ -161,32 +153,10 @@ func ChooseProbe(url, caFile string, inCluster bool, edgecoreConfig string, log 
 	return nil, nil
 }
 
-// ProbeTLS is how a probe of an explicit URL checks the cloud's certificate: its chain against caFile's CA,
-// whatever name it was reached by (as the probe edgecore's configuration implies: cloudcore's certificate may not
-// name the address a node reaches it at), or chain and name against the system's CAs when caFile is empty. A URL
-// that is not HTTPS is refused: whoever is on the path could answer it and keep a cut-off node looking connected.
-func ProbeTLS(url, caFile string) (*tls.Config, error) {
-	if !strings.HasPrefix(url, "https://") {
-		return nil, fmt.Errorf("cloud probe %s: not HTTPS, so anyone on the path could answer it", url)
-	}
-	if caFile == "" {
-		return &tls.Config{MinVersion: tls.VersionTLS12}, nil
-	}
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("the cloud probe's CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("the cloud probe's CA %s holds no certificate", caFile)
-	}
-	return chainOnlyTLS(pool), nil
-}
-
 // APIReachability tells whether the node reaches the API server now: its watch works and, with a probe, the
 // cloud answers it [P-HB-1]. With a probe the watcher holds the workers the source stops listing while the cloud
 // does not answer: the node lost them, the cloud's deletions cannot arrive then [P-HEAL-3].
-func APIReachability(workers *desired.Watcher, probe *CloudProbe) func() bool {
+func APIReachability(workers *desired.Watcher, probe *cloudlink.Probe) func() bool {
 	if probe == nil {
 		return workers.Reachable
 	}
@@ -196,47 +166,9 @@ func APIReachability(workers *desired.Watcher, probe *CloudProbe) func() bool {
 
 // APIReachabilityKnown tells whether APIReachability's answer is known yet: the watch and the probe have each
 // had an answer since the agent started.
-func APIReachabilityKnown(workers *desired.Watcher, probe *CloudProbe) func() bool {
+func APIReachabilityKnown(workers *desired.Watcher, probe *cloudlink.Probe) func() bool {
 	if probe == nil {
 		return workers.Answered
 	}
 	return func() bool { return workers.Answered() && probe.Probed() }
-}
-
-// FollowContainerEvents keeps the runtime's event stream open, so a worker's change is published within
-// milliseconds; the agent's poll covers runtimes without events and the gaps between streams. A stream that ends
-// at once (a runtime that serves the call but sends nothing, as edgemark's fake one does) is opened again after a
-// wait that doubles up to half a minute, not every second for ever.
-func FollowContainerEvents(ctx context.Context, runtime *cri.Client, changed chan<- struct{}, log logr.Logger) {
-	wait := eventsRetry{min: time.Second, max: 30 * time.Second}
-	for ctx.Err() == nil {
-		opened := time.Now()
-		err := runtime.WatchEvents(ctx, changed)
-		if status.Code(err) == codes.Unimplemented {
-			log.Info("the container runtime offers no events; polling only")
-			return
-		}
-		next := wait.next(time.Since(opened))
-		log.V(2).Info("container events stopped; reopening", "error", err, "after", next)
-		select {
-		case <-ctx.Done():
-		case <-time.After(next):
-		}
-	}
-}
-
-// eventsRetry is the wait before the event stream is opened again: min after a stream that lasted, doubling
-// after each one that ended within a second, up to max.
-type eventsRetry struct {
-	min, max, cur time.Duration
-}
-
-func (r *eventsRetry) next(lasted time.Duration) time.Duration {
-	switch {
-	case lasted > time.Second || r.cur == 0:
-		r.cur = r.min
-	default:
-		r.cur = min(2*r.cur, r.max)
-	}
-	return r.cur
 }

@@ -1,4 +1,4 @@
-package agent
+package standin
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/lifeline-edge/lifeline/edge/agent/core"
+	"github.com/lifeline-edge/lifeline/edge/desired"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -104,3 +105,7 @@ func TestStandInsAreOnlyTheStaticPodsTheAgentWrote_P_HEAL_3(t *testing.T) {
 		}
 	}
 }
+
+type fixedWorkers []desired.Worker
+
+func (f fixedWorkers) Workers() []desired.Worker { return f }

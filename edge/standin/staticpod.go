@@ -1,4 +1,4 @@
-package agent
+package standin
 
 import (
 	"encoding/json"
@@ -25,8 +25,8 @@ type RefusedManifestError struct{ Reason string }
 
 func (e *RefusedManifestError) Error() string { return "refused for an offline rebuild: " + e.Reason }
 
-// StandInBound is what a worker's stand-in may have on the node, beyond what staticPodManifest allows every one.
-type StandInBound struct {
+// Bound is what a worker's stand-in may have on the node, beyond what staticPodManifest allows every one.
+type Bound struct {
 	// Protected are node paths no stand-in may mount besides SystemPaths.
 	Protected []string
 	// Untrusted says the manifests came from a source any process of the node could answer for (plain HTTP, with
@@ -55,7 +55,7 @@ type StandInBound struct {
 //
 // What ties the pod to the API server is dropped, as upstream Kubernetes requires of static pods: its service
 // account, and the projected token volume admission added, which a cut-off node could never fill.
-func staticPodManifest(manifest, worker, podName string, bound StandInBound) ([]byte, error) {
+func staticPodManifest(manifest, worker, podName string, bound Bound) ([]byte, error) {
 	var pod map[string]any
 	strict, err := sigsjson.UnmarshalStrict([]byte(manifest), &pod, sigsjson.DisallowDuplicateFields)
 	if err != nil {
@@ -194,7 +194,7 @@ var hostPathTypes = map[string]bool{"": true, "Directory": true, "DirectoryOrCre
 // volumeKinds a rebuilt worker may have besides hostPath: none of them reaches the node or the API server.
 var volumeKinds = map[string]bool{"emptyDir": true, "downwardAPI": true}
 
-func checkStaticSpec(raw map[string]any, bound StandInBound) error {
+func checkStaticSpec(raw map[string]any, bound Bound) error {
 	data, err := json.Marshal(raw)
 	if err != nil {
 		return err
@@ -241,7 +241,7 @@ func checkStaticSpec(raw map[string]any, bound StandInBound) error {
 }
 
 // checkVolume returns the node directory of a hostPath volume ("" for another kind), or why the volume is refused.
-func checkVolume(name string, vol map[string]json.RawMessage, bound StandInBound) (string, error) {
+func checkVolume(name string, vol map[string]json.RawMessage, bound Bound) (string, error) {
 	if len(vol) > 2 || len(vol) == 2 && vol["name"] == nil {
 		return "", fmt.Errorf("volume %q has more than one source", name)
 	}

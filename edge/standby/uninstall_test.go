@@ -1,4 +1,4 @@
-package agent
+package standby
 
 import (
 	"context"
@@ -29,7 +29,7 @@ func TestStandbyIsRemovedOnlyOnceItsDaemonSetIsGone(t *testing.T) {
 			staticDir, stateDir := t.TempDir(), t.TempDir()
 			manifest := filepath.Join(staticDir, standbyManifestFile)
 			other := filepath.Join(staticDir, "kube-proxy.yaml")
-			files := StandbyDir(stateDir)
+			files := FilesIn(stateDir)
 			if err := os.MkdirAll(files.Dir, 0o700); err != nil {
 				t.Fatal(err)
 			}
@@ -39,7 +39,7 @@ func TestStandbyIsRemovedOnlyOnceItsDaemonSetIsGone(t *testing.T) {
 				}
 			}
 			var asked string
-			RemoveStandbyIfUninstalled(t.Context(), tc.daemonSet, staticDir, stateDir, func(_ context.Context, namespace, name string) (bool, error) {
+			RemoveIfUninstalled(t.Context(), tc.daemonSet, staticDir, stateDir, func(_ context.Context, namespace, name string) (bool, error) {
 				asked = namespace + "/" + name
 				return tc.gone, tc.err
 			}, logr.Discard())

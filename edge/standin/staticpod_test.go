@@ -1,22 +1,13 @@
-package agent
+package standin
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/go-logr/logr"
-
-	"github.com/lifeline-edge/lifeline/edge/desired"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
-	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // renderedTrainer is an FL trainer as the controller renders it and the API server admits it: on the host
@@ -56,7 +47,7 @@ func withSpec(t *testing.T, field, value string) string {
 }
 
 func TestRenderedWorkerIsRebuiltWithoutItsServiceAccount(t *testing.T) {
-	out, err := staticPodManifest(renderedTrainer, "default/fl-trainer-0", "fl-trainer-0", StandInBound{})
+	out, err := staticPodManifest(renderedTrainer, "default/fl-trainer-0", "fl-trainer-0", Bound{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +111,7 @@ func TestRebuildRefusesManifestsThatReachTheNode(t *testing.T) {
 		{"the agent's state", withSpec(t, "volumes", `[{"name":"r","hostPath":{"path":"/srv/lifeline/state"}}]`), "/srv/lifeline"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := staticPodManifest(tc.manifest, "default/fl-trainer-0", "fl-trainer-0", StandInBound{Protected: []string{"/srv/lifeline/state/agent"}})
+			_, err := staticPodManifest(tc.manifest, "default/fl-trainer-0", "fl-trainer-0", Bound{Protected: []string{"/srv/lifeline/state/agent"}})
 			var refused *RefusedManifestError
 			if !errors.As(err, &refused) || !strings.Contains(err.Error(), tc.reason) {
 				t.Fatalf("error %v, want a refusal saying %q", err, tc.reason)
@@ -129,57 +120,12 @@ func TestRebuildRefusesManifestsThatReachTheNode(t *testing.T) {
 	}
 }
 
-// An attacker on the node binds the MetaServer's port while edgecore restarts, serves a privileged pod with the
-// node's root mounted as one of the node's workers, and stops answering so the node looks cut off. With the
-// chart's plain-HTTP source the agent does not rebuild at all; told to trust plain HTTP, it still writes no
-// manifest of the attacker's.
-func TestHostileMetaServerStandInGetsNoManifestWritten(t *testing.T) {
-	hostile := `{"metadata":{"namespace":"default","name":"fl-trainer-0","uid":"u-evil","labels":{"` + lifelinev1.RoleLabel + `":"trainer"}},
-"spec":{"nodeName":"edge-1","hostPID":true,"restartPolicy":"Never","volumes":[{"name":"root","hostPath":{"path":"/"}}],
-"containers":[{"name":"x","image":"evil","securityContext":{"privileged":true},"volumeMounts":[{"name":"root","mountPath":"/host"}]}]}}`
-	metaServer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Query().Get("watch") == "true" {
-			http.Error(w, "gone", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintf(w, `{"metadata":{"resourceVersion":"1"},"items":[%s]}`, hostile)
-	}))
-	defer metaServer.Close()
-	pods := desired.NewPodClient(metaServer.URL, nil, "")
-	workers, err := desired.New(pods, "edge-1", t.TempDir(), logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go workers.Run(ctx, 50*time.Millisecond)
-	testkit.Until(t, 10*time.Second, "the served pod a worker", func() bool { return workers.Has("u-evil") })
-	staticDir := t.TempDir()
-	if r := ChooseRebuilder(pods, staticDir, false, workers, StandInBound{}, logr.Discard()); r != nil {
-		t.Fatalf("rebuilder %T from a plain-HTTP source, want none unless told to trust it", r)
-	}
-	r := ChooseRebuilder(pods, staticDir, true, workers, StandInBound{}, logr.Discard())
-	if !r.Bound.Untrusted {
-		t.Error("stand-ins read over plain HTTP are not held to the untrusted bound")
-	}
-	var refused *RefusedManifestError
-	if err := r.Rebuild(ctx, "default", "fl-trainer-0", "u-evil"); !errors.As(err, &refused) {
-		t.Fatalf("rebuild: %v, want a refusal", err)
-	}
-	if files, _ := os.ReadDir(staticDir); len(files) != 0 {
-		t.Errorf("static-pod directory holds %v, want nothing", files)
-	}
-	if https := desired.NewPodClient("https://127.0.0.1:10550", nil, ""); ChooseRebuilder(https, staticDir, false, workers, StandInBound{}, logr.Discard()) == nil {
-		t.Error("no rebuilder from an HTTPS source with its certificate checked")
-	}
-}
-
 // Sedna's examples mount an output directory of their own choosing (helmet detection: DirectoryOrCreate under
 // /var/lib): a node path outside the system's is a worker's to have, offline too.
 func TestWorkersOwnNodeDirectoryIsRebuilt(t *testing.T) {
 	manifest := withSpec(t, "volumes", `[{"name":"results","hostPath":{"path":"/var/lib/helmet-detection/output","type":"DirectoryOrCreate"}}]`)
 	manifest = strings.Replace(manifest, `"volumeMounts":[`, `"volumeMounts":[{"name":"results","mountPath":"/output"},`, 1)
-	if _, err := staticPodManifest(manifest, "default/w", "w", StandInBound{}); err != nil {
+	if _, err := staticPodManifest(manifest, "default/w", "w", Bound{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package standin
 
 import (
 	"encoding/json"
@@ -10,7 +10,7 @@ import (
 )
 
 // refusal is the reason staticPodManifest refuses manifest for, or "" when it takes it.
-func refusal(t *testing.T, manifest string, bound StandInBound) string {
+func refusal(t *testing.T, manifest string, bound Bound) string {
 	t.Helper()
 	_, err := staticPodManifest(manifest, "default/fl-trainer-0", "fl-trainer-0", bound)
 	var refused *RefusedManifestError
@@ -39,7 +39,7 @@ func TestCaseFoldedTwinKeysHideNothingFromTheChecks(t *testing.T) {
 			"repeats a key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := refusal(t, head+tc.spec+`}}`, StandInBound{}); !strings.Contains(got, tc.reason) {
+			if got := refusal(t, head+tc.spec+`}}`, Bound{}); !strings.Contains(got, tc.reason) {
 				t.Errorf("refused for %q, want %q", got, tc.reason)
 			}
 		})
@@ -48,7 +48,7 @@ func TestCaseFoldedTwinKeysHideNothingFromTheChecks(t *testing.T) {
 
 // untrustedBound is how the agent holds stand-ins read over plain HTTP, on a node whose root is root: Sedna's
 // data under /data, which holds the trainer's Dataset directory and a symbolic link to the node's root.
-func untrustedBound(t *testing.T) StandInBound {
+func untrustedBound(t *testing.T) Bound {
 	root := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(root, "data", "surface-defects"), 0o755); err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func untrustedBound(t *testing.T) StandInBound {
 	if err := os.Mkdir(filepath.Join(shared, "out"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return StandInBound{Untrusted: true, HostPathRoots: []string{"/data"}, HostRoot: root}
+	return Bound{Untrusted: true, HostPathRoots: []string{"/data"}, HostRoot: root}
 }
 
 // Item 2 of the third hardening round, without a trick: what a plain-HTTP source may have written was root on
@@ -121,7 +121,7 @@ type restrictedPod struct {
 	} `json:"spec"`
 }
 
-func restrictedStandIn(t *testing.T, manifest string, bound StandInBound) restrictedPod {
+func restrictedStandIn(t *testing.T, manifest string, bound Bound) restrictedPod {
 	t.Helper()
 	out, err := staticPodManifest(manifest, "default/fl-trainer-0", "fl-trainer-0", bound)
 	if err != nil {
@@ -148,11 +148,11 @@ func TestUntrustedStandInRunsAsARestrictedPod(t *testing.T) {
 // Item 7 of the third hardening round: a stand-in whose worker names no seccomp profile runs with the runtime's
 // default, not unconfined; one that names its own keeps it.
 func TestStandInGetsTheRuntimesSeccompProfileUnlessItNamesOne(t *testing.T) {
-	if got := restrictedStandIn(t, renderedTrainer, StandInBound{}).Spec.SecurityContext.SeccompProfile.Type; got != "RuntimeDefault" {
+	if got := restrictedStandIn(t, renderedTrainer, Bound{}).Spec.SecurityContext.SeccompProfile.Type; got != "RuntimeDefault" {
 		t.Errorf("seccomp %q, want RuntimeDefault", got)
 	}
 	own := withSpec(t, "securityContext", `{"seccompProfile":{"type":"Localhost","localhostProfile":"trainer.json"}}`)
-	if got := restrictedStandIn(t, own, StandInBound{}).Spec.SecurityContext.SeccompProfile.Type; got != "Localhost" {
+	if got := restrictedStandIn(t, own, Bound{}).Spec.SecurityContext.SeccompProfile.Type; got != "Localhost" {
 		t.Errorf("seccomp %q, want the worker's Localhost", got)
 	}
 }

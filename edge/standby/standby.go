@@ -1,4 +1,9 @@
-package agent
+// Package standby keeps the node's agent one at a time and stands by for it: the node lock that the agent pod,
+// an updated agent pod and the standby take in turn, and the standby itself, the agent as a static pod that acts
+// only while the node is cut off and no agent pod holds it, with the files the agent pod leaves it on the node's
+// disk. It exists because a kubelet that boots cut off runs no DaemonSet pod, only static pods, and the node's state
+// (the journal, the stand-ins, the report port) must be one agent's at a time.
+package standby
 
 import (
 	"bytes"
@@ -13,13 +18,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
 
+	"github.com/lifeline-edge/lifeline/edge/cloudlink"
 	"github.com/lifeline-edge/lifeline/edge/desired"
+	"github.com/lifeline-edge/lifeline/edge/standin"
 	"github.com/lifeline-edge/lifeline/edge/statefile"
 )
 
@@ -29,125 +34,8 @@ import (
 // rebuilds the node's workers from the desired workers on the node's disk, and gives way as soon as an agent pod
 // asks: the kubelet runs one once its link returns.
 
-// NodeLock makes the node's agent pod and its standby act one at a time on the node's state: the journal, the
-// birth sequence, the stand-ins and the report port are one agent's. The agent pod holds the lock for its life;
-// the standby takes it only while no agent pod waits for it.
-type NodeLock struct {
-	// Dir is the agent's state directory.
-	Dir string
-}
-
-const (
-	lockFile    = "agent.lock"
-	waitingFile = "agent-pod-waiting"
-)
-
-// Hold takes the lock for the agent pod, waiting while the standby, or an older agent pod, acts: it sees the
-// pod waiting and gives way. The lock is the agent pod's until release, or until the process ends.
-func (l NodeLock) Hold(ctx context.Context, log logr.Logger) (release func(), err error) {
-	waiting := filepath.Join(l.Dir, waitingFile)
-	if err := os.WriteFile(waiting, nil, 0o600); err != nil {
-		return nil, fmt.Errorf("saying the agent pod waits for the node: %w", err)
-	}
-	defer os.Remove(waiting)
-	return l.wait(ctx, log, l.try, "waiting for the node's standby agent, or the agent pod it replaces, to give way")
-}
-
-// Serve runs run while this agent pod holds the node, and hands the node over when another agent pod asks for
-// it. An update of the DaemonSet starts the new pod beside the old one (maxSurge), and the new one waits for the
-// lock: the old one ends run (its reports journaled, its listeners closed), releases the lock and waits without
-// asking, to take the node again should the new one stop first. Serve returns when ctx ends, or run fails.
-func (l NodeLock) Serve(ctx context.Context, interval time.Duration, log logr.Logger, run func(ctx context.Context) error) error {
-	release, err := l.Hold(ctx, log)
-	for {
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		runCtx, stop := context.WithCancel(ctx)
-		var asked atomic.Bool
-		go func() {
-			tick := time.NewTicker(interval)
-			defer tick.Stop()
-			for {
-				select {
-				case <-runCtx.Done():
-					return
-				case <-tick.C:
-					if l.PodWaiting() {
-						asked.Store(true)
-						stop()
-						return
-					}
-				}
-			}
-		}()
-		err = run(runCtx)
-		stop()
-		release()
-		if !asked.Load() || ctx.Err() != nil {
-			return err
-		}
-		log.Info("another agent pod asks for the node: handed over; this one takes it again if the other stops first")
-		release, err = l.wait(ctx, log, l.TryUnasked, "waiting for the node while the new agent pod holds it")
-	}
-}
-
-// wait takes the lock with try as soon as it can, logging why once.
-func (l NodeLock) wait(ctx context.Context, log logr.Logger, try func() (func(), bool, error), why string) (release func(), err error) {
-	logged := false
-	for {
-		release, ok, err := try()
-		if err != nil || ok {
-			return release, err
-		}
-		if !logged {
-			log.Info(why)
-			logged = true
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// PodWaiting tells whether an agent pod waits for the lock.
-func (l NodeLock) PodWaiting() bool {
-	_, err := os.Stat(filepath.Join(l.Dir, waitingFile))
-	return err == nil
-}
-
-// TryUnasked takes the lock if no agent pod holds it or waits for it: the standby's way, and an old agent pod's
-// once it handed the node over.
-func (l NodeLock) TryUnasked() (release func(), ok bool, err error) {
-	if l.PodWaiting() {
-		return nil, false, nil
-	}
-	return l.try()
-}
-
-// try takes the lock if it is free. An flock dies with its holder, so a crashed agent never keeps the node.
-func (l NodeLock) try() (func(), bool, error) {
-	f, err := os.OpenFile(filepath.Join(l.Dir, lockFile), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, false, fmt.Errorf("opening the node's agent lock: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, false, nil
-		}
-		return nil, false, fmt.Errorf("taking the node's agent lock: %w", err)
-	}
-	return func() { f.Close() }, true, nil
-}
-
-// Standby acts for the agent pod while the node is cut off and no agent pod holds the node.
-type Standby struct {
+// Runner is the standby: it acts for the agent pod while the node is cut off and no agent pod holds the node.
+type Runner struct {
 	Lock NodeLock
 	// CutOff tells whether the node is known to be cut off from the API server now. A node that reaches it
 	// runs the agent pod soon, and its kubelet the workers' own pods: the standby waits for them.
@@ -159,7 +47,7 @@ type Standby struct {
 
 // Run calls act while the standby holds the node, and ends act (waiting for it to return) as soon as an agent
 // pod asks for the node, until ctx ends.
-func (s *Standby) Run(ctx context.Context, act func(ctx context.Context)) {
+func (s *Runner) Run(ctx context.Context, act func(ctx context.Context)) {
 	tick := time.NewTicker(s.Interval)
 	defer tick.Stop()
 	for {
@@ -192,7 +80,7 @@ func (s *Standby) Run(ctx context.Context, act func(ctx context.Context)) {
 const standbyRetry = 10 * time.Second
 
 // actUntilAsked runs act until an agent pod waits for the node (then it returns true), ctx ends or act returns.
-func (s *Standby) actUntilAsked(ctx context.Context, act func(ctx context.Context)) (asked bool) {
+func (s *Runner) actUntilAsked(ctx context.Context, act func(ctx context.Context)) (asked bool) {
 	s.Log.Info("the node is cut off and no agent pod runs: the standby acts")
 	actCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -215,31 +103,31 @@ func (s *Standby) actUntilAsked(ctx context.Context, act func(ctx context.Contex
 	}
 }
 
-// StandbyFiles is what the standby needs from the cloud, which a static pod cannot mount: the agent pod leaves
+// Files is what the standby needs from the cloud, which a static pod cannot mount: the agent pod leaves
 // it on the node's disk, under the agent's state directory.
-type StandbyFiles struct {
+type Files struct {
 	// Dir is the state directory's standby/.
 	Dir string
 }
 
-// The files of StandbyFiles.
+// The files in a Files.Dir.
 const (
 	standbyBrokerCA  = "broker-ca.crt"
 	standbyAPICA     = "api-ca.crt"
 	standbyAPIServer = "api-server"
 )
 
-// StandbyDir is where, in the agent's state directory, the agent pod leaves the standby's files.
-func StandbyDir(stateDir string) StandbyFiles {
-	return StandbyFiles{Dir: filepath.Join(stateDir, "standby")}
+// FilesIn is where, in the agent's state directory, the agent pod leaves the standby's files.
+func FilesIn(stateDir string) Files {
+	return Files{Dir: filepath.Join(stateDir, "standby")}
 }
 
 // BrokerCA is the broker's CA as the standby reads it.
-func (f StandbyFiles) BrokerCA() string { return filepath.Join(f.Dir, standbyBrokerCA) }
+func (f Files) BrokerCA() string { return filepath.Join(f.Dir, standbyBrokerCA) }
 
 // Leave writes the broker's CA (from brokerCAFile; empty: none), and the API server's address and CA as this pod
 // reaches it, for the standby's probe.
-func (f StandbyFiles) Leave(brokerCAFile string) error {
+func (f Files) Leave(brokerCAFile string) error {
 	if err := os.MkdirAll(f.Dir, 0o700); err != nil {
 		return fmt.Errorf("creating %s: %w", f.Dir, err)
 	}
@@ -255,13 +143,13 @@ func (f StandbyFiles) Leave(brokerCAFile string) error {
 	if err := writeIfChanged(filepath.Join(f.Dir, standbyAPIServer), []byte(server+"\n")); err != nil {
 		return err
 	}
-	return copyFile(serviceAccountCAFile, filepath.Join(f.Dir, standbyAPICA))
+	return copyFile(desired.InClusterCAFile, filepath.Join(f.Dir, standbyAPICA))
 }
 
 // Probe is the standby's probe of the API server: url when given, else the address the agent pod left; its
-// certificate checked against caFile's CA when given (ProbeTLS), else the CA the agent pod left, when there is one,
-// else the system's.
-func (f StandbyFiles) Probe(url, caFile string) (*CloudProbe, error) {
+// certificate checked against caFile's CA when given (cloudlink.ProbeTLS), else the CA the agent pod left, when
+// there is one, else the system's.
+func (f Files) Probe(url, caFile string) (*cloudlink.Probe, error) {
 	if url == "" {
 		data, err := os.ReadFile(filepath.Join(f.Dir, standbyAPIServer))
 		if err != nil {
@@ -269,11 +157,11 @@ func (f StandbyFiles) Probe(url, caFile string) (*CloudProbe, error) {
 		}
 		url = strings.TrimSpace(string(data)) + "/readyz"
 	}
-	tlsConfig, err := ProbeTLS(url, caFile)
+	tlsConfig, err := cloudlink.ProbeTLS(url, caFile)
 	if err != nil {
 		return nil, err
 	}
-	probe := &CloudProbe{URL: url, TLS: tlsConfig}
+	probe := &cloudlink.Probe{URL: url, TLS: tlsConfig}
 	if pem, err := os.ReadFile(filepath.Join(f.Dir, standbyAPICA)); err == nil && caFile == "" {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
@@ -288,9 +176,9 @@ func (f StandbyFiles) Probe(url, caFile string) (*CloudProbe, error) {
 // lifeline-*.json).
 const standbyManifestFile = "lifeline-agent-standby.yaml"
 
-// InstallStandby puts the standby's manifest (read from manifestFile) in staticDir, rewriting it only when it
+// Install puts the standby's manifest (read from manifestFile) in staticDir, rewriting it only when it
 // changed: the kubelet restarts a static pod whose manifest changes.
-func InstallStandby(manifestFile, staticDir string) error {
+func Install(manifestFile, staticDir string) error {
 	data, err := os.ReadFile(manifestFile)
 	if err != nil {
 		return fmt.Errorf("reading the standby's manifest: %w", err)
@@ -298,9 +186,9 @@ func InstallStandby(manifestFile, staticDir string) error {
 	return writeIfChanged(filepath.Join(staticDir, standbyManifestFile), data)
 }
 
-// RemoveStandby takes the standby's manifest out of staticDir (the kubelet then stops it) and its files off
+// Remove takes the standby's manifest out of staticDir (the kubelet then stops it) and its files off
 // the node.
-func RemoveStandby(staticDir string, files StandbyFiles) error {
+func Remove(staticDir string, files Files) error {
 	err := os.Remove(filepath.Join(staticDir, standbyManifestFile))
 	if err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("removing the standby's manifest: %w", err)
@@ -311,10 +199,10 @@ func RemoveStandby(staticDir string, files StandbyFiles) error {
 	return nil
 }
 
-// RemoveStandbyIfUninstalled removes the node's standby and its stand-ins once the agent's DaemonSet (daemonSet,
+// RemoveIfUninstalled removes the node's standby and its stand-ins once the agent's DaemonSet (daemonSet,
 // namespace/name) is gone: an upgrade or a restart keeps them, helm uninstall does not. ownerGone reads the
 // DaemonSet (OwnerGone in a pod); when it cannot tell, everything stays.
-func RemoveStandbyIfUninstalled(ctx context.Context, daemonSet, staticDir, stateDir string,
+func RemoveIfUninstalled(ctx context.Context, daemonSet, staticDir, stateDir string,
 	ownerGone func(ctx context.Context, namespace, name string) (bool, error), log logr.Logger) {
 	namespace, name, ok := strings.Cut(daemonSet, "/")
 	if !ok {
@@ -330,11 +218,11 @@ func RemoveStandbyIfUninstalled(ctx context.Context, daemonSet, staticDir, state
 	if !gone {
 		return
 	}
-	if err := RemoveStandby(staticDir, StandbyDir(stateDir)); err != nil {
+	if err := Remove(staticDir, FilesIn(stateDir)); err != nil {
 		log.Error(err, "removing the standby")
 		return
 	}
-	if err := (&StaticPods{Dir: staticDir, GatesDir: GatesDir(stateDir)}).RemoveAll(); err != nil {
+	if err := (&standin.StaticPods{Dir: staticDir, GatesDir: standin.GatesDir(stateDir)}).RemoveAll(); err != nil {
 		log.Error(err, "removing the stand-ins")
 		return
 	}
@@ -349,7 +237,7 @@ func OwnerGone(ctx context.Context, namespace, name string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	token, err := os.ReadFile(serviceAccountTokenFile)
+	token, err := os.ReadFile(desired.InClusterTokenFile)
 	if err != nil {
 		return false, fmt.Errorf("reading the pod's token: %w", err)
 	}
@@ -398,19 +286,19 @@ func writeIfChanged(path string, data []byte) error {
 	return statefile.Write(path, data)
 }
 
-// StandbySource is the standby's pod source: none. A static pod has no credentials for the API server, and the
+// Source is the standby's pod source: none. A static pod has no credentials for the API server, and the
 // standby acts only while the API server is out of reach: the node's workers are the desired workers the agent
 // pod left on the node's disk.
-type StandbySource struct{}
+type Source struct{}
 
 var errStandbyReadsNoPods = errors.New("the standby reads no pods: the agent pod does")
 
 // List refuses.
-func (StandbySource) List(context.Context, desired.Selector, func(*desired.Pod)) (string, error) {
+func (Source) List(context.Context, desired.Selector, func(*desired.Pod)) (string, error) {
 	return "", errStandbyReadsNoPods
 }
 
 // Watch refuses.
-func (StandbySource) Watch(context.Context, desired.Selector, string) (<-chan desired.Event, error) {
+func (Source) Watch(context.Context, desired.Selector, string) (<-chan desired.Event, error) {
 	return nil, errStandbyReadsNoPods
 }

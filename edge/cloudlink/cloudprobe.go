@@ -1,4 +1,9 @@
-package agent
+// Package cloudlink tells whether the node reaches the cloud: a probe of a URL there (the API server, or
+// cloudcore), cheap enough to ask several times a second, and what edgecore's configuration says of where the
+// cloud and the node's MetaServer are. It exists because a cut must be seen within a second or so, which neither a
+// watch on a dead link nor the MetaServer (it answers from the node's own store) can tell; the agent's loop only
+// asks whether the API server is reachable now.
+package cloudlink
 
 import (
 	"cmp"
@@ -18,7 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// CloudProbe tells whether the node reaches the cloud by a request to a URL there: the API server's /readyz, or
+// Probe tells whether the node reaches the cloud by a request to a URL there: the API server's /readyz, or
 // the cloudcore endpoint edgecore's edgeHub connects to. Any HTTP answer counts: only the round trip matters. It
 // is needed when the agent reads its workers from KubeEdge's MetaServer, which answers from the node's own store
 // whether or not the cloud is reachable, and it is how a cut is seen fast: a watch on a dead link tells only when
@@ -27,7 +32,7 @@ import (
 // A cut is told at most Period + Timeout after it begins. Attempts are frequent, so they must cost the cloud
 // nothing: over HTTP/2 the probe keeps one connection, sends the URL's request once on it, and then a PING frame
 // per attempt, which the server's framer answers without a request, a handler or an authentication.
-type CloudProbe struct {
+type Probe struct {
 	URL string
 	// TLS checks the cloud's certificate; nil: not checked (nothing read from the answer is trusted).
 	TLS *tls.Config
@@ -50,7 +55,7 @@ const (
 )
 
 // Run probes every Period until ctx ends.
-func (p *CloudProbe) Run(ctx context.Context) {
+func (p *Probe) Run(ctx context.Context) {
 	timeout, period := cmp.Or(p.Timeout, DefaultProbeTimeout), cmp.Or(p.Period, DefaultProbePeriod)
 	link, badURL := newCloudLink(p.URL, p.TLS)
 	defer link.close()
@@ -74,7 +79,7 @@ func (p *CloudProbe) Run(ctx context.Context) {
 }
 
 // record keeps an attempt's outcome and tells a change.
-func (p *CloudProbe) record(reachable bool) {
+func (p *Probe) record(reachable bool) {
 	p.init()
 	was := p.reachable.Swap(reachable)
 	if first := !p.probed.Swap(true); first || was != reachable {
@@ -85,17 +90,17 @@ func (p *CloudProbe) record(reachable bool) {
 	}
 }
 
-func (p *CloudProbe) init() { p.initOnce.Do(func() { p.changes = make(chan struct{}, 1) }) }
+func (p *Probe) init() { p.initOnce.Do(func() { p.changes = make(chan struct{}, 1) }) }
 
 // Reachable tells the outcome of the latest attempt.
-func (p *CloudProbe) Reachable() bool { return p.reachable.Load() }
+func (p *Probe) Reachable() bool { return p.reachable.Load() }
 
 // Probed tells whether an attempt has ended, so Reachable means something.
-func (p *CloudProbe) Probed() bool { return p.probed.Load() }
+func (p *Probe) Probed() bool { return p.probed.Load() }
 
 // Changes receives after the first attempt and whenever Reachable changes, so that the heartbeat tells a cut as
 // soon as it is seen; a change not yet received is not queued twice.
-func (p *CloudProbe) Changes() <-chan struct{} {
+func (p *Probe) Changes() <-chan struct{} {
 	p.init()
 	return p.changes
 }
@@ -162,7 +167,7 @@ func EdgecoreMetaServer(path string) (MetaServerEndpoint, error) {
 // checked against the cloud's CA that edgecore's tlsCaFile names (default /etc/kubeedge/ca/rootCA.crt), by chain
 // only: edgecore may reach cloudcore by an address its certificate does not name. Without that file it is not
 // checked; the message says why that is acceptable. It returns an error when the configuration names no server.
-func EdgecoreProbe(path string) (*CloudProbe, string, error) {
+func EdgecoreProbe(path string) (*Probe, string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, "", fmt.Errorf("reading edgecore's configuration: %w", err)
@@ -176,7 +181,7 @@ func EdgecoreProbe(path string) (*CloudProbe, string, error) {
 	if err != nil || server.Scheme != "https" || server.Host == "" {
 		return nil, "", fmt.Errorf("edgecore's configuration %s: modules.edgeHub.httpServer %q is not an https URL", path, hub.HTTPServer)
 	}
-	probe := &CloudProbe{URL: strings.TrimSuffix(server.String(), "/") + "/ca.crt"}
+	probe := &Probe{URL: strings.TrimSuffix(server.String(), "/") + "/ca.crt"}
 	caFile := hub.TLSCAFile
 	if caFile == "" {
 		caFile = constants.DefaultCAFile
@@ -211,4 +216,26 @@ func chainOnlyTLS(roots *x509.CertPool) *tls.Config {
 			return err
 		},
 	}
+}
+
+// ProbeTLS is how a probe of an explicit URL checks the cloud's certificate: its chain against caFile's CA,
+// whatever name it was reached by (as the probe edgecore's configuration implies: cloudcore's certificate may not
+// name the address a node reaches it at), or chain and name against the system's CAs when caFile is empty. A URL
+// that is not HTTPS is refused: whoever is on the path could answer it and keep a cut-off node looking connected.
+func ProbeTLS(url, caFile string) (*tls.Config, error) {
+	if !strings.HasPrefix(url, "https://") {
+		return nil, fmt.Errorf("cloud probe %s: not HTTPS, so anyone on the path could answer it", url)
+	}
+	if caFile == "" {
+		return &tls.Config{MinVersion: tls.VersionTLS12}, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("the cloud probe's CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("the cloud probe's CA %s holds no certificate", caFile)
+	}
+	return chainOnlyTLS(pool), nil
 }

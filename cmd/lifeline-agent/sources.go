@@ -1,4 +1,4 @@
-package agent
+package main
 
 import (
 	"fmt"
@@ -6,7 +6,11 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/lifeline-edge/lifeline/edge/agent"
+	"github.com/lifeline-edge/lifeline/edge/cloudlink"
 	"github.com/lifeline-edge/lifeline/edge/desired"
+	"github.com/lifeline-edge/lifeline/edge/standby"
+	"github.com/lifeline-edge/lifeline/edge/standin"
 )
 
 // NodeSources are where the agent learns the node's desired workers, how it rebuilds one the node lost, and how
@@ -14,9 +18,9 @@ import (
 type NodeSources struct {
 	Workers *desired.Watcher
 	// Rebuilder is nil when the agent must not rebuild (ChooseRebuilder).
-	Rebuilder Rebuilder
+	Rebuilder agent.Rebuilder
 	// Probe is the cloud probe, nil for none; RunProbe says the agent runs it (the standby's already runs).
-	Probe    *CloudProbe
+	Probe    *cloudlink.Probe
 	RunProbe bool
 	// ActuatorURL is the MetaServer restarts go through; empty: the runtime only.
 	ActuatorURL string
@@ -37,10 +41,10 @@ type PodSourceFlags struct {
 	StaticDir                             string
 	AllowInsecurePods                     bool
 	// InsecureHostPaths are the node directories below which a stand-in from an unauthenticated source may mount
-	// node paths (StandInBound.HostPathRoots); HostRoot is where the node's root is in the agent's container.
+	// node paths (standin.Bound.HostPathRoots); HostRoot is where the node's root is in the agent's container.
 	InsecureHostPaths []string
 	HostRoot          string
-	// GateImage, when set, arms stand-ins ahead (StaticPods.GateImage).
+	// GateImage, when set, arms stand-ins ahead (standin.StaticPods.GateImage).
 	GateImage string
 	// Word, when set, is the controller's word on the node's workers: the pod source on a KubeEdge node
 	// (UsesControllerWord), MetaServer or not.
@@ -69,14 +73,11 @@ func (f PodSourceFlags) UsesControllerWord(podSource string) bool {
 	return false
 }
 
-// ProtectedPaths are the node paths no rebuilt worker may mount besides SystemPaths: the agent's state, the
+// ProtectedPaths are the node paths no rebuilt worker may mount besides standin.SystemPaths: the agent's state, the
 // runtime's socket directory and edgecore's configuration directory.
 func ProtectedPaths(stateDir, criSocket, edgecoreConfig string) []string {
 	return []string{stateDir, filepath.Dir(criSocket), filepath.Dir(edgecoreConfig)}
 }
-
-// GatesDir is where the agent keeps the gates of its armed stand-ins.
-func GatesDir(stateDir string) string { return filepath.Join(stateDir, "gates") }
 
 // PodSources are the agent pod's sources: the node's pods from the API server or the MetaServer as flags choose
 // (ChoosePods), rebuilds only from an authenticated source (ChooseRebuilder), and the cloud probe (ChooseProbe).
@@ -101,10 +102,10 @@ func PodSources(node, stateDir string, protected []string, f PodSourceFlags, log
 	if err != nil {
 		return NodeSources{}, err
 	}
-	var rebuilder Rebuilder
-	bound := StandInBound{Protected: protected, HostPathRoots: f.InsecureHostPaths, HostRoot: f.HostRoot}
+	var rebuilder agent.Rebuilder
+	bound := standin.Bound{Protected: protected, HostPathRoots: f.InsecureHostPaths, HostRoot: f.HostRoot}
 	if pods := ChooseRebuilder(source.Pods, f.StaticDir, f.AllowInsecurePods, workers, bound, log); pods != nil {
-		pods.GateImage, pods.GatesDir = f.GateImage, GatesDir(stateDir)
+		pods.GateImage, pods.GatesDir = f.GateImage, standin.GatesDir(stateDir)
 		rebuilder = pods
 	}
 	return NodeSources{Workers: workers, Rebuilder: rebuilder,
@@ -115,12 +116,12 @@ func PodSources(node, stateDir string, protected []string, f PodSourceFlags, log
 // StandbySources are the standby's: it reads no API server (a static pod has no credentials), only the desired
 // workers the agent pod left on the node's disk, which came from the agent pod's authenticated source, so it
 // rebuilds them; whether the node reaches the API server is its running probe's word alone.
-func StandbySources(node, stateDir, staticDir, gateImage string, protected []string, probe *CloudProbe, watcherLog logr.Logger) (NodeSources, error) {
-	workers, err := desired.New(StandbySource{}, node, stateDir, watcherLog)
+func StandbySources(node, stateDir, staticDir, gateImage string, protected []string, probe *cloudlink.Probe, watcherLog logr.Logger) (NodeSources, error) {
+	workers, err := desired.New(standby.Source{}, node, stateDir, watcherLog)
 	if err != nil {
 		return NodeSources{}, fmt.Errorf("loading the desired workers: %w", err)
 	}
-	rebuilder := &StaticPods{Dir: staticDir, Workers: workers, Bound: StandInBound{Protected: protected}, GateImage: gateImage, GatesDir: GatesDir(stateDir)}
+	rebuilder := &standin.StaticPods{Dir: staticDir, Workers: workers, Bound: standin.Bound{Protected: protected}, GateImage: gateImage, GatesDir: standin.GatesDir(stateDir)}
 	return NodeSources{Workers: workers, Rebuilder: rebuilder,
 		Probe: probe, PodSourceURL: "none (the standby)", APIReachable: probe.Reachable, APIKnown: probe.Probed}, nil
 }

@@ -1,4 +1,4 @@
-package agent
+package cloudlink
 
 //lint:file-ignore SA1019 net/http's ClientConn (Go 1.26) sends no PING frame; x/net/http2's is the one that does.
 

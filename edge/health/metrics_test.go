@@ -1,4 +1,4 @@
-package agent
+package health
 
 import (
 	"path/filepath"
