@@ -36,9 +36,9 @@ type DesiredWorkers interface {
 func GatesDir(stateDir string) string { return filepath.Join(stateDir, "gates") }
 
 // StaticPods rebuilds a worker whose pod the node lost, as a static pod: its last known manifest is written into
-// edged's manifest directory, and edged runs it without the API server. Release removes them once the API
-// server is back and the node runs the workers' own pods again, so a worker never runs twice for long. With a
-// GateImage it arms stand-ins ahead (Arm), and a rebuild opens an armed one's gate.
+// edged's manifest directory, and edged runs it without the API server. Release ends them once the node runs the
+// workers' own pods again, so a worker never runs twice for long. With a GateImage it arms stand-ins ahead (Arm),
+// a rebuild opens an armed one's gate, and Release arms the one that ran again in place.
 type StaticPods struct {
 	Dir     string
 	Workers DesiredWorkers
