@@ -61,7 +61,7 @@ test: lint verify-generated tools build fuzz ## Everything CI runs: lint, genera
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e '/test/soak$$' -e '/test/realkubeedge$$')
 	@# Apart from test/realnode: real nodes of both take this machine's node network (its addresses, namespaces, firewall).
 	@echo "==> go test -race on real KubeEdge nodes (cloudcore and edgecore from ../shared/kubeedge; they skip without it)"
-	$(GO) test -race -count=1 ./test/realkubeedge/
+	$(GO) test -race -count=1 -timeout 30m ./test/realkubeedge/
 	@# Apart from the e2e: both simulations run their nodes' pods on this machine's ports, aggregators on 7363.
 	@echo "==> go test -race the soak's short run"
 	$(GO) test -race -count=1 ./test/soak/
