@@ -22,6 +22,7 @@ import (
 	"github.com/lifeline-edge/lifeline/edge/publisher"
 	"github.com/lifeline-edge/lifeline/edge/reportapi"
 	"github.com/lifeline-edge/lifeline/edge/standby"
+	"github.com/lifeline-edge/lifeline/edge/standin"
 	"github.com/lifeline-edge/lifeline/internal/listen"
 )
 
@@ -117,6 +118,9 @@ func (w *wiring) podSources(standbyProbe *cloudlink.Probe) error {
 	}
 	if err == nil && w.src.RunProbe {
 		w.src.Probe.Period, w.src.Probe.Timeout = o.probePeriod, o.probeTimeout
+	}
+	if pods, ok := w.src.Rebuilder.(*standin.StaticPods); ok {
+		pods.Node, pods.Runtime = o.node, w.runtime
 	}
 	return err
 }

@@ -3,6 +3,7 @@ package standin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lifeline-edge/lifeline/edge/agent/core"
+	"github.com/lifeline-edge/lifeline/edge/cri"
 	"github.com/lifeline-edge/lifeline/edge/desired"
 )
 
@@ -60,7 +62,8 @@ func TestArmedStandInIsOpenedByARebuildAndArmedAgainAfterItsRelease_P_HEAL_3(t *
 		`{"requests":{"cpu":"2"},"limits":{"memory":"1Gi","nvidia.com/gpu":"1"}}`)}
 	kept := desired.Worker{Namespace: "default", Name: "w", UID: "u2", Manifest: manifestOf("default", "w"), OfflinePolicy: "None"}
 	workers := fixedWorkers{trainer, kept}
-	s := &StaticPods{Dir: dir, Workers: workers, GateImage: "lifeline-agent:1.0", GatesDir: gates}
+	now := time.Unix(1e9, 0)
+	s := &StaticPods{Dir: dir, Workers: workers, GateImage: "lifeline-agent:1.0", GatesDir: gates, Now: func() time.Time { return now }}
 	if err := s.Arm(workers); err != nil {
 		t.Fatal(err)
 	}
@@ -155,18 +158,38 @@ func TestArmedStandInIsOpenedByARebuildAndArmedAgainAfterItsRelease_P_HEAL_3(t *
 	if _, err := os.Stat(filepath.Join(gate, "open")); !os.IsNotExist(err) || readArmed(t, file).Metadata.Annotations[ArmedAnnotation] != gate {
 		t.Error("not armed again, closed, after the release")
 	}
-	if err := s.Arm(fixedWorkers{kept}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(file); !os.IsNotExist(err) {
-		t.Errorf("the armed stand-in of a worker gone is still there (%v)", err)
+	armed, _ := os.ReadFile(file)
+	// The worker leaves the node's workers, comes back (its pod replaced under its name), leaves again: its armed
+	// stand-in stays as it is until it was gone DepartureGrace in one stretch.
+	for _, step := range []struct {
+		workers fixedWorkers
+		after   time.Duration
+		kept    bool
+	}{
+		{fixedWorkers{kept}, 0, true},
+		{fixedWorkers{kept}, DepartureGrace - time.Second, true},
+		{workers, time.Second, true},
+		{fixedWorkers{kept}, time.Second, true},
+		{fixedWorkers{kept}, DepartureGrace - time.Second, true},
+		{fixedWorkers{kept}, time.Second, false},
+	} {
+		now = now.Add(step.after)
+		if err := s.Arm(step.workers); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(file); step.kept != (err == nil) || (step.kept && string(got) != string(armed)) {
+			t.Fatalf("%d workers, %v later: the armed stand-in kept as it was %t (%v), want %t", len(step.workers), step.after, err == nil, err, step.kept)
+		}
 	}
 	if err := s.Arm(workers); err != nil {
 		t.Fatal(err)
 	}
-	s.GateImage = "" // arming turned off: the closed stand-ins go
-	if err := s.Arm(workers); err != nil {
-		t.Fatal(err)
+	s.GateImage = "" // arming turned off: the closed stand-ins go, after the grace too
+	for _, after := range []time.Duration{0, DepartureGrace} {
+		now = now.Add(after)
+		if err := s.Arm(workers); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := os.Stat(file); !os.IsNotExist(err) {
 		t.Errorf("an armed stand-in outlived arming (%v)", err)
@@ -336,5 +359,77 @@ func TestEachStandInWrittenIsANewPodToTheNode(t *testing.T) {
 	}
 	if string(written[0]) == string(written[1]) || string(unstamped(written[0])) != string(unstamped(written[1])) {
 		t.Errorf("two rebuilds of one worker:\n%s\n%s\nwant the same pod but for its stamp", written[0], written[1])
+	}
+}
+
+// runtimeOf answers what a node's runtime has.
+type runtimeOf struct {
+	pods []cri.Pod
+	err  error
+}
+
+func (r runtimeOf) Pods(context.Context) ([]cri.Pod, error) { return r.pods, r.err }
+
+// [P-HEAL-3] With both slots armed, a rebuild opens the stand-in whose gate edged runs (edged starts a stand-in
+// written anew only after it deleted its last version's mirror pod, minutes when a cut began meanwhile), the one
+// whose gate ran first when both do; and when the runtime shows neither (or does not answer), the one written first.
+func TestARebuildOpensTheStandInWhoseGateEdgedRuns_P_HEAL_3(t *testing.T) {
+	dir := t.TempDir()
+	workers := fixedWorkers{{Namespace: "default", Name: "fl-trainer-0", UID: "u1", Manifest: renderedTrainer}}
+	s := &StaticPods{Dir: dir, Workers: workers, GateImage: "lifeline-agent:1.0", GatesDir: filepath.Join(t.TempDir(), "gates"), Node: "edge-1"}
+	ctx := context.Background()
+	for _, step := range []func() error{ // slot b armed first, then a armed again in place by its release
+		func() error { return s.Arm(workers) },
+		func() error { return s.Rebuild(ctx, "default", "fl-trainer-0", "u1") },
+		func() error { return s.Arm(workers) },
+		func() error { time.Sleep(time.Millisecond); return s.Release("default", "fl-trainer-0") },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slots := standInSlots("default", "fl-trainer-0")
+	var written [2]time.Time
+	for i, slot := range slots {
+		in, _ := readStandIn(filepath.Join(dir, slot.file))
+		written[i] = in.written
+	}
+	if !written[1].Before(written[0]) {
+		t.Fatalf("slot b written %v, not before slot a %v", written[1], written[0])
+	}
+	gate := func(pod string, started time.Time, running bool) cri.Pod {
+		return cri.Pod{Namespace: "default", Name: pod + "-edge-1", UID: pod + started.String(),
+			Containers: []cri.Container{{Name: gateContainer, Running: running, StartedAt: started}}}
+	}
+	a, b := slots[0].pod, slots[1].pod
+	for _, tc := range []struct {
+		name    string
+		runtime RuntimePods
+		opens   int
+	}{
+		{"no runtime: the one written first", nil, 1},
+		{"neither gate runs", runtimeOf{pods: []cri.Pod{gate(a, written[0].Add(time.Second), false)}}, 1},
+		{"only a's gate runs", runtimeOf{pods: []cri.Pod{gate(a, written[0].Add(time.Second), true)}}, 0},
+		{"both run, b's first", runtimeOf{pods: []cri.Pod{gate(a, written[0].Add(time.Second), true), gate(b, written[0].Add(time.Millisecond), true)}}, 1},
+		{"a's runs, of the version before it was written again", runtimeOf{pods: []cri.Pod{gate(a, written[0].Add(-time.Millisecond), true)}}, 1},
+		{"a's runs, an older pod of its name too", runtimeOf{pods: []cri.Pod{gate(a, written[1], true), gate(a, written[0].Add(time.Second), true)}}, 0},
+		{"another node's pod of that name", runtimeOf{pods: []cri.Pod{{Namespace: "default", Name: a + "-edge-2",
+			Containers: []cri.Container{{Name: gateContainer, Running: true, StartedAt: written[0].Add(time.Second)}}}}}, 1},
+		{"the runtime fails", runtimeOf{err: errors.New("deadline exceeded")}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, slot := range slots {
+				_ = os.Remove(filepath.Join(s.gateDir(slot.file), gateFile))
+			}
+			s.Runtime = tc.runtime
+			if err := s.Rebuild(ctx, "default", "fl-trainer-0", "u1"); err != nil {
+				t.Fatal(err)
+			}
+			for i, slot := range slots {
+				if open := s.gateOpen(slot.file); open != (i == tc.opens) {
+					t.Errorf("the gate of %s open %t, want %t", slot.pod, open, i == tc.opens)
+				}
+			}
+		})
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/lifeline-edge/lifeline/edge/agent/core"
+	"github.com/lifeline-edge/lifeline/edge/cri"
 	"github.com/lifeline-edge/lifeline/edge/desired"
 	"github.com/lifeline-edge/lifeline/edge/statefile"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
@@ -30,6 +31,11 @@ import (
 // DesiredWorkers are the workers that belong on the node (agent.DesiredWorkers).
 type DesiredWorkers interface {
 	Workers() []desired.Worker
+}
+
+// RuntimePods are the pods the node's container runtime has (agent.WorkerSource).
+type RuntimePods interface {
+	Pods(ctx context.Context) ([]cri.Pod, error)
 }
 
 // GatesDir is where the agent keeps the gates of its armed stand-ins.
@@ -48,6 +54,16 @@ type StaticPods struct {
 	// GateImage, when set, is the agent's own image, which an armed stand-in's gate runs; GatesDir holds the
 	// gates, one directory per stand-in.
 	GateImage, GatesDir string
+	// Node and Runtime, when set, show which armed stand-ins edged runs at their gate, the ones a rebuild opens
+	// first: edged starts a pod written anew only once its mirror pod of the last version is deleted, which waits
+	// minutes when a cut began meanwhile.
+	Node    string
+	Runtime RuntimePods
+	// Now is the clock departures are timed by (default time.Now).
+	Now func() time.Time
+
+	// departed are the armed stand-ins of workers no longer armable, by file, since when (Arm's grace).
+	departed map[string]time.Time
 }
 
 // standInSlot is one of the two places a worker's stand-ins take in turn: a file in the static-pod directory and
@@ -116,31 +132,31 @@ func (s *StaticPods) slotOf(slot standInSlot) (slotState, standIn) {
 // Rebuild runs the worker again: it opens the gate of its armed stand-in, or else writes its manifest, marked as
 // the agent's (atomically: edged must never read half a file; edged skips the hidden temporary file). A stand-in
 // that runs already is left as it is; one a rebuild wrote is written again, a new pod to the node.
-func (s *StaticPods) Rebuild(_ context.Context, namespace, pod, uid string) error {
+func (s *StaticPods) Rebuild(ctx context.Context, namespace, pod, uid string) error {
 	for _, w := range s.Workers.Workers() {
 		if w.UID != uid {
 			continue
 		}
 		slots := standInSlots(w.Namespace, w.Name)
-		var standing, armed *standInSlot
-		var armedAt time.Time
+		var standing *standInSlot
+		var armed []armedSlot
 		for _, slot := range slots {
 			switch state, in := s.slotOf(slot); {
 			case state == slotStanding && in.gate != "":
 				return nil // its gate is open: it runs, or is about to
 			case state == slotStanding:
 				standing = &slot
-			case state == slotArmed && in.gate == s.gateDir(slot.file) && (armed == nil || in.written.Before(armedAt)):
-				// The one armed longest: the other may have been armed again just now, its pod not yet made.
-				armed, armedAt = &slot, in.written
+			case state == slotArmed && in.gate == s.gateDir(slot.file):
+				armed = append(armed, armedSlot{slot: slot, written: in.written})
 			}
 		}
 		target := slots[0]
 		switch {
 		case standing != nil:
 			target = *standing // written again, not a second one opened beside it
-		case armed != nil:
-			if err := statefile.Write(filepath.Join(s.gateDir(armed.file), gateFile), nil); err != nil {
+		case len(armed) > 0:
+			open := s.readiest(ctx, w.Namespace, armed)
+			if err := statefile.Write(filepath.Join(s.gateDir(open.file), gateFile), nil); err != nil {
 				return fmt.Errorf("opening the gate of %s/%s's stand-in: %w", namespace, pod, err)
 			}
 			return nil
@@ -160,11 +176,69 @@ func (s *StaticPods) Rebuild(_ context.Context, namespace, pod, uid string) erro
 	return fmt.Errorf("pod %s/%s (%s) is not one of this node's workers", namespace, pod, uid)
 }
 
+// armedSlot is a slot a rebuild may open: when its stand-in was written, and since when edged runs that stand-in's
+// gate (zero: it does not, or it is the gate of a version written before).
+type armedSlot struct {
+	slot            standInSlot
+	written, gateUp time.Time
+}
+
+// readiest is the armed slot a rebuild opens: the one whose gate edged has run longest, since edged starts a
+// stand-in written anew only after it deleted the mirror pod of its last version, minutes when a cut began
+// meanwhile; failing that, the one written longest ago (the other may have been armed again just now).
+func (s *StaticPods) readiest(ctx context.Context, namespace string, armed []armedSlot) standInSlot {
+	gates := s.runningGates(ctx, namespace)
+	best := -1
+	for i := range armed {
+		a := &armed[i]
+		if up, ok := gates[a.slot.pod+"-"+s.Node]; ok && up.After(a.written) {
+			a.gateUp = up
+		}
+		if best < 0 || a.readierThan(armed[best]) {
+			best = i
+		}
+	}
+	return armed[best].slot
+}
+
+// readierThan: a's gate runs and b's does not, or ran first; else, neither running, a was written first.
+func (a armedSlot) readierThan(b armedSlot) bool {
+	switch {
+	case a.gateUp.IsZero() != b.gateUp.IsZero():
+		return !a.gateUp.IsZero()
+	case !a.gateUp.IsZero():
+		return a.gateUp.Before(b.gateUp)
+	}
+	return a.written.Before(b.written)
+}
+
+// runningGates are the pods of namespace whose gate runs, by pod name, each with when its gate started (the
+// latest, when edged runs two pods of one name while it replaces one); none without a runtime, or when it fails
+// to answer (a rebuild then goes by the stand-ins' stamps).
+func (s *StaticPods) runningGates(ctx context.Context, namespace string) map[string]time.Time {
+	if s.Runtime == nil || s.Node == "" {
+		return nil
+	}
+	pods, err := s.Runtime.Pods(ctx)
+	if err != nil {
+		return nil
+	}
+	out := map[string]time.Time{}
+	for _, p := range pods {
+		for _, c := range p.Containers {
+			if p.Namespace == namespace && c.Name == gateContainer && c.Running && c.StartedAt.After(out[p.Name]) {
+				out[p.Name] = c.StartedAt
+			}
+		}
+	}
+	return out
+}
+
 // Arm keeps, for each of workers its offline policy lets the agent heal, a stand-in held by a closed gate, so that
 // a rebuild needs nothing from the cloud: its armed ones are kept (written again in place when the worker's pod
 // changed), and when none is, one is armed in a free slot, beside a stand-in that runs. It removes the armed
 // stand-ins of pods no longer among workers, and every one still closed when there is no GateImage (arming was
-// turned off). A stand-in that runs is left to Release. To be called while the node reaches the API server, which
+// turned off), once they were so for DepartureGrace. A stand-in that runs is left to Release. To be called while the node reaches the API server, which
 // creates each new stand-in's mirror pod then.
 func (s *StaticPods) Arm(workers []desired.Worker) error {
 	if s.GatesDir == "" {
@@ -196,13 +270,37 @@ func (s *StaticPods) Arm(workers []desired.Worker) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
+	now, departed := s.now(), map[string]time.Time{}
 	for _, f := range files {
 		file := filepath.Base(f)
-		if in, ok := readStandIn(f); ok && in.gate != "" && !want[file] && !s.gateOpen(file) {
-			errs = append(errs, s.remove(file))
+		if in, ok := readStandIn(f); !ok || in.gate == "" || want[file] || s.gateOpen(file) {
+			continue
 		}
+		since, seen := s.departed[file]
+		if !seen {
+			since = now
+		}
+		if now.Sub(since) < DepartureGrace {
+			departed[file] = since
+			continue
+		}
+		errs = append(errs, s.remove(file))
 	}
+	s.departed = departed
 	return errors.Join(errs...)
+}
+
+// DepartureGrace is how long an armed stand-in outlives its worker's departure from the node's workers. A worker
+// whose pod is replaced under its own name (an FL trainer) leaves them for a moment and comes back; and removing
+// a static pod's file orphans its mirror pod, whose deletion edged's housekeeping waits for, holding every pod's
+// start: for two minutes of message timeouts per pod when a cut begins meanwhile.
+const DepartureGrace = 30 * time.Second
+
+func (s *StaticPods) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
 }
 
 // armable: the agent arms w's stand-ins (it has a gate image, w's offline policy lets it heal, and its manifest
