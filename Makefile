@@ -216,11 +216,9 @@ HOST_PLATFORM := linux/$(shell $(GO) env GOARCH)
 
 .PHONY: images-samples
 images-samples: $(BIN)/lifeline-images ## Build the pod sandbox's image and the sample worker under Sedna's example image names into dist/images/samples/, for real nodes without a registry.
-	@echo "==> go build the sample worker and the pod sandbox for $(HOST_PLATFORM)"
+	@echo "==> go build the sample worker (the pod sandbox's process too) for $(HOST_PLATFORM)"
 	GOOS=linux GOARCH=$(notdir $(HOST_PLATFORM)) $(GO_STATIC) build -ldflags '-s -w' \
 		-o $(DIST)/bin/linux_$(notdir $(HOST_PLATFORM))/lifeline-sampleworker ./test/workers
-	GOOS=linux GOARCH=$(notdir $(HOST_PLATFORM)) $(GO_STATIC) build -ldflags '-s -w' \
-		-o $(DIST)/bin/linux_$(notdir $(HOST_PLATFORM))/lifeline-pause ./test/cmd/lifeline-pause
 	$(BIN)/lifeline-images --samples --bin-dir $(DIST)/bin --out $(DIST)/images/samples --platforms $(HOST_PLATFORM) \
 		--source-date-epoch $(SOURCE_DATE_EPOCH)
 

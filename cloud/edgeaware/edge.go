@@ -1,6 +1,7 @@
 // Package edgeaware is what a workload controller knows of the edge: the view of each of its worker pods (the API
-// server's word or the node's agent's), the commands that heal a worker on a cut-off node, the wake-ups of its
-// workers' reports, the Sedna reports shaped into status, and the worker record both controllers keep.
+// server's word or the node's agent's), the commands that heal a worker on a cut-off node as its offline policy
+// allows, the wake-ups of its workers' reports, the Sedna reports shaped into status, and the worker record both
+// controllers keep.
 package edgeaware
 
 import (
@@ -139,7 +140,7 @@ func (e *Edge) Act(pods []*corev1.Pod, views map[string]liveness.View, now time.
 			}
 			events = append(events, ev)
 		}
-		id, err := e.Tracker.HealDead(e.Commands, p, views[p.Name], now)
+		id, err := e.Tracker.HealDead(e.Commands, p, views[p.Name], HealsOffline(p), now)
 		if err != nil {
 			return events, err
 		}
@@ -149,6 +150,13 @@ func (e *Edge) Act(pods []*corev1.Pod, views map[string]liveness.View, now time.
 		}
 	}
 	return events, nil
+}
+
+// HealsOffline tells whether the offline policy on a worker's pod lets its node's agent heal the worker while the
+// node is cut off from the API server, and so whether the controller may command a heal then: every policy but
+// None does, an absent one too, as the agent reads it [P-HEAL-1].
+func HealsOffline(pod *corev1.Pod) bool {
+	return pod.Annotations[lifelinev1.OfflinePolicyAnnotation] != lifelinev1.OfflinePolicyNone
 }
 
 // Source wakes a controller for the owner of every pod whose view changed (podOwner maps a worker pod, read from

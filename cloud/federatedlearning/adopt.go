@@ -159,7 +159,7 @@ func (r *Reconciler) adoptSednaPods(ctx context.Context, job *v1alpha1.Federated
 			continue
 		}
 		log.FromContext(ctx).V(2).Info("adopted worker pod", "pod", pod.Name, "identity", name)
-		r.event(job, patched, corev1.EventTypeNormal, ReasonAdopted, "Adopted pod %s as worker %s", pod.Name, name)
+		r.Eventf(job, patched, corev1.EventTypeNormal, ReasonAdopted, ReasonAdopted, "Adopted pod %s as worker %s", pod.Name, name)
 		adopted[name] = patched
 	}
 	return adopted, nil

@@ -10,31 +10,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/conditions"
 	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
-	"github.com/lifeline-edge/lifeline/cloud/liveness"
 )
-
-// Condition reasons and event reasons, stable for alerting.
-const (
-	ReasonSuccessfulCreate     = "SuccessfulCreate"
-	ReasonSuccessfulDelete     = "SuccessfulDelete"
-	ReasonWorkerFailed         = "WorkerFailed"
-	ReasonWorkerDisrupted      = "WorkerDisrupted"
-	ReasonBackoffLimitExceeded = "BackoffLimitExceeded"
-	ReasonDeadlineExceeded     = "DeadlineExceeded"
-	ReasonCompleted            = "Completed"
-	ReasonWorkersRunning       = "WorkersRunning"
-	ReasonWaitingForWorkers    = "WaitingForWorkers"
-	ReasonNameConflict         = "NameConflict"
-	ReasonInputsNotFound       = "InputsNotFound"
-)
-
-// worker is one identity with the pod the cache shows under its name and the record the job's status keeps.
-type worker struct {
-	id     identity
-	pod    *corev1.Pod           // nil: no pod of this job under the name
-	record v1alpha1.WorkerStatus // as stored; zero when the status has none yet
-	view   liveness.View         // what the node's agent says, when it is the truth
-}
 
 // event is an Event to emit once the pass's writes succeeded.
 type event struct {

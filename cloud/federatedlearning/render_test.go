@@ -51,7 +51,7 @@ func TestTrainerPlacement(t *testing.T) {
 			if pod.Spec.RestartPolicy != corev1.RestartPolicyOnFailure || !pod.Spec.HostNetwork {
 				t.Errorf("restartPolicy %s hostNetwork %v", pod.Spec.RestartPolicy, pod.Spec.HostNetwork)
 			}
-			if pod.Annotations[contract.OfflinePolicyAnnotation] != "Restart" || len(pod.Finalizers) != 1 {
+			if pod.Annotations[contract.OfflinePolicyAnnotation] != string(v1alpha1.OfflineActionRestart) || len(pod.Finalizers) != 1 {
 				t.Errorf("annotations %v finalizers %v", pod.Annotations, pod.Finalizers)
 			}
 		})

@@ -14,7 +14,7 @@ import (
 )
 
 // sednaTemplate tells whether a worker Deployment still runs the pod template Sedna's GM wrote: adopted as it
-// runs (reconcile.go), it keeps that template until the service next changes, and the pods its ReplicaSet makes
+// runs (act.go), it keeps that template until the service next changes, and the pods its ReplicaSet makes
 // from it lack Lifeline's role label.
 func sednaTemplate(d *appsv1.Deployment) bool {
 	if d == nil {

@@ -3,26 +3,12 @@ package jointinference
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
-	"strings"
-	"sync"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	autoscalingv2 "k8s.io/api/autoscaling/v2"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
-	"github.com/lifeline-edge/lifeline/cloud/contract"
-	"github.com/lifeline-edge/lifeline/cloud/liveness"
-	"github.com/lifeline-edge/lifeline/cloud/outcome"
 	"github.com/lifeline-edge/lifeline/cloud/workload"
 )
 
@@ -43,12 +29,22 @@ const (
 	ReasonInvalidSpec      = "InvalidSpec"
 )
 
+// ConditionReady is true when both workers are available at the service's current generation.
+const ConditionReady = "Ready"
+
+// Reasons of the Ready condition besides the event reasons.
+const (
+	ReasonWorkersAvailable    = "WorkersAvailable"
+	ReasonWorkersNotAvailable = "WorkersNotAvailable"
+)
+
 // staleRequeue is how soon a reconcile runs again after it removed a child left by an earlier service of the
 // same name, so the child's deletion has reached the cache.
 const staleRequeue = 200 * time.Millisecond
 
-// Reconcile runs one level-triggered pass: observe the service's inputs and workers, decide its children, act
-// (make the cluster match, then ask the agents of cut-off nodes to heal), and write status once.
+// Reconcile runs one level-triggered pass: observe the service's inputs and workers (observe.go), decide its
+// children and status (decide.go), act (make the cluster match, then ask the agents of cut-off nodes to heal;
+// act.go), and write status once (status.go).
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ji := &v1alpha1.JointInferenceService{}
 	// The cache's service, not a copy: a pass only reads it, and writes its status from a copy (writeStatus).
@@ -64,13 +60,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	want, blocked := decide(obs)
-	done, actErr := r.act(ctx, ji, want, obs)
+	p := decide(obs)
+	done, actErr := r.act(ctx, ji, p, obs)
 	if done.err != nil {
 		// What was synced is partial: the status would describe a pass that did not happen.
 		return ctrl.Result{}, errors.Join(done.err, actErr)
 	}
-	if err := r.writeStatus(ctx, ji, obs, blocked, done.conflicts); err != nil || actErr != nil {
+	if err := r.writeStatus(ctx, ji, r.statusAfter(ji, p, done, obs.now)); err != nil || actErr != nil {
 		if actErr == nil && workload.Superseded(err) {
 			return ctrl.Result{}, nil
 		}
@@ -80,328 +76,4 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: staleRequeue}, nil
 	}
 	return ctrl.Result{}, nil
-}
-
-// observation is what a pass reads: the service's inputs (or why they are missing), its worker Deployments with
-// their pods, and the view of each worker.
-type observation struct {
-	in      inputs
-	missing *problem
-	workers []workerObservation
-	views   map[string]liveness.View
-	now     time.Time
-}
-
-func (r *Reconciler) observe(ctx context.Context, ji *v1alpha1.JointInferenceService) (observation, error) {
-	obs := observation{now: r.Clock()}
-	obs.in, obs.missing = r.readInputs(ctx, ji)
-	for _, wt := range []string{workerCloud, workerEdge} {
-		w, err := r.observeWorker(ctx, ji, wt)
-		if err != nil {
-			return obs, err
-		}
-		obs.workers = append(obs.workers, w)
-	}
-	obs.views = r.Edge.Views(ctx, obs.pods(), obs.now)
-	return obs, nil
-}
-
-func (o observation) pods() []*corev1.Pod {
-	var pods []*corev1.Pod
-	for _, w := range o.workers {
-		for i := range w.pods {
-			pods = append(pods, &w.pods[i])
-		}
-	}
-	return pods
-}
-
-// decide renders the children the service should own, or, when its inputs are missing or its spec cannot be
-// rendered, only its Service, with the problem its status tells.
-func decide(obs observation) (desiredChildren, *problem) {
-	only := desiredChildren{service: renderCloudService(obs.in.ji)}
-	if obs.missing != nil {
-		return only, obs.missing
-	}
-	want, err := render(obs.in)
-	if err != nil {
-		return only, &problem{reason: ReasonInvalidSpec, message: err.Error()}
-	}
-	return want, nil
-}
-
-// act makes the children what decide wants, tells of those it created, and asks the agents of cut-off nodes to
-// heal the workers they report dead; it returns what the agents' side failed at. A child that cannot be synced
-// (done.err) does not stop the agents from healing.
-func (r *Reconciler) act(ctx context.Context, ji *v1alpha1.JointInferenceService, want desiredChildren, obs observation) (syncOutcome, error) {
-	done := r.syncChildren(ctx, ji, want)
-	r.createdEvent(ji, done.created)
-	events, err := r.Edge.Act(obs.pods(), obs.views, obs.now)
-	for _, e := range events {
-		r.event(ji, e.RelatedNode(), e.Type, e.Reason, "Heal", "%s", e.Message)
-	}
-	return done, err
-}
-
-// problem is why the workers cannot be rendered now; it is reported in the Ready condition and retried when
-// the missing input appears.
-type problem struct {
-	reason, message string
-}
-
-// readInputs reads the Models the service names and the metadata of the Secrets those name.
-func (r *Reconciler) readInputs(ctx context.Context, ji *v1alpha1.JointInferenceService) (inputs, *problem) {
-	in := inputs{ji: ji, secrets: map[string]*metav1.PartialObjectMetadata{}, lcServer: r.LCServer}
-	for _, ref := range []struct {
-		name string
-		into **v1alpha1.Model
-	}{{ji.Spec.EdgeWorker.Model.Name, &in.edgeModel}, {ji.Spec.CloudWorker.Model.Name, &in.cloudModel}} {
-		m := &v1alpha1.Model{}
-		if err := r.Get(ctx, types.NamespacedName{Namespace: ji.Namespace, Name: ref.name}, m); err != nil {
-			return in, &problem{reason: ReasonModelNotFound, message: fmt.Sprintf("Model %s: %v", ref.name, err)}
-		}
-		*ref.into = m
-		if m.Spec.CredentialName == "" {
-			continue
-		}
-		s := contract.SecretMetadata()
-		if err := r.Get(ctx, types.NamespacedName{Namespace: ji.Namespace, Name: m.Spec.CredentialName}, s); err != nil {
-			return in, &problem{reason: ReasonSecretNotFound,
-				message: fmt.Sprintf("Secret %s of Model %s: %v", m.Spec.CredentialName, m.Name, err)}
-		}
-		in.secrets[s.Name] = s
-	}
-	return in, nil
-}
-
-// desiredChildren is what a service should own. A nil HPA means none should exist under that name.
-type desiredChildren struct {
-	deployments []*appsv1.Deployment
-	service     *corev1.Service
-	hpas        map[string]*autoscalingv2.HorizontalPodAutoscaler
-}
-
-func render(in inputs) (desiredChildren, error) {
-	cloud, err := renderCloudDeployment(in)
-	if err != nil {
-		return desiredChildren{}, fmt.Errorf("cloud worker: %w", err)
-	}
-	edge, err := renderEdgeDeployment(in)
-	if err != nil {
-		return desiredChildren{}, fmt.Errorf("edge worker: %w", err)
-	}
-	ji := in.ji
-	return desiredChildren{
-		deployments: []*appsv1.Deployment{cloud, edge},
-		service:     renderCloudService(ji),
-		hpas: map[string]*autoscalingv2.HorizontalPodAutoscaler{
-			HPAName(cloud.Name): renderHPA(ji, workerCloud, ji.Spec.CloudWorker.HPA),
-			HPAName(edge.Name):  renderHPA(ji, workerEdge, ji.Spec.EdgeWorker.HPA),
-		},
-	}, nil
-}
-
-// syncOutcome is what syncChildren did and found.
-type syncOutcome struct {
-	created      []createdChild // children this pass created
-	conflicts    []string       // children under our names owned by someone else
-	removedStale bool           // a child of an earlier service of the same name was deleted
-	err          error          // what could not be synced
-}
-
-// createdChild is a child a pass created, with its kind: the object the API server returned has none.
-type createdChild struct {
-	kind string
-	obj  client.Object
-}
-
-// syncChildren syncs the Deployments and the Service at once (under load a Service's creation is the slowest
-// request of a service's start: its cluster IP is allocated), then the HPAs, which name the Deployments.
-func (r *Reconciler) syncChildren(ctx context.Context, ji *v1alpha1.JointInferenceService, want desiredChildren) syncOutcome {
-	syncs := make([]func(*syncOutcome) error, 0, len(want.deployments)+1)
-	for _, d := range want.deployments {
-		keepReplicas := d.Spec.Replicas == nil // the HPA owns the count
-		syncs = append(syncs, func(out *syncOutcome) error {
-			return r.syncChild(ctx, ji, d, &appsv1.Deployment{}, out, func(observed client.Object) {
-				o := observed.(*appsv1.Deployment)
-				replicas := o.Spec.Replicas
-				o.Spec = *d.Spec.DeepCopy()
-				if keepReplicas {
-					o.Spec.Replicas = replicas
-				}
-			})
-		})
-	}
-	syncs = append(syncs, func(out *syncOutcome) error {
-		return r.syncChild(ctx, ji, want.service, &corev1.Service{}, out, func(observed client.Object) {
-			o := observed.(*corev1.Service)
-			o.Spec.Selector = want.service.Spec.Selector
-			o.Spec.Ports = want.service.Spec.Ports
-		})
-	})
-	out := syncAtOnce(syncs)
-	if out.err != nil {
-		return out
-	}
-	for name, h := range want.hpas {
-		if h == nil {
-			if out.err = r.deleteOwned(ctx, ji, &autoscalingv2.HorizontalPodAutoscaler{}, name); out.err != nil {
-				return out
-			}
-			continue
-		}
-		out.err = r.syncChild(ctx, ji, h, &autoscalingv2.HorizontalPodAutoscaler{}, &out, func(observed client.Object) {
-			observed.(*autoscalingv2.HorizontalPodAutoscaler).Spec = *h.Spec.DeepCopy()
-		})
-		if out.err != nil {
-			return out
-		}
-	}
-	return out
-}
-
-// syncAtOnce runs syncs concurrently, each with an outcome of its own, and merges what they found.
-func syncAtOnce(syncs []func(*syncOutcome) error) syncOutcome {
-	outs := make([]syncOutcome, len(syncs))
-	errs := make([]error, len(syncs))
-	var wg sync.WaitGroup
-	for i, s := range syncs {
-		wg.Go(func() { errs[i] = s(&outs[i]) })
-	}
-	wg.Wait()
-	var out syncOutcome
-	for _, o := range outs {
-		out.created = append(out.created, o.created...)
-		out.conflicts = append(out.conflicts, o.conflicts...)
-		out.removedStale = out.removedStale || o.removedStale
-	}
-	out.err = errors.Join(errs...)
-	return out
-}
-
-// syncChild makes one child match desired: create it when absent; update it (through apply, which copies the
-// rendered fields onto the observed object) when its rendering changed; delete it when an earlier service of
-// the same name left it; leave it alone and report it when someone else owns it.
-func (r *Reconciler) syncChild(ctx context.Context, ji *v1alpha1.JointInferenceService, desired, observed client.Object,
-	out *syncOutcome, apply func(observed client.Object)) error {
-	logger := log.FromContext(ctx)
-	kind := desired.GetObjectKind().GroupVersionKind().Kind
-	hash := templateHash(desired)
-	desired.SetAnnotations(merge(desired.GetAnnotations(), map[string]string{TemplateHashAnnotation: hash}))
-
-	// The cache's child, not a copy, copied below only when it is to change: most passes find it as rendered.
-	err := r.Get(ctx, client.ObjectKeyFromObject(desired), observed, client.UnsafeDisableDeepCopy)
-	switch {
-	case apierrors.IsNotFound(err):
-		if err := r.Create(ctx, desired); err != nil {
-			if !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("creating %s %s: %w", kind, desired.GetName(), err)
-			}
-			// The cache holds only Deployments and HPAs with a service's label: one of someone else's under
-			// this name is read from the API server, and left alone below. Otherwise the cache is behind.
-			if err := r.Uncached().Get(ctx, client.ObjectKeyFromObject(desired), observed); err != nil {
-				return fmt.Errorf("creating %s %s: it exists, and reading it: %w", kind, desired.GetName(), err)
-			}
-			if owner := metav1.GetControllerOf(observed); owner != nil && owner.Kind == Kind && owner.APIVersion == v1alpha1.GroupVersion.String() {
-				return fmt.Errorf("creating %s %s: cache is behind: %w", kind, desired.GetName(), err)
-			}
-			break
-		}
-		logger.V(2).Info("created child", "kind", kind, "name", desired.GetName())
-		out.created = append(out.created, createdChild{kind, desired})
-		return nil
-	case err != nil:
-		return fmt.Errorf("reading %s %s: %w", kind, desired.GetName(), err)
-	}
-
-	switch owner := metav1.GetControllerOf(observed); {
-	case owner == nil || owner.Kind != Kind || owner.APIVersion != v1alpha1.GroupVersion.String():
-		out.conflicts = append(out.conflicts, kind+" "+observed.GetName())
-		r.event(ji, observed, corev1.EventTypeWarning, ReasonNameConflict, "Reconcile",
-			"%s %s exists and is not owned by this JointInferenceService; leaving it alone", kind, observed.GetName())
-		return nil
-	case owner.UID != ji.UID:
-		// Left by a deleted service of the same name whose garbage collection has not reached it yet.
-		uid := observed.GetUID()
-		err := r.Delete(ctx, observed, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
-		if client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting stale %s %s: %w", kind, observed.GetName(), err)
-		}
-		out.removedStale = true
-		return nil
-	}
-
-	current, ok := observed.GetAnnotations()[TemplateHashAnnotation]
-	if ok && current == hash {
-		return nil
-	}
-	observed = observed.DeepCopyObject().(client.Object)
-	annotations := observed.GetAnnotations()
-	if !ok && kind == "Deployment" {
-		// Made by Sedna for this very service: take it over as it runs, without restarting its pods. The next
-		// change of the service rolls it into Lifeline's rendering.
-		observed.SetAnnotations(merge(annotations, map[string]string{TemplateHashAnnotation: hash}))
-		if err := r.Update(ctx, observed); err != nil {
-			return fmt.Errorf("adopting %s %s: %w", kind, observed.GetName(), err)
-		}
-		r.event(ji, observed, corev1.EventTypeNormal, ReasonAdopted, "Adopt", "Adopted %s %s", kind, observed.GetName())
-		return nil
-	}
-	apply(observed)
-	observed.SetLabels(merge(observed.GetLabels(), desired.GetLabels()))
-	observed.SetAnnotations(merge(annotations, desired.GetAnnotations()))
-	if err := r.Update(ctx, observed); err != nil {
-		return fmt.Errorf("updating %s %s: %w", kind, observed.GetName(), err)
-	}
-	logger.V(2).Info("updated child", "kind", kind, "name", observed.GetName())
-	r.event(ji, observed, corev1.EventTypeNormal, ReasonSuccessfulUpdate, "Update", "Updated %s %s", kind, observed.GetName())
-	return nil
-}
-
-// createdEvent tells of the children one pass created in one Event, as they were one decision: a service's first
-// pass creates its two Deployments and its Service, and an Event each would add two requests to the three its
-// start costs the API server.
-func (r *Reconciler) createdEvent(ji *v1alpha1.JointInferenceService, created []createdChild) {
-	switch len(created) {
-	case 0:
-	case 1:
-		c := created[0]
-		r.event(ji, c.obj, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Create", "Created %s %s", c.kind, c.obj.GetName())
-	default:
-		names := make([]string, len(created))
-		for i, c := range created {
-			names[i] = c.kind + " " + c.obj.GetName()
-		}
-		slices.Sort(names)
-		r.event(ji, nil, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Create", "Created %s", strings.Join(names, ", "))
-	}
-}
-
-// deleteOwned deletes a child this service owns, e.g. an HPA whose spec was removed.
-func (r *Reconciler) deleteOwned(ctx context.Context, ji *v1alpha1.JointInferenceService, obj client.Object, name string) error {
-	err := r.Get(ctx, types.NamespacedName{Namespace: ji.Namespace, Name: name}, obj)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", name, err)
-	}
-	if owner := metav1.GetControllerOf(obj); owner == nil || owner.UID != ji.UID {
-		return nil
-	}
-	uid := obj.GetUID()
-	deleted, err := outcome.Of(r.Delete(ctx, obj, client.Preconditions{UID: &uid}), apierrors.IsNotFound, apierrors.IsConflict)
-	if err != nil {
-		return fmt.Errorf("deleting %s: %w", name, err)
-	}
-	if deleted {
-		r.event(ji, obj, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Delete", "Deleted %s", name)
-	}
-	return nil
-}
-
-func (r *Reconciler) event(ji *v1alpha1.JointInferenceService, related client.Object, eventType, reason, action, note string, args ...any) {
-	if r.Recorder != nil {
-		r.Recorder.Eventf(ji, related, eventType, reason, action, note, args...)
-	}
 }

@@ -115,7 +115,7 @@ func TestRenderEdgeDeployment(t *testing.T) {
 	if diff := cmp.Diff(wantStrategy, d.Spec.Strategy); diff != "" {
 		t.Errorf("strategy (-want +got):\n%s", diff)
 	}
-	if d.Spec.Template.Annotations[contract.OfflinePolicyAnnotation] != "Restart" {
+	if d.Spec.Template.Annotations[contract.OfflinePolicyAnnotation] != string(v1alpha1.OfflineActionRestart) {
 		t.Errorf("offline policy annotation = %v", d.Spec.Template.Annotations)
 	}
 	if ptr.Deref(d.Spec.Replicas, 0) != 1 {
@@ -197,7 +197,7 @@ func TestRenderFollowsTheSpec(t *testing.T) {
 					t.Errorf("user's toleration replaced: %+v", tol)
 				}
 			}
-			if got := edge.Spec.Template.Annotations[contract.OfflinePolicyAnnotation]; got != "None" {
+			if got := edge.Spec.Template.Annotations[contract.OfflinePolicyAnnotation]; got != string(v1alpha1.OfflineActionNone) {
 				t.Errorf("offline policy = %q, want None", got)
 			}
 		},

@@ -81,7 +81,7 @@ func TestForgedResultForAnotherNodesPodDropped(t *testing.T) {
 	b.cutOff("edge1", now)
 	b.cutOff("edge2", now)
 	b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u1", Seq: 3, Episode: 3, Phase: lifelinev1.Phase_PHASE_FAILED}, now)
-	id, err := b.tr.HealDead(b.out, pod, b.tr.ViewOf(pod, false, now), now)
+	id, err := b.tr.HealDead(b.out, pod, b.tr.ViewOf(pod, false, now), true, now)
 	if err != nil || id == "" {
 		t.Fatalf("no command sent: %v", err)
 	}

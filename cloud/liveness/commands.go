@@ -7,8 +7,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
-	"github.com/lifeline-edge/lifeline/cloud/contract"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -81,13 +79,13 @@ func healAction(phase lifelinev1.Phase, policy corev1.RestartPolicy) (lifelinev1
 }
 
 // HealDead sends a fenced command to the agent of a worker that its agent reports down while its node is cut
-// off from the API server (see healAction), unless the worker's offline policy is None. One command per worker
-// episode: the id and the epoch are the state's episode, which a dead worker keeps however many states it
-// publishes, so a death is answered once [P-CMD-5]. Commands are rate-limited per worker and per node; a
-// command held back is not lost: the worker is woken when the limit lets it go. It returns the id of a command
-// it sent now, or "".
-func (t *Tracker) HealDead(out Commands, pod *corev1.Pod, v View, now time.Time) (string, error) {
-	if out == nil || v.Truth != TruthAgent || pod.Annotations[contract.OfflinePolicyAnnotation] == string(v1alpha1.OfflineActionNone) {
+// off from the API server (see healAction), when policyHeals: the caller tells whether the worker's offline
+// policy lets the agent heal it. One command per worker episode: the id and the epoch are the state's episode,
+// which a dead worker keeps however many states it publishes, so a death is answered once [P-CMD-5]. Commands
+// are rate-limited per worker and per node; a command held back is not lost: the worker is woken when the limit
+// lets it go. It returns the id of a command it sent now, or "".
+func (t *Tracker) HealDead(out Commands, pod *corev1.Pod, v View, policyHeals bool, now time.Time) (string, error) {
+	if out == nil || v.Truth != TruthAgent || !policyHeals {
 		return "", nil
 	}
 	action, heal := healAction(v.State.Phase, pod.Spec.RestartPolicy)

@@ -22,7 +22,7 @@ func TestOneCommandPerDeathEpisode(t *testing.T) {
 	pod := b.addPod("edge1", "default", "w", "u1")
 	b.cutOff("edge1", now)
 	decide := func(at time.Time) {
-		if _, err := b.tr.HealDead(b.out, pod, b.tr.ViewOf(pod, false, at), at); err != nil {
+		if _, err := b.tr.HealDead(b.out, pod, b.tr.ViewOf(pod, false, at), true, at); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -65,7 +65,7 @@ func TestCommandsRateLimitedPerWorkerAndNode(t *testing.T) {
 	b.tr.tick(now) // the node is online
 	act := func(at time.Time) {
 		for _, p := range pods {
-			if _, err := b.tr.HealDead(b.out, p, b.tr.ViewOf(p, false, at), at); err != nil {
+			if _, err := b.tr.HealDead(b.out, p, b.tr.ViewOf(p, false, at), true, at); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -91,7 +91,7 @@ func TestCommandsRateLimitedPerWorkerAndNode(t *testing.T) {
 	b.heartbeat("edge1", 1, 3, false, again)
 	b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "w0", Uid: "w0", Seq: 7, Episode: 7, Phase: lifelinev1.Phase_PHASE_FAILED}, again)
 	waitFor(t, ch, "w0")
-	if id, _ := b.tr.HealDead(b.out, pods[0], b.tr.ViewOf(pods[0], false, again), again); id != "" {
+	if id, _ := b.tr.HealDead(b.out, pods[0], b.tr.ViewOf(pods[0], false, again), true, again); id != "" {
 		t.Errorf("command %s within %s of the worker's last", id, commandSpacing)
 	}
 	if got := testutil.ToFloat64(b.tr.throttled.WithLabelValues(limitWorker)); got != 1 {
@@ -101,7 +101,7 @@ func TestCommandsRateLimitedPerWorkerAndNode(t *testing.T) {
 	b.heartbeat("edge1", 1, 4, false, due)
 	b.tr.tick(due)
 	waitFor(t, ch, "w0")
-	if id, _ := b.tr.HealDead(b.out, pods[0], b.tr.ViewOf(pods[0], false, due), due); id != "rebuild/w0/7" {
+	if id, _ := b.tr.HealDead(b.out, pods[0], b.tr.ViewOf(pods[0], false, due), true, due); id != "rebuild/w0/7" {
 		t.Errorf("command %q once the limit ran out, want restart/w0/7", id)
 	}
 }
@@ -189,10 +189,10 @@ func TestUnsentCommandIsTriedAgain(t *testing.T) {
 	pod := b.addPod("edge1", "default", "w", "u1")
 	b.cutOff("edge1", now)
 	b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u1", Seq: 3, Episode: 3, Phase: lifelinev1.Phase_PHASE_FAILED}, now)
-	if id, err := b.tr.HealDead(failingCommands{}, pod, b.tr.ViewOf(pod, false, now), now); err == nil || id != "" {
+	if id, err := b.tr.HealDead(failingCommands{}, pod, b.tr.ViewOf(pod, false, now), true, now); err == nil || id != "" {
 		t.Fatalf("publish failure: %q, %v; want an error", id, err)
 	}
-	if id, err := b.tr.HealDead(b.out, pod, b.tr.ViewOf(pod, false, now), now); err != nil || id != "rebuild/u1/3" {
+	if id, err := b.tr.HealDead(b.out, pod, b.tr.ViewOf(pod, false, now), true, now); err != nil || id != "rebuild/u1/3" {
 		t.Errorf("the retry sent %q, %v; want rebuild/u1/3 at once", id, err)
 	}
 }
@@ -222,7 +222,7 @@ func TestNoCommandForAWorkerItsNodeRestarts_P_CMD_6(t *testing.T) {
 			pod.Spec.RestartPolicy = c.policy
 			b.cutOff("edge1", now)
 			b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u1", Seq: 3, Episode: 3, Phase: c.phase}, now)
-			id, err := b.tr.HealDead(b.out, pod, b.tr.ViewOf(pod, false, now), now)
+			id, err := b.tr.HealDead(b.out, pod, b.tr.ViewOf(pod, false, now), true, now)
 			want := 0
 			if c.command != "" {
 				want = 1

@@ -100,7 +100,7 @@ func checkTable(t *testing.T, tr *Tracker, pods fakePods, now time.Time) {
 	for ref, info := range pods {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ref.namespace, Name: ref.name, UID: types.UID(info.UID)},
 			Spec: corev1.PodSpec{NodeName: info.Node}}
-		if _, err := tr.HealDead(out, pod, tr.ViewOf(pod, false, now), now); err != nil {
+		if _, err := tr.HealDead(out, pod, tr.ViewOf(pod, false, now), true, now); err != nil {
 			t.Error(err)
 		}
 	}

@@ -50,7 +50,7 @@ func TestDeletedNodesAreForgottenSoNewNodesComeOnline(t *testing.T) {
 	b.report("old0", 1, "default", "w0", `{"name":"w0","namespace":"default","ownerName":"job","ownerKind":"federatedlearningjob"}`, now)
 	payload := marshal(&lifelinev1.DatasetSamples{Namespace: "ns", Dataset: "d0", NumberOfSamples: 5, Seq: 1, BirthSeq: 1})
 	b.tr.Ingest(lifelinev1.NodeTopic("c", "old0", lifelinev1.KindDataset).String(), payload, now)
-	if _, err := b.tr.HealDead(b.out, pod, b.tr.ViewOf(pod, false, now), now); err != nil || len(b.out.sent) != 1 {
+	if _, err := b.tr.HealDead(b.out, pod, b.tr.ViewOf(pod, false, now), true, now); err != nil || len(b.out.sent) != 1 {
 		t.Fatalf("no command to the cut-off node (%v): the setup is wrong", err)
 	}
 

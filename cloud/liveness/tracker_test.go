@@ -107,7 +107,7 @@ func TestHealDeadIsFencedAndSentOnce(t *testing.T) {
 	b.cutOff("edge1", now)
 	b.state("edge1", &lifelinev1.WorkerState{Namespace: "default", Name: "w", Uid: "u1", Seq: 7, Episode: 7, Phase: lifelinev1.Phase_PHASE_FAILED}, now)
 	dead := b.tr.ViewOf(pod, false, now)
-	id, err := b.tr.HealDead(b.out, pod, dead, now)
+	id, err := b.tr.HealDead(b.out, pod, dead, true, now)
 	if err != nil || id != "rebuild/u1/7" {
 		t.Fatalf("command %q sent, %v; want rebuild/u1/7", id, err)
 	}
@@ -115,21 +115,20 @@ func TestHealDeadIsFencedAndSentOnce(t *testing.T) {
 	if b.out.to[0] != "edge1" || cmd.PodUid != "u1" || cmd.Epoch != 7 || cmd.Action != lifelinev1.Action_ACTION_REBUILD || cmd.TtlMillis != 30000 {
 		t.Errorf("command %v to %s", cmd, b.out.to[0])
 	}
-	if again, _ := b.tr.HealDead(b.out, pod, dead, now.Add(time.Minute)); again != "" {
+	if again, _ := b.tr.HealDead(b.out, pod, dead, true, now.Add(time.Minute)); again != "" {
 		t.Errorf("the same decision sent twice (%s)", again)
 	}
 	for name, v := range map[string]View{
 		"API server's truth": {Truth: TruthAPIServer},
 		"running":            {Truth: TruthAgent, State: &lifelinev1.WorkerState{Seq: 8, Episode: 8, Phase: lifelinev1.Phase_PHASE_RUNNING}},
 	} {
-		if id, _ := b.tr.HealDead(b.out, pod, v, now); id != "" {
+		if id, _ := b.tr.HealDead(b.out, pod, v, true, now); id != "" {
 			t.Errorf("%s: command %s sent", name, id)
 		}
 	}
-	pod.Annotations = map[string]string{"lifeline.sedna.io/offline-policy": "None"}
 	dead.State.Episode = 9
-	if id, _ := b.tr.HealDead(b.out, pod, dead, now.Add(time.Hour)); id != "" {
-		t.Errorf("offline policy None: command %s sent", id)
+	if id, _ := b.tr.HealDead(b.out, pod, dead, false, now.Add(time.Hour)); id != "" {
+		t.Errorf("an offline policy that does not heal: command %s sent", id)
 	}
 }
 

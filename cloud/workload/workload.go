@@ -1,6 +1,6 @@
 // Package workload holds what the JointInferenceService and FederatedLearningJob controllers are both built with,
 // so that the manager builds them from one value, both read their clock and the API server past the cache the
-// same way, and both begin their controller the same way.
+// same way, both record their Events the same way, and both begin their controller the same way.
 package workload
 
 import (
@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -51,6 +52,16 @@ func (d *Deps) Clock() time.Time {
 		return d.Now()
 	}
 	return time.Now()
+}
+
+// Eventf records an Event of a workload, as both workload controllers tell what they did: regarding is the
+// workload, related the object the Event concerns (a child, a Node; nil for none), reason its stable CamelCase
+// reason, action what the controller did, and note, formatted with args, what a person reads. Without a
+// Recorder (a controller a unit test builds) it records nothing.
+func (d *Deps) Eventf(regarding, related runtime.Object, eventType, reason, action, note string, args ...any) {
+	if d.Recorder != nil {
+		d.Recorder.Eventf(regarding, related, eventType, reason, action, note, args...)
+	}
 }
 
 // Uncached reads from the API server past the cache: APIReader, or the client without one.

@@ -1,10 +1,14 @@
 package workload
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 )
@@ -45,6 +49,45 @@ func TestUnchangedIsWhatTheAPIServerWouldStore(t *testing.T) {
 			if got := Unchanged(computed, stored()); got != tc.unchanged {
 				t.Errorf("Unchanged = %v, want %v", got, tc.unchanged)
 			}
+		})
+	}
+}
+
+// recordedEvent is one Event as a recorder received it.
+type recordedEvent struct {
+	regarding, related                   runtime.Object
+	eventType, reason, action, formatted string
+}
+
+// recorder keeps the Events it is given.
+type recorder struct{ events []recordedEvent }
+
+func (r *recorder) Eventf(regarding, related runtime.Object, eventType, reason, action, note string, args ...any) {
+	r.events = append(r.events, recordedEvent{regarding, related, eventType, reason, action, fmt.Sprintf(note, args...)})
+}
+
+// TestEventfHandsEveryFieldToTheRecorder: both controllers' Events carry the workload, the related object, the
+// reason and the action they are given; a controller built without a recorder records nothing, and does not panic.
+func TestEventfHandsEveryFieldToTheRecorder(t *testing.T) {
+	job := &v1alpha1.FederatedLearningJob{ObjectMeta: metav1.ObjectMeta{Name: "job"}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "job-trainworker-0"}}
+	cases := []struct {
+		name    string
+		related runtime.Object
+		want    recordedEvent
+	}{
+		{"with a related object", pod, recordedEvent{job, pod, corev1.EventTypeNormal, "SuccessfulCreate", "Create", "Created pod job-trainworker-0"}},
+		{"without", nil, recordedEvent{job, nil, corev1.EventTypeNormal, "SuccessfulCreate", "Create", "Created pod job-trainworker-0"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{}
+			d := &Deps{Recorder: rec}
+			d.Eventf(job, tc.related, corev1.EventTypeNormal, "SuccessfulCreate", "Create", "Created pod %s", pod.Name)
+			if diff := cmp.Diff([]recordedEvent{tc.want}, rec.events, cmp.AllowUnexported(recordedEvent{})); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+			(&Deps{}).Eventf(job, tc.related, corev1.EventTypeNormal, "SuccessfulCreate", "Create", "Created pod %s", pod.Name)
 		})
 	}
 }

@@ -5,6 +5,9 @@
 // Roles: ji-big (the cloud model), ji-little (the edge model), fl-aggregator, fl-trainer, given as the first
 // argument or, in the sample images that stand in for Sedna's, by $LIFELINE_SAMPLE_ROLE (the pod's own args, such
 // as an example's "-i 1", are then ignored). SIGUSR1 makes any of them exit 0.
+//
+// Given pause instead, it is the pod sandbox's process of the sample images for real nodes, as Kubernetes' pause:
+// one binary stands in for every image those nodes would pull.
 package main
 
 import (
@@ -20,8 +23,13 @@ func main() {
 		role = os.Args[1]
 	}
 	if role == "" {
-		fmt.Fprintln(os.Stderr, "usage: lifeline-sampleworker ji-big|ji-little|fl-aggregator|fl-trainer (or $LIFELINE_SAMPLE_ROLE)")
+		fmt.Fprintln(os.Stderr, "usage: lifeline-sampleworker ji-big|ji-little|fl-aggregator|fl-trainer|pause (or $LIFELINE_SAMPLE_ROLE)")
 		os.Exit(2)
+	}
+	// Before the roles' SIGUSR1 handler: the sandbox handles only the signals Kubernetes' pause handles.
+	if role == pauseMode {
+		pause()
+		return
 	}
 	// SIGUSR1 ends any role successfully (exit 0), as a worker that finished or was told to quit would.
 	done := make(chan os.Signal, 1)

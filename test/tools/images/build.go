@@ -32,6 +32,9 @@ type imageSpec struct {
 	Reference string
 	// Binary is the command the image runs, when it is not Name.
 	Binary string
+	// Args follow the command in the image's entrypoint, where a pod's args cannot replace them: the sample
+	// worker's pause mode.
+	Args []string
 	// Env is the image's environment, e.g. the sample worker's role.
 	Env []string
 }
@@ -53,11 +56,13 @@ var lifelineImages = []imageSpec{
 	{Name: "lifeline-agent", User: "0:0"},
 }
 
-// sampleImages are what make images-samples writes for real nodes, which have no registry: the pod sandbox's
-// image, and the sample worker under each name deploy/examples give Sedna's worker images, its role in the image's
-// environment (the examples' own args, such as the transmitter's "-i 1", are left to it to ignore).
+// sampleImages are what make images-samples writes for real nodes, which have no registry, all of them the sample
+// worker: the pod sandbox's image runs its pause mode, and each name deploy/examples give Sedna's worker images
+// runs the role in the image's environment (the examples' own args, such as the transmitter's "-i 1", are left to
+// it to ignore).
 var sampleImages = append([]imageSpec{
-	{Name: "pause", Reference: "registry.k8s.io/pause:3.10", Binary: "lifeline-pause", User: "65535:65535"},
+	{Name: "pause", Reference: "registry.k8s.io/pause:3.10", Binary: sampleWorkerBinary, Args: []string{"pause"},
+		User: "65535:65535"},
 }, sampleWorkerImages(map[string][]string{
 	"ji-little": {"joint-inference-helmet-detection-little:v0.3.0", "joint-inference-helmet-detection-little:v0.5.0",
 		"joint-inference-answer-generation-little:v0.8.0"},
@@ -77,7 +82,7 @@ func sampleWorkerImages(byRole map[string][]string) []imageSpec {
 			out = append(out, imageSpec{
 				Name:      "sedna-example-" + strings.ReplaceAll(name, ":", "-"),
 				Reference: "kubeedge/sedna-example-" + name,
-				Binary:    "lifeline-sampleworker",
+				Binary:    sampleWorkerBinary,
 				User:      nonrootUID + ":" + nonrootUID,
 				Env:       []string{sampleRoleEnv + "=" + role},
 			})
@@ -85,6 +90,9 @@ func sampleWorkerImages(byRole map[string][]string) []imageSpec {
 	}
 	return out
 }
+
+// sampleWorkerBinary is test/workers' command, which every sample image runs.
+const sampleWorkerBinary = "lifeline-sampleworker"
 
 // sampleRoleEnv names the sample worker's role in its image (test/workers reads it).
 const sampleRoleEnv = "LIFELINE_SAMPLE_ROLE"
@@ -194,7 +202,7 @@ func buildImage(spec imageSpec, opts buildOptions, p v1.Platform, base v1.Layer)
 	cfg.Created = created
 	cfg.Config = v1.Config{
 		User:       spec.User,
-		Entrypoint: []string{"/" + path.Join(binaryDir, spec.binary())},
+		Entrypoint: append([]string{"/" + path.Join(binaryDir, spec.binary())}, spec.Args...),
 		Env:        spec.Env,
 		WorkingDir: "/",
 		Labels:     opts.annotations(spec),

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,7 +93,7 @@ func setUp(tmp string) error {
 }
 
 // buildCommands writes the controller and the agent for platform p into binDir with make images' flags. For a
-// platform other than the host's, both are the small static pause program instead: the builder's handling of a
+// platform other than the host's, both are the small static sample worker instead: the builder's handling of a
 // foreign architecture is the same whatever the binary, and a cold cross-compilation of the commands would cost CI
 // minutes to check only that Go cross-compiles.
 func buildCommands(root string, p v1.Platform) error {
@@ -102,8 +103,8 @@ func buildCommands(root string, p v1.Platform) error {
 	steps := [][]string{{"-o", out + string(filepath.Separator), "./cmd/lifeline-controller", "./cmd/lifeline-agent"}}
 	if p.OS != runtime.GOOS || p.Architecture != runtime.GOARCH {
 		steps = [][]string{
-			{"-o", filepath.Join(out, "lifeline-controller"), "./test/cmd/lifeline-pause"},
-			{"-o", filepath.Join(out, "lifeline-agent"), "./test/cmd/lifeline-pause"},
+			{"-o", filepath.Join(out, "lifeline-controller"), "./test/workers"},
+			{"-o", filepath.Join(out, "lifeline-agent"), "./test/workers"},
 		}
 	}
 	for _, args := range steps {
@@ -409,8 +410,9 @@ func TestSampleImagesStandForEveryExampleImage(t *testing.T) {
 			}
 		}
 	}
-	if pause, ok := samples["registry.k8s.io/pause:3.10"]; !ok || pause.Binary != "lifeline-pause" {
-		t.Errorf("no pod sandbox image: %+v", pause)
+	if pause, ok := samples["registry.k8s.io/pause:3.10"]; !ok || pause.Binary != "lifeline-sampleworker" ||
+		!slices.Equal(pause.Args, []string{"pause"}) {
+		t.Errorf("pod sandbox image %+v: want the sample worker in its pause mode", pause)
 	}
 }
 

@@ -19,8 +19,45 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
+	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/outcome"
 )
+
+// acted is what the act step did not manage, for the status to tell.
+type acted struct {
+	// stalledReason and stalledMessage say why the missing workers were not created: their inputs are missing,
+	// or someone else's Service holds the aggregator's name.
+	stalledReason, stalledMessage string
+	err                           error // what could not be done to the children
+}
+
+// act makes the children what the plan decided, asks the agents of cut-off nodes to heal the dead trainers they
+// report, and writes the output Model's status from the trainers' reports; it returns what the agents' side and
+// the Model failed at. Children that cannot be synced (done.err) do not stop the agents from healing.
+func (r *Reconciler) act(ctx context.Context, job *v1alpha1.FederatedLearningJob, p *plan, workers []worker, now time.Time) (acted, error) {
+	done := r.syncChildren(ctx, job, p)
+	err := r.actThroughAgents(job, workers, now)
+	if done.err == nil {
+		err = errors.Join(err, r.syncModelStatus(ctx, job)) // modelstatus.go
+	}
+	return done, err
+}
+
+// actThroughAgents asks the agents of cut-off nodes to heal the dead trainers they report, and tells what the
+// agents did; the job waits for such trainers meanwhile, as it waits for any trainer.
+func (r *Reconciler) actThroughAgents(job *v1alpha1.FederatedLearningJob, workers []worker, now time.Time) error {
+	views := map[string]liveness.View{}
+	for _, w := range workers {
+		if w.pod != nil {
+			views[w.pod.Name] = w.view
+		}
+	}
+	events, err := r.Edge.Act(podsOf(workers), views, now)
+	for _, e := range events {
+		r.Eventf(job, e.RelatedNode(), e.Type, e.Reason, e.Reason, "%s", e.Message)
+	}
+	return err
+}
 
 // syncChildren makes the children what the plan decided: the aggregator's Service, the missing workers, and the
 // pods to delete or let go.
@@ -110,14 +147,14 @@ func (r *Reconciler) createdEvent(job *v1alpha1.FederatedLearningJob, pods []*co
 	switch len(pods) {
 	case 0:
 	case 1:
-		r.event(job, pods[0], corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created pod %s", pods[0].Name)
+		r.Eventf(job, pods[0], corev1.EventTypeNormal, ReasonSuccessfulCreate, ReasonSuccessfulCreate, "Created pod %s", pods[0].Name)
 	default:
 		names := make([]string, len(pods))
 		for i, p := range pods {
 			names[i] = p.Name
 		}
 		slices.Sort(names)
-		r.event(job, nil, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created pods %s", strings.Join(names, ", "))
+		r.Eventf(job, nil, corev1.EventTypeNormal, ReasonSuccessfulCreate, ReasonSuccessfulCreate, "Created pods %s", strings.Join(names, ", "))
 	}
 }
 
@@ -191,7 +228,7 @@ func (r *Reconciler) ensureService(ctx context.Context, job *v1alpha1.FederatedL
 			return serviceOutcome{err: fmt.Errorf("creating service %s: %w", want.Name, err)}
 		}
 		if created {
-			r.event(job, want, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Created service %s", want.Name)
+			r.Eventf(job, want, corev1.EventTypeNormal, ReasonSuccessfulCreate, ReasonSuccessfulCreate, "Created service %s", want.Name)
 		}
 		return serviceOutcome{}
 	case err != nil:
@@ -209,7 +246,7 @@ func (r *Reconciler) ensureService(ctx context.Context, job *v1alpha1.FederatedL
 		}
 		return serviceOutcome{retryAt: r.Clock().Add(200 * time.Millisecond)}
 	default:
-		r.event(job, got, corev1.EventTypeWarning, ReasonNameConflict, "Service %s exists and is not owned by this job", got.Name)
+		r.Eventf(job, got, corev1.EventTypeWarning, ReasonNameConflict, ReasonNameConflict, "Service %s exists and is not owned by this job", got.Name)
 		return serviceOutcome{conflict: fmt.Sprintf("service %s exists and is not owned by this job", got.Name)}
 	}
 }
@@ -224,7 +261,7 @@ func (r *Reconciler) removePods(ctx context.Context, job *v1alpha1.FederatedLear
 			return fmt.Errorf("deleting worker %s: %w", pod.Name, err)
 		}
 		if deleted {
-			r.event(job, pod, corev1.EventTypeNormal, ReasonSuccessfulDelete, "Deleted pod %s", pod.Name)
+			r.Eventf(job, pod, corev1.EventTypeNormal, ReasonSuccessfulDelete, ReasonSuccessfulDelete, "Deleted pod %s", pod.Name)
 		}
 	}
 	return nil
@@ -253,4 +290,26 @@ func (r *Reconciler) releasePods(ctx context.Context, pods []*corev1.Pod) error 
 		}
 	}
 	return nil
+}
+
+// releaseOrphans lets go of the deleting pods of a job that is gone or being deleted, and of an earlier job of
+// the same name.
+func (r *Reconciler) releaseOrphans(ctx context.Context, key types.NamespacedName, job *v1alpha1.FederatedLearningJob) error {
+	// Every pass asks, and almost always lets go of nothing: the cache's pods are read in place (releasePods
+	// patches copies).
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingFields{workloadIndex: nameLabelValue(key.Name)},
+		client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing pods of deleted job: %w", err)
+	}
+	var release []*corev1.Pod
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		// Only pods already being deleted: a pod that still runs is never let go before its end is counted.
+		live := job.UID != "" && job.DeletionTimestamp == nil && metav1.IsControlledBy(pod, job)
+		if hasFinalizer(pod) && pod.DeletionTimestamp != nil && !live {
+			release = append(release, pod)
+		}
+	}
+	return r.releasePods(ctx, release)
 }

@@ -47,7 +47,7 @@ func TestWorkerRecordsAreBoundedTroubledFirst(t *testing.T) {
 				edge.pods = append(edge.pods, workerPod(fmt.Sprintf("zz-failed-%04d", i), corev1.PodFailed, false))
 			}
 			ji := &v1alpha1.JointInferenceService{}
-			s := computeStatus(ji, []workerObservation{{workerType: workerCloud}, edge}, nil, nil, nil, metav1.NewTime(time.Unix(0, 0)))
+			s, _ := computeStatus(ji, []workerObservation{{workerType: workerCloud}, edge}, nil, nil, metav1.NewTime(time.Unix(0, 0)))
 			if len(s.Workers) != tc.wantRecords {
 				t.Errorf("%d worker records, want %d", len(s.Workers), tc.wantRecords)
 			}
