@@ -75,10 +75,11 @@ test: lint verify-generated tools build fuzz ## Everything CI runs: lint, genera
 FUZZTIME ?= 50000x
 # Each target is <package>:<fuzz function>.
 FUZZ_TARGETS := ./proto/lifeline/v1/:FuzzParseTopic ./proto/lifeline/v1/:FuzzDecodeMessages \
-	./cloud/liveness/:FuzzIngest ./cloud/liveness/:FuzzIngestSequence ./edge/reportapi/:FuzzReportHandler
+	./cloud/liveness/:FuzzIngest ./cloud/liveness/:FuzzIngestSequence ./edge/reportapi/:FuzzReportHandler \
+	./cloud/broker/:FuzzOfferedTickets
 
 .PHONY: fuzz
-fuzz: ## Fuzz the protocol's topic parser and decoders, the controller's liveness table and the agent's report API ($(FUZZTIME) executions each).
+fuzz: ## Fuzz the protocol's topic parser and decoders, the controller's liveness table, the broker's ClientHello reader and the agent's report API ($(FUZZTIME) executions each).
 	@for t in $(FUZZ_TARGETS); do f=$${t##*:}; p=$${t%:*}; echo "==> fuzz $$f in $$p ($(FUZZTIME) executions)"; \
 		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$p || exit 1; done
 

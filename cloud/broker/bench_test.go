@@ -259,17 +259,20 @@ func BenchmarkBrokerUnderAttack(b *testing.B) {
 
 // BenchmarkLoginThroughAChurn prints how six agents at round trips of 50 to 300 ms log in by certificate through a
 // churn of connections that never finish their TLS handshake: from addresses of their own (the broker Service's
-// externalTrafficPolicy Local), and, the anchor, from the churn's own address (Cluster: one node's address hides
-// every source).
+// externalTrafficPolicy Local); from the churn's own address (Cluster: one node's address hides every source),
+// resuming the TLS sessions of a login before the churn; and, the anchor, from the churn's address without.
 func BenchmarkLoginThroughAChurn(b *testing.B) {
+	one := []string{"127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1"}
 	for _, c := range []struct {
 		name    string
 		sources []string
+		resume  bool
 	}{
-		{"own-addresses", []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6", "127.0.0.7"}},
-		{"anchor-one-address", []string{"127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1"}},
+		{"own-addresses", []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6", "127.0.0.7"}, false},
+		{"one-address-resuming", one, true},
+		{"anchor-one-address", one, false},
 	} {
-		got := loginUnderChurn(b, startCertRigWith(b, nil, Limits{}), c.sources)
+		got := loginUnderChurn(b, startCertRigWith(b, nil, Limits{}), c.sources, c.resume)
 		slowest := time.Duration(0)
 		if len(got.took) > 0 {
 			slowest = got.took[len(got.took)-1]

@@ -77,21 +77,24 @@ func Start(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	serverTLS := cfg.TLS
-	if cfg.ClientCerts.CAs != nil {
-		if serverTLS == nil {
-			return nil, fmt.Errorf("certificate login needs a TLS listener: set its certificate")
-		}
-		// The handshake asks for a certificate and checks that the client holds its key; the chain, the subject,
-		// revocation and validity are checked at CONNECT, by the broker's clock, and refusals counted by reason.
-		serverTLS = serverTLS.Clone()
-		serverTLS.ClientAuth = tls.RequestClientCert
-		serverTLS.ClientCAs = cfg.ClientCerts.CAs
-	}
 	server := mochi.New(&mochi.Options{InlineClient: true, Logger: logger, Capabilities: capabilities(),
 		SysTopicResendInterval: sysTopicInterval})
 	access := &nodeAccess{cluster: cfg.Cluster, dir: cfg.CredentialsDir, tracker: cfg.Tracker,
 		certs: cfg.ClientCerts, revoked: &revocations{file: cfg.ClientCerts.RevokedFile}, nodes: cfg.Nodes, clock: clockOr(cfg.Clock)}
+	listener := &guardedListener{id: "agents", address: cfg.Address, tls: cfg.TLS, limits: limits, refuse: cfg.Tracker.Drop}
+	if cfg.ClientCerts.CAs != nil {
+		if cfg.TLS == nil {
+			return nil, fmt.Errorf("certificate login needs a TLS listener: set its certificate")
+		}
+		// The handshake asks for a certificate and checks that the client holds its key; the chain, the subject,
+		// revocation and validity are checked at CONNECT, by the broker's clock, and refusals counted by reason.
+		serverTLS := cfg.TLS.Clone()
+		serverTLS.ClientAuth = tls.RequestClientCert
+		serverTLS.ClientCAs = cfg.ClientCerts.CAs
+		if listener.tls, err = listener.resumable(serverTLS, access.verifiedNode); err != nil {
+			return nil, err
+		}
+	}
 	if err := server.AddHook(access, nil); err != nil {
 		return nil, fmt.Errorf("adding the access hook: %w", err)
 	}
@@ -104,7 +107,6 @@ func Start(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to the agents' topics: %w", err)
 	}
-	listener := &guardedListener{id: "agents", address: cfg.Address, tls: serverTLS, limits: limits, refuse: cfg.Tracker.Drop}
 	if err := server.AddListener(listener); err != nil {
 		return nil, fmt.Errorf("adding the agents' listener: %w", err)
 	}

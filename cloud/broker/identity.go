@@ -225,6 +225,15 @@ func (h *nodeAccess) certIdentity(chain []*x509.Certificate, now time.Time) (nod
 	return node, "", nil
 }
 
+// verifiedNode is the node of a client certificate chain that verifies now and is not revoked; "" otherwise.
+func (h *nodeAccess) verifiedNode(chain []*x509.Certificate) string {
+	node, _, err := h.certIdentity(chain, h.clock.Now())
+	if err != nil {
+		return ""
+	}
+	return node
+}
+
 // clockOr is c, or the real clock.
 func clockOr(c clock.PassiveClock) clock.PassiveClock {
 	if c == nil {

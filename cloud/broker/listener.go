@@ -22,7 +22,8 @@ import (
 // guardedListener is the agents' TCP (or TLS) listener. Unlike mochi's own, it bounds what a client can hold
 // before it has authenticated, apart from the authenticated sessions, so that clients that never log in cannot
 // keep a node out: connections not yet authenticated have a budget of their own (in all and per source), where
-// the oldest makes room for the newest; a TLS handshake not done within handshakeTimeout, or a CONNECT not done
+// the oldest makes room for the newest, and one that resumes a node's TLS session leaves it for its node's own
+// (resume.go); a TLS handshake not done within handshakeTimeout, or a CONNECT not done
 // within connectTimeout of opening, closes the connection (mochi itself waits for the first packet forever).
 // Authenticated sessions are bounded apart (promote). It also keeps accepting after a temporary Accept error
 // (out of descriptors under a flood), where mochi's listener would stop for good.
@@ -34,10 +35,15 @@ type guardedListener struct {
 
 	listen net.Listener
 	closed atomic.Bool
+	// ticketOwner is the node of a session ticket this broker issued, or ""; nil without certificate login.
+	ticketOwner func(identity []byte) string
+	peekBuf     [4096]byte // what a client sent before its accept, looked at by Serve alone
 
 	mu       sync.Mutex
 	pending  map[netip.Prefix]*list.List // connections not yet authenticated, by source, oldest first
 	npending int                         // their number, at most limits.MaxUnauthenticated
+	vouched  map[string]*list.List       // those resuming a node's session, by node, oldest first (resume.go)
+	nvouched int                         // their number, at most vouchedPerNode a node
 	sessions map[*guardedConn]string     // authenticated connections and their nodes
 	nodes    map[string]int              // sessions by node: at most one but while a reconnect takes over
 }
@@ -56,7 +62,10 @@ type guardedConn struct {
 	// authentication. A session lasts only while its node's password stays this one.
 	password atomic.Pointer[[sha256.Size]byte]
 
-	elem *list.Element // its place in guardedListener.pending while it has not authenticated; under its mu
+	elem *list.Element // its place in guardedListener.pending, or .vouched, while it has not authenticated; under its mu
+	// vouchedFor is the node whose session the connection resumes, once its ClientHello showed the ticket; under
+	// the listener's mu.
+	vouchedFor string
 }
 
 // SetDeadline is mochi's: the listener sets its own deadlines on the underlying connection.
@@ -108,7 +117,7 @@ func (l *guardedListener) Init(*slog.Logger) error {
 		return fmt.Errorf("listening on %s: %w", l.address, err)
 	}
 	l.listen = ln
-	l.pending, l.sessions, l.nodes = map[netip.Prefix]*list.List{}, map[*guardedConn]string{}, map[string]int{}
+	l.pending, l.vouched, l.sessions, l.nodes = map[netip.Prefix]*list.List{}, map[string]*list.List{}, map[*guardedConn]string{}, map[string]int{}
 	return nil
 }
 
@@ -132,7 +141,11 @@ func (l *guardedListener) Serve(establish listeners.EstablishFn) {
 			first = l.limits.HandshakeTimeout
 		}
 		_ = conn.SetDeadline(gc.opened.Add(first))
-		victim, ok := l.admit(gc)
+		var victim *guardedConn
+		ok := true
+		if node := l.peekedTicketNode(conn); node == "" || !l.vouch(gc, node) {
+			victim, ok = l.admit(gc)
+		}
 		if victim != nil {
 			_ = victim.Conn.Close()
 			l.refuse(RefusedPreAuthEvicted, fmt.Sprintf("%s: not authenticated after %s, closed to admit %s",
@@ -217,8 +230,18 @@ func (l *guardedListener) oldestOfLargestSource() *guardedConn {
 	return best
 }
 
-// unpend takes a connection out of the pending budget; l.mu held.
+// unpend takes a connection out of the pending budget, or the vouched ones; l.mu held.
 func (l *guardedListener) unpend(gc *guardedConn) {
+	if node := gc.vouchedFor; node != "" {
+		q := l.vouched[node]
+		q.Remove(gc.elem)
+		gc.elem = nil
+		l.nvouched--
+		if q.Len() == 0 {
+			delete(l.vouched, node)
+		}
+		return
+	}
 	q := l.pending[gc.source]
 	q.Remove(gc.elem)
 	gc.elem = nil
@@ -277,7 +300,7 @@ func (l *guardedListener) release(gc *guardedConn) {
 func (l *guardedListener) open() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.npending + len(l.sessions)
+	return l.npending + l.nvouched + len(l.sessions)
 }
 
 // unauthenticated is how many connections are open that have not authenticated, in all and of source.
@@ -301,12 +324,20 @@ func (l *guardedListener) Close(closeClients listeners.CloseFn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, q := range l.pending {
-		for e := q.Front(); e != nil; e = e.Next() {
-			_ = e.Value.(*guardedConn).Conn.Close()
-		}
+		closeAll(q)
+	}
+	for _, q := range l.vouched {
+		closeAll(q)
 	}
 	for c := range l.sessions {
 		_ = c.Conn.Close()
+	}
+}
+
+// closeAll closes the connections of q.
+func closeAll(q *list.List) {
+	for e := q.Front(); e != nil; e = e.Next() {
+		_ = e.Value.(*guardedConn).Conn.Close()
 	}
 }
 

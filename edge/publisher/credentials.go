@@ -48,6 +48,7 @@ func TLSConfig(caFile, certFile, keyFile string, log logr.Logger) (*tls.Config, 
 			return nil, fmt.Errorf("loading the client certificate %s (key %s): %w", certFile, keyFile, err)
 		}
 		config.GetClientCertificate = pair.GetClientCertificate
+		config.ClientSessionCache = pair.SessionCache()
 		if c := pair.Current(); c != nil {
 			log.Info("client certificate", "subject", c.Leaf.Subject.String(), "serial", c.Leaf.SerialNumber.Text(16), "notAfter", c.Leaf.NotAfter)
 		} else {

@@ -94,3 +94,42 @@ func (p *Pair) refresh() {
 	}
 	p.current, p.cert, p.key, p.err = &pair, cert, key, nil
 }
+
+// SessionCache is for a client's tls.Config: it keeps the TLS sessions to resume (a login by a ticket the server
+// issued, which a broker under a churn of connections lets in first), each only while the certificate it began
+// with is the current one, so a rotated certificate logs in by a full handshake and the server sees it.
+func (p *Pair) SessionCache() tls.ClientSessionCache {
+	return &sessionsOfCertificate{pair: p}
+}
+
+// sessionsOfCertificate is Pair.SessionCache.
+type sessionsOfCertificate struct {
+	pair *Pair
+
+	mu       sync.Mutex
+	sessions tls.ClientSessionCache
+	of       *tls.Certificate // the certificate every session in sessions began with
+}
+
+// sessionsPerCertificate bounds the sessions kept: one per server name, and a client dials one broker.
+const sessionsPerCertificate = 4
+
+func (s *sessionsOfCertificate) Get(key string) (*tls.ClientSessionState, bool) {
+	current := s.pair.Current()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sessions == nil || current != s.of {
+		return nil, false
+	}
+	return s.sessions.Get(key)
+}
+
+func (s *sessionsOfCertificate) Put(key string, cs *tls.ClientSessionState) {
+	current := s.pair.Current()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sessions == nil || current != s.of {
+		s.sessions, s.of = tls.NewLRUClientSessionCache(sessionsPerCertificate), current
+	}
+	s.sessions.Put(key, cs)
+}

@@ -1,7 +1,9 @@
 package certfile
 
 import (
+	"crypto/tls"
 	"crypto/x509"
+	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -49,5 +51,63 @@ func TestRotationHalfWrittenKeepsTheOldPair(t *testing.T) {
 	testkit.WriteFile(t, p.KeyFile, []byte("garbage"))
 	if err := (&Pair{CertFile: p.CertFile, KeyFile: p.KeyFile}).Load(); err == nil {
 		t.Error("a pair that does not parse loaded without error")
+	}
+}
+
+// A client resumes its TLS session while its certificate stays the same (the server sees the certificate the
+// session began with), and logs in by a full handshake once it was rotated, presenting the new one.
+func TestSessionsAreResumedOnlyWithTheCertificateTheyBeganWith(t *testing.T) {
+	ca := testkit.NewCA(t, "kubeedge")
+	server := ca.Issue(t, testkit.CertOptions{CommonName: "broker", IPs: []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{server}, ClientAuth: tls.RequestClientCert})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	seen := make(chan *x509.Certificate, 1)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			tc := c.(*tls.Conn)
+			if tc.Handshake() == nil {
+				seen <- tc.ConnectionState().PeerCertificates[0]
+				_, _ = tc.Write([]byte{1}) // the client reads its session ticket before this
+			}
+			tc.Close()
+		}
+	}()
+	dir := t.TempDir()
+	p := &Pair{CertFile: filepath.Join(dir, "server.crt"), KeyFile: filepath.Join(dir, "server.key")}
+	rotate := func() *x509.Certificate {
+		certPEM, keyPEM := issue(t, ca)
+		testkit.WriteFile(t, p.CertFile, certPEM)
+		testkit.WriteFile(t, p.KeyFile, keyPEM)
+		return p.Current().Leaf
+	}
+	config := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", GetClientCertificate: p.GetClientCertificate, ClientSessionCache: p.SessionCache()}
+	login := func() (resumed bool, presented *x509.Certificate) {
+		c, err := tls.Dial("tcp", l.Addr().String(), config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, _ = c.Read(make([]byte, 1))
+		return c.ConnectionState().DidResume, <-seen
+	}
+	first := rotate()
+	for i, want := range []struct {
+		rotated, resumed bool
+	}{{false, false}, {false, true}, {true, false}, {false, true}} {
+		if want.rotated {
+			first = rotate()
+		}
+		resumed, presented := login()
+		if resumed != want.resumed || !presented.Equal(first) {
+			t.Errorf("login %d: resumed %t, want %t; the server saw serial %x, want %x", i+1, resumed, want.resumed, presented.SerialNumber, first.SerialNumber)
+		}
 	}
 }
