@@ -78,18 +78,17 @@ func ticketNode(ss *tls.SessionState) string {
 	return ""
 }
 
-// peekedTicketNode is the node of the first session ticket that the ClientHello conn's client sent already offers
-// and that this broker issued; "" when it has sent none yet, or offers none. Looking at the socket before the
+// peekedTicketNode is the node of the session ticket that the ClientHello conn's client sent already offers first,
+// when this broker issued it; "" when it has sent none yet, or offers none. Looking at the socket before the
 // handshake's goroutine reads it matters: under a churn from its source a connection not yet vouched for is
-// closed within milliseconds.
+// closed within milliseconds. Only the first ticket is tried (an agent offers one), so a hello of many costs one
+// decryption.
 func (l *guardedListener) peekedTicketNode(conn net.Conn) string {
 	if l.ticketOwner == nil {
 		return ""
 	}
-	for _, identity := range offeredTickets(l.peekBuf[:peek(conn, l.peekBuf[:])]) {
-		if node := l.ticketOwner(identity); node != "" {
-			return node
-		}
+	if tickets := offeredTickets(l.peekBuf[:peek(conn, l.peekBuf[:])]); len(tickets) > 0 {
+		return l.ticketOwner(tickets[0])
 	}
 	return ""
 }

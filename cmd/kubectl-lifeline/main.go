@@ -124,16 +124,25 @@ func run(ctx context.Context, args []string, out io.Writer, kube client.Client) 
 	if !*watch {
 		return draw()
 	}
-	tick := time.NewTicker(*interval)
+	header := "" // a JSON or YAML document a frame, nothing between them
+	if !document {
+		header = "kubectl lifeline " + strings.Join(append([]string{view}, rest...), " ")
+	}
+	return watchFrames(ctx, out, *interval, header, draw)
+}
+
+// watchFrames draws a frame every interval until ctx ends, each under header (with the time) unless it is empty:
+// in place on a terminal, one after the other elsewhere.
+func watchFrames(ctx context.Context, out io.Writer, interval time.Duration, header string, draw func() error) error {
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	redraw := isTerminal(out)
 	for {
 		if redraw {
 			fmt.Fprint(out, "\033[H\033[2J") // home and clear: redraw in place
 		}
-		if !document { // a JSON or YAML document a frame, nothing between them
-			fmt.Fprintf(out, "Every %v: kubectl lifeline %s    %s\n\n", *interval, strings.Join(append([]string{view}, rest...), " "),
-				time.Now().Format(time.TimeOnly))
+		if header != "" {
+			fmt.Fprintf(out, "Every %v: %s    %s\n\n", interval, header, time.Now().Format(time.TimeOnly))
 		}
 		if err := draw(); err != nil {
 			fmt.Fprintln(out, "error:", err) // a watch outlives a failed read: the link may come back
