@@ -91,9 +91,8 @@ func Start(cfg Config) (*Broker, error) {
 		serverTLS := cfg.TLS.Clone()
 		serverTLS.ClientAuth = tls.RequestClientCert
 		serverTLS.ClientCAs = cfg.ClientCerts.CAs
-		if listener.tls, err = listener.resumable(serverTLS, access.verifiedNode); err != nil {
-			return nil, err
-		}
+		store := newSessionStore(access.clock, access.revokedOrUnknown, limits.MaxConnections*sessionsPerNode)
+		listener.tls = listener.resumable(serverTLS, store, access.verifiedNode)
 	}
 	if err := server.AddHook(access, nil); err != nil {
 		return nil, fmt.Errorf("adding the access hook: %w", err)

@@ -3,8 +3,8 @@ package broker
 import "encoding/binary"
 
 // offeredTickets are the session tickets a TLS ClientHello offers to resume (its pre_shared_key extension's
-// identities), read from the start of what a client sent: one TLS record holding the whole ClientHello. Anything
-// else, or anything cut short, offers none.
+// identities, the extension last as it must be), read from the start of what a client sent: one TLS record
+// holding the whole ClientHello. Anything else, or anything cut short, offers none.
 func offeredTickets(b []byte) [][]byte {
 	const recordHandshake, handshakeClientHello, extensionPreSharedKey = 22, 1, 41
 	record, ok := prefixed(b[min(len(b), 3):], 2) // type (1) and legacy version (2), then the record
@@ -31,8 +31,11 @@ func offeredTickets(b []byte) [][]byte {
 			return nil
 		}
 		extensions = extensions[4+len(data):]
-		if kind == extensionPreSharedKey {
+		if kind == extensionPreSharedKey && len(extensions) == 0 { // it must come last (RFC 8446, 4.2.11)
 			return pskIdentities(data)
+		}
+		if kind == extensionPreSharedKey {
+			return nil
 		}
 	}
 	return nil

@@ -234,6 +234,12 @@ func (h *nodeAccess) verifiedNode(chain []*x509.Certificate) string {
 	return node
 }
 
+// revokedOrUnknown tells whether serial is revoked, or the revocation list cannot be read.
+func (h *nodeAccess) revokedOrUnknown(serial *big.Int) bool {
+	revoked, err := h.revoked.revoked(serial)
+	return revoked || err != nil
+}
+
 // clockOr is c, or the real clock.
 func clockOr(c clock.PassiveClock) clock.PassiveClock {
 	if c == nil {

@@ -141,15 +141,9 @@ func (l *guardedListener) Serve(establish listeners.EstablishFn) {
 			first = l.limits.HandshakeTimeout
 		}
 		_ = conn.SetDeadline(gc.opened.Add(first))
-		var victim *guardedConn
 		ok := true
 		if node := l.peekedTicketNode(conn); node == "" || !l.vouch(gc, node) {
-			victim, ok = l.admit(gc)
-		}
-		if victim != nil {
-			_ = victim.Conn.Close()
-			l.refuse(RefusedPreAuthEvicted, fmt.Sprintf("%s: not authenticated after %s, closed to admit %s",
-				victim.RemoteAddr(), gc.opened.Sub(victim.opened).Round(time.Millisecond), conn.RemoteAddr()))
+			ok = l.admit(gc)
 		}
 		if !ok {
 			_ = conn.Close()
@@ -169,8 +163,16 @@ func (l *guardedListener) serve(gc *guardedConn, establish listeners.EstablishFn
 			l.count(gc, fmt.Errorf("TLS handshake: %w", err))
 			return
 		}
+		if !tc.ConnectionState().DidResume && !l.unvouch(gc) {
+			l.release(gc) // closed to admit another
+			return
+		}
 		_ = gc.Conn.SetDeadline(gc.opened.Add(l.limits.ConnectTimeout))
 		c = tc
+	}
+	if l.closed.Load() { // mochi's Close races a connection it is still admitting
+		l.release(gc)
+		return
 	}
 	err := establish(l.id, c)
 	l.release(gc)
@@ -189,10 +191,27 @@ func (l *guardedListener) count(gc *guardedConn, err error) {
 
 // admit adds a connection to the budget of those not yet authenticated. When its source's share or the whole
 // budget is taken, it takes the place of the oldest connection of its source, or of the source holding the
-// most: the victim is returned, to be closed and counted. It fails only once the listener is closed.
-func (l *guardedListener) admit(gc *guardedConn) (victim *guardedConn, ok bool) {
+// most, which is closed and counted. It fails only once the listener is closed.
+func (l *guardedListener) admit(gc *guardedConn) bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	victim, ok := l.admitLocked(gc)
+	l.mu.Unlock()
+	l.closeEvicted(victim, gc)
+	return ok
+}
+
+// closeEvicted closes and counts a connection evicted to admit gc, if any.
+func (l *guardedListener) closeEvicted(victim, gc *guardedConn) {
+	if victim == nil {
+		return
+	}
+	_ = victim.Conn.Close()
+	l.refuse(RefusedPreAuthEvicted, fmt.Sprintf("%s: not authenticated after %s, closed to admit %s",
+		victim.RemoteAddr(), time.Since(victim.opened).Round(time.Millisecond), gc.RemoteAddr()))
+}
+
+// admitLocked is admit, returning the victim to close; l.mu held.
+func (l *guardedListener) admitLocked(gc *guardedConn) (victim *guardedConn, ok bool) {
 	if l.closed.Load() {
 		return nil, false
 	}

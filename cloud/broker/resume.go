@@ -6,47 +6,163 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"math/big"
 	"net"
-	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
 )
 
-// An agent that logged in by certificate before resumes its TLS session with a ticket that only this broker can
-// have issued, and only to a client whose certificate verified as a node's. Such a connection is vouched for as
-// soon as its ClientHello shows the ticket (at its accept, when the client sent it already), and leaves the budget of connections not yet authenticated: there a
-// churn of connections from the same source address, which is every agent's when a NodePort Service
-// (externalTrafficPolicy Cluster) hides them behind one node's address, would close it before its login ends.
-// The CONNECT still checks everything (the certificate, which the session carries, revocation, the Node).
+// An agent that logged in by certificate before resumes its TLS session. The broker keeps the sessions it may
+// resume itself, each under a random ticket, and only those that began with a certificate that verified as a
+// node's: a connection whose ClientHello offers such a ticket, still valid, leaves the budget of connections not
+// yet authenticated for its node's own, where a churn of connections from the same source address (every
+// agent's, behind a NodePort Service's one node address) cannot close it before its login ends. A ticket travels
+// in the clear, so it proves nothing before the handshake checks the session's key: a node's own budget admits
+// at most vouchedPerNode connections and closes none to admit another (a replayed ticket takes only its node's
+// place in the line, and the agent's connection waits in its source's budget as it would without a ticket), and a
+// connection vouched for whose handshake then does not resume goes back to its source's budget. The CONNECT
+// still checks everything (the session's certificate, revocation, the Node).
 
-// ticketNodePrefix marks, in a session ticket's extra data, the node whose verified certificate the session
-// began with.
-const ticketNodePrefix = "lifeline-node:"
-
-// vouchedPerNode bounds the vouched connections of one node not yet authenticated: its agent's login and a retry.
-// A ticket seen on the wire can be replayed (its identity travels in the clear, though its key does not), so a
-// newer one closes the node's oldest, and a replay costs only the node whose ticket it is.
+// vouchedPerNode bounds the connections vouched for as one node's that have not authenticated yet: its agent's
+// login and a retry.
 const vouchedPerNode = 2
 
-// resumable makes base issue session tickets that name the node of a verified client certificate (nodeOf: "" for
-// none) and vouch, through l, for a connection that resumes one. Its ticket keys live as long as the broker: after
-// a restart every agent logs in once by a full handshake again.
-func (l *guardedListener) resumable(base *tls.Config, nodeOf func(chain []*x509.Certificate) string) (*tls.Config, error) {
-	var key [32]byte
-	if _, err := rand.Read(key[:]); err != nil {
-		return nil, fmt.Errorf("a session ticket key: %w", err)
+// sessionsPerNode bounds the sessions kept for one node (its latest), and sessionLifetime how long one may be
+// resumed: a day, well under crypto/tls's seven.
+const (
+	sessionsPerNode = 2
+	sessionLifetime = 24 * time.Hour
+)
+
+// storedSession is a session the broker may resume: the node and certificate it began with, and when.
+type storedSession struct {
+	ticket   string
+	node     string
+	serial   *big.Int
+	notAfter time.Time
+	issued   time.Time
+	state    []byte // tls.SessionState.Bytes
+}
+
+// sessionStore holds the sessions the broker may resume, by ticket, at most sessionsPerNode a node and
+// maxSessions in all (the oldest go first).
+type sessionStore struct {
+	clock       clock.PassiveClock
+	revoked     func(serial *big.Int) bool
+	maxSessions int
+
+	mu       sync.Mutex
+	byTicket map[string]*list.Element // of order
+	byNode   map[string]int
+	order    *list.List // *storedSession, oldest first
+}
+
+func newSessionStore(c clock.PassiveClock, revoked func(*big.Int) bool, maxSessions int) *sessionStore {
+	return &sessionStore{clock: c, revoked: revoked, maxSessions: maxSessions, byTicket: map[string]*list.Element{},
+		byNode: map[string]int{}, order: list.New()}
+}
+
+// keep stores a session of node under a new ticket, which it returns.
+func (s *sessionStore) keep(node string, leaf *x509.Certificate, state []byte) (string, error) {
+	ticket := make([]byte, 16)
+	if _, err := rand.Read(ticket); err != nil {
+		return "", fmt.Errorf("a session ticket: %w", err)
 	}
-	cfg := base.Clone()
-	cfg.SetSessionTicketKeys([][32]byte{key})
-	l.ticketOwner = func(identity []byte) string {
-		if ss, err := cfg.DecryptTicket(identity, tls.ConnectionState{}); err == nil && ss != nil {
-			return ticketNode(ss)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.byNode[node] >= sessionsPerNode || s.order.Len() >= s.maxSessions {
+		s.dropOldest(node)
+	}
+	stored := &storedSession{ticket: string(ticket), node: node, serial: leaf.SerialNumber, notAfter: leaf.NotAfter,
+		issued: s.clock.Now(), state: state}
+	s.byTicket[stored.ticket] = s.order.PushBack(stored)
+	s.byNode[node]++
+	return stored.ticket, nil
+}
+
+// dropOldest drops node's oldest session when it holds sessionsPerNode, else the oldest of all; s.mu held.
+func (s *sessionStore) dropOldest(node string) {
+	e := s.order.Front()
+	if s.byNode[node] >= sessionsPerNode {
+		for e.Value.(*storedSession).node != node {
+			e = e.Next()
+		}
+	}
+	s.drop(e)
+}
+
+// drop forgets a session; s.mu held.
+func (s *sessionStore) drop(e *list.Element) {
+	stored := s.order.Remove(e).(*storedSession)
+	delete(s.byTicket, stored.ticket)
+	if s.byNode[stored.node]--; s.byNode[stored.node] == 0 {
+		delete(s.byNode, stored.node)
+	}
+}
+
+// resumable is the session of ticket while it may be resumed: within sessionLifetime, its certificate neither
+// expired nor revoked. Nil otherwise, and a session that may no longer be resumed is forgotten.
+func (s *sessionStore) resumable(ticket []byte) *storedSession {
+	s.mu.Lock()
+	e, ok := s.byTicket[string(ticket)]
+	if !ok {
+		s.mu.Unlock()
+		return nil
+	}
+	stored, now := e.Value.(*storedSession), s.clock.Now()
+	if now.Sub(stored.issued) > sessionLifetime || now.After(stored.notAfter) {
+		s.drop(e)
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	if s.revoked(stored.serial) { // reads the revocation list: outside the lock
+		s.forget(ticket)
+		return nil
+	}
+	return stored
+}
+
+// forget drops the session of ticket, if kept.
+func (s *sessionStore) forget(ticket []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.byTicket[string(ticket)]; ok {
+		s.drop(e)
+	}
+}
+
+// resumable makes base resume the sessions of store, and only those, and vouch, through l, for a connection that
+// offers one. A certificate that does not verify as a node's (nodeOf: "") gets a ticket that resumes nothing.
+func (l *guardedListener) resumable(base *tls.Config, store *sessionStore, nodeOf func(chain []*x509.Certificate) string) *tls.Config {
+	l.ticketOwner = func(ticket []byte) string {
+		if stored := store.resumable(ticket); stored != nil {
+			return stored.node
 		}
 		return ""
 	}
+	cfg := base.Clone()
 	cfg.WrapSession = func(cs tls.ConnectionState, ss *tls.SessionState) ([]byte, error) {
-		if node := nodeOf(cs.PeerCertificates); node != "" {
-			ss.Extra = append(ss.Extra, []byte(ticketNodePrefix+node))
+		node := nodeOf(cs.PeerCertificates)
+		if node == "" {
+			unknown := make([]byte, 16)
+			_, err := rand.Read(unknown)
+			return unknown, err
 		}
-		return cfg.EncryptTicket(cs, ss)
+		state, err := ss.Bytes()
+		if err != nil {
+			return nil, err
+		}
+		ticket, err := store.keep(node, cs.PeerCertificates[0], state)
+		return []byte(ticket), err
+	}
+	cfg.UnwrapSession = func(ticket []byte, _ tls.ConnectionState) (*tls.SessionState, error) {
+		if stored := store.resumable(ticket); stored != nil {
+			return tls.ParseSessionState(stored.state)
+		}
+		return nil, nil
 	}
 	cfg.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 		gc := guardedOf(hello.Conn)
@@ -54,35 +170,23 @@ func (l *guardedListener) resumable(base *tls.Config, nodeOf func(chain []*x509.
 			return nil, nil
 		}
 		own := cfg.Clone()
-		own.UnwrapSession = func(identity []byte, cs tls.ConnectionState) (*tls.SessionState, error) {
-			ss, err := own.DecryptTicket(identity, cs)
-			if ss != nil {
-				if node := ticketNode(ss); node != "" {
-					l.vouch(gc, node)
-				}
+		own.UnwrapSession = func(ticket []byte, cs tls.ConnectionState) (*tls.SessionState, error) {
+			stored := store.resumable(ticket)
+			if stored == nil {
+				return nil, nil
 			}
-			return ss, err
+			l.vouch(gc, stored.node)
+			return tls.ParseSessionState(stored.state)
 		}
 		return own, nil
 	}
-	return cfg, nil
+	return cfg
 }
 
-// ticketNode is the node a session ticket names, or "".
-func ticketNode(ss *tls.SessionState) string {
-	for _, e := range ss.Extra {
-		if node, ok := strings.CutPrefix(string(e), ticketNodePrefix); ok {
-			return node
-		}
-	}
-	return ""
-}
-
-// peekedTicketNode is the node of the session ticket that the ClientHello conn's client sent already offers first,
-// when this broker issued it; "" when it has sent none yet, or offers none. Looking at the socket before the
-// handshake's goroutine reads it matters: under a churn from its source a connection not yet vouched for is
-// closed within milliseconds. Only the first ticket is tried (an agent offers one), so a hello of many costs one
-// decryption.
+// peekedTicketNode is the node of the session that the ClientHello conn's client sent already offers first to
+// resume, when the broker may resume it; "" when it has sent none yet, or offers none. Looking at the socket
+// before the handshake's goroutine reads it matters: under a churn from its source a connection not yet vouched
+// for is closed within milliseconds. Only the first ticket is looked up (an agent offers one).
 func (l *guardedListener) peekedTicketNode(conn net.Conn) string {
 	if l.ticketOwner == nil {
 		return ""
@@ -93,36 +197,42 @@ func (l *guardedListener) peekedTicketNode(conn net.Conn) string {
 	return ""
 }
 
-// vouch moves a connection not yet authenticated that resumes node's session, just accepted or pending, into
-// node's vouched ones, and tells whether it did (not for one closed meanwhile); beyond vouchedPerNode, node's
-// oldest is closed and counted as evicted.
+// vouch moves a connection not yet authenticated that offers to resume node's session, just accepted or pending,
+// into node's own budget, and tells whether it did: not when that budget is full (vouchedPerNode), nor for a
+// connection closed or vouched for meanwhile.
 func (l *guardedListener) vouch(gc *guardedConn, node string) bool {
 	l.mu.Lock()
-	if l.closed.Load() || gc.evicted.Load() || gc.vouchedFor != "" {
-		l.mu.Unlock()
+	defer l.mu.Unlock()
+	q := l.vouched[node]
+	if l.closed.Load() || gc.evicted.Load() || gc.vouchedFor != "" || (q != nil && q.Len() >= vouchedPerNode) {
 		return false
 	}
 	if gc.elem != nil {
 		l.unpend(gc)
 	}
-	q := l.vouched[node]
 	if q == nil {
 		q = list.New()
 		l.vouched[node] = q
 	}
 	gc.vouchedFor, gc.elem = node, q.PushBack(gc)
 	l.nvouched++
-	var victim *guardedConn
-	if q.Len() > vouchedPerNode {
-		victim = q.Front().Value.(*guardedConn)
-		victim.evicted.Store(true)
-		l.unpend(victim)
-	}
-	l.mu.Unlock()
-	if victim != nil {
-		_ = victim.Conn.Close()
-		l.refuse(RefusedPreAuthEvicted, fmt.Sprintf("%s: resuming node %s's session, closed to admit a newer resumption of it from %s",
-			victim.RemoteAddr(), node, gc.RemoteAddr()))
-	}
 	return true
+}
+
+// unvouch puts a connection vouched for whose handshake did not resume the session back in its source's budget,
+// which may close another connection (the victim is closed and counted here). It tells whether the connection is
+// still open.
+func (l *guardedListener) unvouch(gc *guardedConn) bool {
+	l.mu.Lock()
+	if gc.vouchedFor == "" || gc.elem == nil {
+		open := gc.elem != nil
+		l.mu.Unlock()
+		return open
+	}
+	l.unpend(gc)
+	gc.vouchedFor = ""
+	victim, ok := l.admitLocked(gc)
+	l.mu.Unlock()
+	l.closeEvicted(victim, gc)
+	return ok
 }

@@ -109,6 +109,9 @@ type sessionsOfCertificate struct {
 	mu       sync.Mutex
 	sessions tls.ClientSessionCache
 	of       *tls.Certificate // the certificate every session in sessions began with
+	// began is the certificate current when each server's last handshake began (it looks its session up then):
+	// a session is kept only if the certificate did not change during the handshake that made it.
+	began map[string]*tls.Certificate
 }
 
 // sessionsPerCertificate bounds the sessions kept: one per server name, and a client dials one broker.
@@ -118,6 +121,10 @@ func (s *sessionsOfCertificate) Get(key string) (*tls.ClientSessionState, bool) 
 	current := s.pair.Current()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.began == nil || len(s.began) >= sessionsPerCertificate {
+		s.began = map[string]*tls.Certificate{}
+	}
+	s.began[key] = current
 	if s.sessions == nil || current != s.of {
 		return nil, false
 	}
@@ -128,6 +135,9 @@ func (s *sessionsOfCertificate) Put(key string, cs *tls.ClientSessionState) {
 	current := s.pair.Current()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if began, ok := s.began[key]; !ok || began != current {
+		return // rotated during the handshake: which certificate the session began with is not known
+	}
 	if s.sessions == nil || current != s.of {
 		s.sessions, s.of = tls.NewLRUClientSessionCache(sessionsPerCertificate), current
 	}
