@@ -238,8 +238,8 @@ func (s *StaticPods) runningGates(ctx context.Context, namespace string) map[str
 // a rebuild needs nothing from the cloud: its armed ones are kept (written again in place when the worker's pod
 // changed), and when none is, one is armed in a free slot, beside a stand-in that runs. It removes the armed
 // stand-ins of pods no longer among workers, and every one still closed when there is no GateImage (arming was
-// turned off), once they were so for DepartureGrace. A stand-in that runs is left to Release. To be called while the node reaches the API server, which
-// creates each new stand-in's mirror pod then.
+// turned off), once they were so for DepartureGrace. A stand-in that runs is left to Release. To be called while
+// the node reaches the API server, which creates each new stand-in's mirror pod then.
 func (s *StaticPods) Arm(workers []desired.Worker) error {
 	if s.GatesDir == "" {
 		return nil

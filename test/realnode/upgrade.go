@@ -136,17 +136,14 @@ func UpgradeWhileCutOff(ctx context.Context, c *Cluster, inst *Installation, kc 
 	if err != nil {
 		return Upgrade{}, err
 	}
-	was := map[string]string{}
-	for i := range before {
-		was[before[i].Name] = workerIdentity(&before[i])
-	}
-	now := map[string]string{}
+	now := map[string]workerRun{}
 	for i := range after {
-		now[after[i].Name] = workerIdentity(&after[i])
+		now[after[i].Name] = workerRunOf(&after[i])
 	}
-	for name, w := range was {
-		if now[name] != w {
-			u.Restarted = append(u.Restarted, fmt.Sprintf("%s: %s before, %q after", name, w, now[name]))
+	for i := range before {
+		w := workerRunOf(&before[i])
+		if later, ok := now[before[i].Name]; !ok || w.restartedBy(later) {
+			u.Restarted = append(u.Restarted, fmt.Sprintf("%s: %s before, %s after", before[i].Name, w, later))
 		}
 	}
 	// The edge worker reports every 3 s, as Sedna's library does, trying a report again while no agent answers.
@@ -265,13 +262,31 @@ func runningWorkers(ctx context.Context, kc client.Client, service client.Object
 	return out, nil
 }
 
-// workerIdentity is what changes when a worker is restarted: its pod's UID, or its containers' restart count.
-func workerIdentity(p *corev1.Pod) string {
-	restarts := int32(0)
+// workerRun is what changes when a worker is restarted: its pod's UID, or its containers' restart count.
+type workerRun struct {
+	uid      string
+	restarts int32
+}
+
+func workerRunOf(p *corev1.Pod) workerRun {
+	w := workerRun{uid: string(p.UID)}
 	for _, cs := range p.Status.ContainerStatuses {
-		restarts += cs.RestartCount
+		w.restarts += cs.RestartCount
 	}
-	return fmt.Sprintf("uid %s restarts %d", p.UID, restarts)
+	return w
+}
+
+// restartedBy: later is another pod, or the same restarted. A count that went down is no restart: a node that
+// rebooted posts its containers' counts anew, from 0, some time after (edgecore: once its link is back).
+func (w workerRun) restartedBy(later workerRun) bool {
+	return later.uid != w.uid || later.restarts > w.restarts
+}
+
+func (w workerRun) String() string {
+	if w.uid == "" {
+		return "no pod"
+	}
+	return fmt.Sprintf("uid %s restarts %d", w.uid, w.restarts)
 }
 
 // serviceMetrics are the metrics in the service's status: its edge worker's reports, through its agent.
