@@ -43,13 +43,15 @@ func renderSet(node string, pods []corev1.Pod) *lifelinev1.DesiredWorkers {
 	return set
 }
 
-// isWorkerOf tells whether pod is one of node's workers: bound to it, with the role label, and neither the API
-// server's copy of a static pod nor one of the agent's stand-ins, which the node runs from its own directory.
+// isWorkerOf tells whether pod is one of node's workers: bound to it, with the role label, neither the API
+// server's copy of a static pod nor one of the agent's stand-ins, which the node runs from its own directory, nor
+// one that ended in a workload that finished [P-DES-4].
 func isWorkerOf(node string, pod *corev1.Pod) bool {
 	_, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]
 	_, standIn := pod.Annotations[lifelinev1.StaticPodOfAnnotation]
+	_, finished := pod.Annotations[lifelinev1.WorkloadFinishedAnnotation]
 	_, worker := pod.Labels[lifelinev1.RoleLabel]
-	return pod.Spec.NodeName == node && worker && !mirror && !standIn
+	return pod.Spec.NodeName == node && worker && !mirror && !standIn && !finished
 }
 
 // staticPod is the shape of a static-pod manifest: what a static pod of a worker keeps of its pod.

@@ -34,7 +34,8 @@ func decodedManifest(t *testing.T, raw []byte) map[string]any {
 	return m
 }
 
-// [P-DES-1] [P-DES-3]: the set is the node's workers, sorted, each with its pod as a static pod of it.
+// [P-DES-1] [P-DES-3] [P-DES-4]: the set is the node's workers, sorted, each with its pod as a static pod of it; a
+// pod that ended in a finished workload is none.
 func TestRenderSetIsTheNodesWorkersWithTheirStaticManifests(t *testing.T) {
 	mirror := workerPod("mirror", "edge-1", corev1.PodRunning)
 	mirror.Annotations[corev1.MirrorPodAnnotationKey] = "x"
@@ -42,8 +43,10 @@ func TestRenderSetIsTheNodesWorkersWithTheirStaticManifests(t *testing.T) {
 	standIn.Annotations[lifelinev1.StaticPodOfAnnotation] = "default/b"
 	unlabelled := workerPod("plain", "edge-1", corev1.PodRunning)
 	delete(unlabelled.Labels, lifelinev1.RoleLabel)
+	finished := workerPod("finished", "edge-1", corev1.PodFailed)
+	finished.Annotations[lifelinev1.WorkloadFinishedAnnotation] = "true"
 	pods := []corev1.Pod{workerPod("b", "edge-1", corev1.PodPending), workerPod("a", "edge-1", corev1.PodRunning),
-		workerPod("other", "edge-2", corev1.PodRunning), mirror, standIn, unlabelled}
+		workerPod("other", "edge-2", corev1.PodRunning), mirror, standIn, unlabelled, finished}
 
 	set := renderSet("edge-1", pods)
 	if set.Node != "edge-1" || len(set.Workers) != 2 || set.Dropped != 0 {

@@ -21,6 +21,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/outcome"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 // acted is what the act step did not manage, for the status to tell.
@@ -88,8 +89,27 @@ func (r *Reconciler) syncChildren(ctx context.Context, job *v1alpha1.FederatedLe
 	if done.err = r.removePods(ctx, job, p.remove); done.err != nil {
 		return done
 	}
-	done.err = r.releasePods(ctx, p.release)
+	if done.err = r.releasePods(ctx, p.release); done.err != nil {
+		return done
+	}
+	done.err = r.markFinished(ctx, p.finish)
 	return done
+}
+
+// markFinished marks the pods of a finished job that ended with WorkloadFinishedAnnotation.
+func (r *Reconciler) markFinished(ctx context.Context, pods []*corev1.Pod) error {
+	for _, pod := range pods {
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"uid": pod.UID, "annotations": map[string]string{lifelinev1.WorkloadFinishedAnnotation: "true"},
+		}})
+		if err != nil {
+			return err
+		}
+		if err := r.Patch(ctx, pod.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return fmt.Errorf("marking worker %s as its job's finished: %w", pod.Name, err)
+		}
+	}
+	return nil
 }
 
 // createWorkers creates the missing workers decide chose, all at once as the Job controller creates a batch:

@@ -21,6 +21,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/harness"
 	"github.com/lifeline-edge/lifeline/test/testkit"
 )
@@ -468,6 +469,11 @@ func TestFailedWorkerIsRetriedWithGrowingBackoffUntilTheBudgetIsSpent(t *testing
 			}
 		}
 		return true, nil
+	})
+	// [P-DES-4] The trainer's pod is kept, marked: no agent stands in for it any more.
+	eventually(t, within, name+"'s pod marked as its job's finished", func(ctx context.Context) (bool, error) {
+		p := workerPods(t, job)[name]
+		return p != nil && p.Annotations[lifelinev1.WorkloadFinishedAnnotation] == "true", nil
 	})
 	// Terminal: the failed job is still Failed after the controller's next passes over it.
 	env.Passes(t, job, 2)

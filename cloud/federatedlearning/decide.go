@@ -10,6 +10,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/conditions"
 	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 // event is an Event to emit once the pass's writes succeeded.
@@ -23,6 +24,7 @@ type plan struct {
 	create  []identity    // missing workers to create now
 	release []*corev1.Pod // pods to let go: their end is stored, or they are being deleted
 	remove  []*corev1.Pod // pods to delete: counted failures (to make room), or active pods of a finished job
+	finish  []*corev1.Pod // pods of a finished job that ended, to mark so: no agent stands in for them any more
 	retryAt time.Time     // when a waiting retry or the deadline falls due; zero when nothing waits
 	events  []event
 }
@@ -86,11 +88,26 @@ func decide(job *v1alpha1.FederatedLearningJob, workers []worker, p runPolicy, n
 	if finished(*s) {
 		out.create, out.retryAt = nil, time.Time{}
 		out.remove = append(out.remove, podsToStop(workers, *s, p)...)
+		out.finish = endedUnmarked(workers)
 	}
 
 	s.Active, s.Succeeded, s.Failed = b.active, b.succeeded, b.charged
 	s.Phase = jobPhase(*s, b.running)
 	conditions.Set(&s.Conditions, trainingCondition(*s, b.running, job.Generation), mnow)
+	return out
+}
+
+// endedUnmarked are the workers' pods that ended and are not yet marked with WorkloadFinishedAnnotation: a
+// trainer's stand-in on a node that was cut off when its last failure ended the job would run on otherwise, for
+// a pod no one will replace.
+func endedUnmarked(workers []worker) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, w := range workers {
+		if p := w.pod; p != nil && (p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded) &&
+			p.Annotations[lifelinev1.WorkloadFinishedAnnotation] == "" {
+			out = append(out, p)
+		}
+	}
 	return out
 }
 

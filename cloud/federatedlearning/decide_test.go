@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -157,6 +158,23 @@ func TestDecide(t *testing.T) {
 		check: func(t *testing.T, p plan) {
 			if got := names(p.release); len(got) != 1 || record(p, tr).Failures != 0 {
 				t.Errorf("release %v failures %d", got, record(p, tr).Failures)
+			}
+		},
+	}, {
+		name: "a job failed by its trainer's failures marks the trainer's ended pod, once",
+		job:  testJob(v1alpha1.WorkerStatus{Name: tr, Failures: 3, CountedPodUID: "t0", LastFailureTime: &failedAt}),
+		pods: map[string]*corev1.Pod{agg: pod(agg, "a1", corev1.PodRunning, 0), tr: pod(tr, "t1", corev1.PodFailed, 0)},
+		check: func(t *testing.T, p plan) {
+			if !finished(p.status) {
+				t.Fatalf("conditions %v: want the job failed by its trainer's fourth failure", p.status.Conditions)
+			}
+			if got := names(p.finish); len(got) != 1 || got[0] != tr {
+				t.Errorf("marked finished %v, want the failed trainer alone (the running aggregator is stopped)", got)
+			}
+			marked := pod(tr, "t1", corev1.PodFailed, 0)
+			marked.Annotations = map[string]string{lifelinev1.WorkloadFinishedAnnotation: "true"}
+			if again := endedUnmarked([]worker{{pod: marked}}); len(again) != 0 {
+				t.Errorf("a marked pod marked again: %v", names(again))
 			}
 		},
 	}, {

@@ -18,7 +18,9 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
@@ -26,6 +28,8 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	fl "github.com/lifeline-edge/lifeline/cloud/federatedlearning"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
+	"github.com/lifeline-edge/lifeline/edge/standin"
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 	"github.com/lifeline-edge/lifeline/test/harness"
 	"github.com/lifeline-edge/lifeline/test/realnode"
 	"github.com/lifeline-edge/lifeline/test/testkit"
@@ -185,6 +189,46 @@ func TestFailedNeverTrainerInACutJustAfterAHandBackRunsAgainWithin3s(t *testing.
 	}
 }
 
+// [W] [P-DES-4] A trainer whose failure while the node is cut off ends its job (no failure allowed): its stand-in
+// runs while the node is cut off, and stops once the link returns and the job is Failed, since no one will
+// replace the trainer's pod; its armed stand-ins go too.
+func TestStandInOfATrainerWhoseFailureEndedItsJobStops(t *testing.T) {
+	needKubeEdge(t)
+	ctx := context.Background()
+	kc := kubeClient(t)
+	trainer := neverTrainerJob(t, "never-once", func(j *v1alpha1.FederatedLearningJob) { j.Spec.RunPolicy.BackoffLimitPerWorker = ptr.To[int32](0) })
+	waitArmed(t, trainer)
+	t.Cleanup(func() { _ = rc.Mend(ctx, edgeNode) })
+	if err := rc.Cut(ctx, edgeNode, realnode.LinkAPI, inst.BrokerPort); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // into the cut, a time by definition
+	if _, err := rc.Node(edgeNode).KillContainer(ctx, trainer.pod, trainer.container); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 90*time.Second, "trainer 0's stand-in running", func(ctx context.Context) (bool, error) {
+		_, standIn, err := instances(ctx, trainer.pod)
+		return standIn == 1, err
+	})
+	if err := rc.Mend(ctx, edgeNode); err != nil {
+		t.Fatal(err)
+	}
+	mended := time.Now()
+	harness.Eventually(t, 3*time.Minute, "the job Failed and trainer 0's stand-in stopped", func(ctx context.Context) (bool, error) {
+		job := &v1alpha1.FederatedLearningJob{}
+		if err := kc.Get(ctx, client.ObjectKey{Namespace: "default", Name: "never-once"}, job); err != nil {
+			return false, err
+		}
+		_, standIn, err := instances(ctx, trainer.pod)
+		return standIn == 0 && meta.IsStatusConditionTrue(job.Status.Conditions, v1alpha1.FLConditionFailed), err
+	})
+	t.Logf("the stand-in stopped %.1f s after the link returned, its job Failed", time.Since(mended).Seconds())
+	harness.Eventually(t, standin.DepartureGrace+time.Minute, "trainer 0's stand-ins disarmed", func(ctx context.Context) (bool, error) {
+		running, err := rc.Node(edgeNode).GateRunning(ctx, trainer.pod)
+		return !running, err
+	})
+}
+
 // checkHandOver logs a rebuild's figures and fails the test when it took over 3 s or left the worker without an
 // instance at the hand-back.
 func checkHandOver(t *testing.T, what string, h handOver) {
@@ -204,16 +248,30 @@ type trainerOf struct{ pod, container string }
 
 // neverTrainerJob runs the FL example as job name, its trainers under restartPolicy Never and its aggregator never
 // done, deleted when the test ends, and returns its trainer on edge-1.
-func neverTrainerJob(tb testing.TB, name string) trainerOf {
+func neverTrainerJob(tb testing.TB, name string, tune ...func(*v1alpha1.FederatedLearningJob)) trainerOf {
 	tb.Helper()
 	ctx := context.Background()
 	kc := kubeClient(tb)
-	job, err := realnode.CreateNeverTrainerJob(ctx, kc, name)
+	job, err := realnode.CreateNeverTrainerJob(ctx, kc, name, tune...)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { _ = kc.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationForeground)) })
-	return trainerOf{pod: fl.TrainerName(job.Name, 0), container: job.Spec.TrainingWorkers[0].Template.Spec.Containers[0].Name}
+	trainer := trainerOf{pod: fl.TrainerName(job.Name, 0), container: job.Spec.TrainingWorkers[0].Template.Spec.Containers[0].Name}
+	tb.Cleanup(func() {
+		_ = kc.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationForeground))
+		// Its stand-ins go standin.DepartureGrace later, and edged deletes their mirror pods then, holding every
+		// pod's start while it does if a cut began meanwhile: the next scenario begins once they are gone.
+		harness.Eventually(tb, standin.DepartureGrace+time.Minute, "the stand-ins of "+job.Name+" gone", func(ctx context.Context) (bool, error) {
+			pods, err := rc.Client().CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err
+			}
+			return !slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool {
+				return p.Annotations[lifelinev1.StaticPodOfAnnotation] == lifelinev1.StaticPodOf("default", trainer.pod)
+			}), nil
+		})
+	})
+	return trainer
 }
 
 // handOver is what one rebuild on a cut-off node shows: how long after the failure its stand-in ran, how long

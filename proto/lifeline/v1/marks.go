@@ -26,6 +26,9 @@ const (
 	DatasetAnnotation       = "lifeline.sedna.io/dataset"
 	DatasetIndexAnnotation  = "lifeline.sedna.io/dataset-index"
 	DatasetFormatAnnotation = "lifeline.sedna.io/dataset-format"
+	// WorkloadFinishedAnnotation on a worker pod that ended says its workload finished and will never run it again:
+	// the pod is kept (its logs, its end), yet no node's agent stands in for it any more [P-DES-4].
+	WorkloadFinishedAnnotation = "lifeline.sedna.io/workload-finished"
 )
 
 // The values of OfflinePolicyAnnotation: the workload's spec says one, the controller writes it on the worker's
