@@ -81,7 +81,8 @@ func Start(cfg Config) (*Broker, error) {
 		SysTopicResendInterval: sysTopicInterval})
 	access := &nodeAccess{cluster: cfg.Cluster, dir: cfg.CredentialsDir, tracker: cfg.Tracker,
 		certs: cfg.ClientCerts, revoked: &revocations{file: cfg.ClientCerts.RevokedFile}, nodes: cfg.Nodes, clock: clockOr(cfg.Clock)}
-	listener := &guardedListener{id: "agents", address: cfg.Address, tls: cfg.TLS, limits: limits, refuse: cfg.Tracker.Drop}
+	listener := &guardedListener{id: "agents", address: cfg.Address, tls: cfg.TLS, limits: limits, refuse: cfg.Tracker.Drop,
+		clients: &server.Listeners.ClientsWg}
 	if cfg.ClientCerts.CAs != nil {
 		if cfg.TLS == nil {
 			return nil, fmt.Errorf("certificate login needs a TLS listener: set its certificate")

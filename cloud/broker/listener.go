@@ -34,7 +34,10 @@ type guardedListener struct {
 	refuse      func(reason, detail string)
 
 	listen net.Listener
-	closed atomic.Bool
+	closed atomic.Bool // set under mu, so that no connection is handed to mochi once Close began
+	// clients is mochi's count of the connections it serves, which its Close waits for. mochi adds to it from
+	// inside the establish call, racing that wait; the listener adds first, under mu, while not closed.
+	clients *sync.WaitGroup
 	// ticketOwner is the node of a session ticket this broker issued, or ""; nil without certificate login.
 	ticketOwner func(identity []byte) string
 	peekBuf     [4096]byte // what a client sent before its accept, looked at by Serve alone
@@ -170,13 +173,25 @@ func (l *guardedListener) serve(gc *guardedConn, establish listeners.EstablishFn
 		_ = gc.Conn.SetDeadline(gc.opened.Add(l.limits.ConnectTimeout))
 		c = tc
 	}
-	if l.closed.Load() { // mochi's Close races a connection it is still admitting
+	if !l.handOver() {
 		l.release(gc)
 		return
 	}
 	err := establish(l.id, c)
+	l.clients.Done()
 	l.release(gc)
 	l.count(gc, err)
+}
+
+// handOver counts a connection among mochi's clients before mochi sees it, unless the listener is closed.
+func (l *guardedListener) handOver() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed.Load() {
+		return false
+	}
+	l.clients.Add(1)
+	return true
 }
 
 // count counts how a connection ended, unless it was counted when it was evicted.
@@ -335,7 +350,10 @@ func (l *guardedListener) unauthenticated(source netip.Prefix) (all, ofSource in
 // Close stops accepting and closes every connection, those that never authenticated included (mochi closes
 // only the sessions it knows).
 func (l *guardedListener) Close(closeClients listeners.CloseFn) {
-	if !l.closed.CompareAndSwap(false, true) {
+	l.mu.Lock()
+	first := l.closed.CompareAndSwap(false, true)
+	l.mu.Unlock()
+	if !first {
 		return
 	}
 	closeClients(l.id)
