@@ -182,10 +182,11 @@ func TestFailedNeverTrainerInACutJustAfterAHandBackRunsAgainWithin3s(t *testing.
 	needKubeEdge(t)
 	trainer := neverTrainerJob(t, "never-after-hand-back")
 	waitArmed(t, trainer)
-	checkHandOver(t, "the first failure", failNeverTrainerCutOff(t, trainer, time.Second))
+	h := failNeverTrainerCutOff(t, trainer, time.Second)
+	checkHandOver(t, "the first failure", h)
 	for _, after := range []time.Duration{time.Second, 6 * time.Second} {
-		time.Sleep(after) // since the hand-back, a time by definition
-		checkHandOver(t, fmt.Sprintf("a cut %v after a hand-back", after), failNeverTrainerCutOff(t, trainer, time.Second))
+		h = failNeverTrainerCutAfterHandBack(t, trainer, h, after)
+		checkHandOver(t, fmt.Sprintf("a cut %v after a hand-back", after), h)
 	}
 }
 
@@ -198,14 +199,7 @@ func TestStandInOfATrainerWhoseFailureEndedItsJobStops(t *testing.T) {
 	kc := kubeClient(t)
 	trainer := neverTrainerJob(t, "never-once", func(j *v1alpha1.FederatedLearningJob) { j.Spec.RunPolicy.BackoffLimitPerWorker = ptr.To[int32](0) })
 	waitArmed(t, trainer)
-	t.Cleanup(func() { _ = rc.Mend(ctx, edgeNode) })
-	if err := rc.Cut(ctx, edgeNode, realnode.LinkAPI, inst.BrokerPort); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(time.Second) // into the cut, a time by definition
-	if _, err := rc.Node(edgeNode).KillContainer(ctx, trainer.pod, trainer.container); err != nil {
-		t.Fatal(err)
-	}
+	killNeverTrainerCutOff(t, trainer, time.Second)
 	harness.Eventually(t, 90*time.Second, "trainer 0's stand-in running", func(ctx context.Context) (bool, error) {
 		_, standIn, err := instances(ctx, trainer.pod)
 		return standIn == 1, err
@@ -278,6 +272,7 @@ func neverTrainerJob(tb testing.TB, name string, tune ...func(*v1alpha1.Federate
 // after the link returned the stand-in gave way, and meanwhile how long no instance of the worker, or two, ran.
 type handOver struct {
 	rebuilt, gaveWay, gap, overlap time.Duration
+	handedBack                     time.Time // when the stand-in was seen to have given way
 }
 
 // waitArmed waits until the trainer runs on edge-1 with a stand-in armed (its gate running).
@@ -297,17 +292,8 @@ func waitArmed(tb testing.TB, trainer trainerOf) {
 func failNeverTrainerCutOff(tb testing.TB, trainer trainerOf, phase time.Duration) handOver {
 	tb.Helper()
 	ctx := context.Background()
-	edge := rc.Node(edgeNode)
-	tb.Cleanup(func() { _ = rc.Mend(ctx, edgeNode) })
-	if err := rc.Cut(ctx, edgeNode, realnode.LinkAPI, inst.BrokerPort); err != nil {
-		tb.Fatal(err)
-	}
-	time.Sleep(phase)
-	if _, err := edge.KillContainer(ctx, trainer.pod, trainer.container); err != nil {
-		tb.Fatal(err)
-	}
+	killed := killNeverTrainerCutOff(tb, trainer, phase)
 	var h handOver
-	killed := time.Now()
 	harness.Eventually(tb, 90*time.Second, "trainer 0's stand-in running", func(ctx context.Context) (bool, error) {
 		_, standIn, err := instances(ctx, trainer.pod)
 		return standIn == 1, err
@@ -339,8 +325,33 @@ func failNeverTrainerCutOff(tb testing.TB, trainer trainerOf, phase time.Duratio
 		last = time.Now()
 		return standIn == 0 && own == 1, nil
 	})
-	h.gaveWay, handedBack = time.Since(mended), true
+	h.handedBack, handedBack = time.Now(), true
+	h.gaveWay = h.handedBack.Sub(mended)
 	return h
+}
+
+// failNeverTrainerCutAfterHandBack is failNeverTrainerCutOff, 1 s into a cut that begins after the given time
+// since the hand-back of prev.
+func failNeverTrainerCutAfterHandBack(tb testing.TB, trainer trainerOf, prev handOver, after time.Duration) handOver {
+	tb.Helper()
+	time.Sleep(time.Until(prev.handedBack.Add(after))) // a time by definition
+	return failNeverTrainerCutOff(tb, trainer, time.Second)
+}
+
+// killNeverTrainerCutOff cuts edge-1 off from cloudcore and the API server, mended when the test ends, and kills
+// the trainer phase into the cut; it returns when it killed it.
+func killNeverTrainerCutOff(tb testing.TB, trainer trainerOf, phase time.Duration) time.Time {
+	tb.Helper()
+	ctx := context.Background()
+	tb.Cleanup(func() { _ = rc.Mend(ctx, edgeNode) })
+	if err := rc.Cut(ctx, edgeNode, realnode.LinkAPI, inst.BrokerPort); err != nil {
+		tb.Fatal(err)
+	}
+	time.Sleep(phase) // a time by definition
+	if _, err := rc.Node(edgeNode).KillContainer(ctx, trainer.pod, trainer.container); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Now()
 }
 
 // podInAPI is what the API server says of pod: its UID, phase and containers' states.
@@ -407,24 +418,24 @@ func statusAfterReconnect(tb testing.TB, kc client.Client, before int32) reconne
 	tb.Helper()
 	mended, last := time.Now(), time.Now()
 	var r reconnected
-	for time.Since(mended) < 2*time.Minute {
+	testkit.Every(tb, 200*time.Millisecond, 2*time.Minute, "the edge worker's status in the API server's word, Alive with its restart counted", func(ctx context.Context) (bool, error) {
 		ji := &v1alpha1.JointInferenceService{}
-		if err := kc.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: jiName}, ji); err != nil {
-			tb.Fatal(err)
+		if err := kc.Get(ctx, client.ObjectKey{Namespace: "default", Name: jiName}, ji); err != nil {
+			return false, err
 		}
+		now := time.Now()
 		i := slices.IndexFunc(ji.Status.Workers, func(w v1alpha1.WorkerStatus) bool { return w.Role == "edge" })
 		if i < 0 {
-			r.stale += time.Since(last)
+			r.stale += now.Sub(last)
 		} else if w := ji.Status.Workers[i]; w.Restarts <= before || w.Liveness != v1alpha1.LivenessAlive {
-			r.stale += time.Since(last)
+			r.stale += now.Sub(last)
 		} else if w.Source == v1alpha1.StatusSourceAPIServer {
-			r.back = time.Since(mended)
-			return r
+			r.back = now.Sub(mended)
+			return true, nil
 		}
-		last = time.Now()
-		time.Sleep(200 * time.Millisecond)
-	}
-	tb.Fatalf("2 min after the link returned, the edge worker's status is not in the API server's word, Alive with its restart counted")
+		last = now
+		return false, nil
+	})
 	return r
 }
 
@@ -464,17 +475,17 @@ func BenchmarkRealKubeEdge(b *testing.B) {
 	needKubeEdge(b)
 	trainer := neverTrainerJob(b, "bench-never-on-edgecore")
 	fmt.Printf("\nreal edgecore nodes as keadm leaves them, the chart's defaults\n")
+	var h handOver
 	for _, phase := range []time.Duration{time.Second, 6 * time.Second, 20 * time.Second} {
 		waitArmed(b, trainer)
-		h := failNeverTrainerCutOff(b, trainer, phase)
+		h = failNeverTrainerCutOff(b, trainer, phase)
 		name := fmt.Sprintf("edgecore-never-trainer-failed-at-%ds", int(phase.Seconds()))
 		fmt.Printf("%s-runs-again %.3f s\n", name, h.rebuilt.Seconds())
 		fmt.Printf("%s-stand-in-gave-way %.3f s after the link returned\n", name, h.gaveWay.Seconds())
 		fmt.Printf("%s-no-trainer-running %.3f s, two running %.3f s\n", name, h.gap.Seconds(), h.overlap.Seconds())
 	}
 	for _, after := range []time.Duration{time.Second, 6 * time.Second, 12 * time.Second} {
-		time.Sleep(after) // since the hand-back, a time by definition
-		h := failNeverTrainerCutOff(b, trainer, time.Second)
+		h = failNeverTrainerCutAfterHandBack(b, trainer, h, after)
 		fmt.Printf("edgecore-never-trainer-cut-%ds-after-a-hand-back-failed-at-1s-runs-again %.3f s\n", int(after.Seconds()), h.rebuilt.Seconds())
 		fmt.Printf("edgecore-never-trainer-cut-%ds-after-a-hand-back-stand-in-gave-way %.3f s after the link returned\n", int(after.Seconds()), h.gaveWay.Seconds())
 	}
@@ -578,18 +589,15 @@ func TestLostPodOnACutOffEdgecoreNodeRunsAgainAndIsNeverLeftWithout(t *testing.T
 	}
 	mended := time.Now()
 	var none time.Duration
-	last := time.Now()
-	for time.Since(mended) < 45*time.Second {
+	last := mended
+	testkit.Sample(t, 200*time.Millisecond, 45*time.Second, func(ctx context.Context) error {
 		own, standIn, err := instances(ctx, worker.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if own+standIn == 0 {
+		if own+standIn == 0 && err == nil {
 			none += time.Since(last)
 		}
 		last = time.Now()
-		time.Sleep(200 * time.Millisecond)
-	}
+		return err
+	})
 	own, standIn, _ := instances(ctx, worker.Name)
 	t.Logf("45 s after the link returned: %d of the worker's own containers, %d of its stand-in's; none ran for %v", own, standIn, none)
 	if none > 0 {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/lifeline-edge/lifeline/test/harness"
 )
@@ -258,18 +259,16 @@ func (n *Node) killRemaining() {
 	if nsInode == 0 {
 		return
 	}
-	for range 3 {
+	// Those killed may have forked meanwhile: again, until none is left, for a second at most.
+	_ = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Second, true, func(context.Context) (bool, error) {
 		killed := 0
 		for _, pid := range processesAndDescendants(nsInode) {
 			if syscall.Kill(pid, syscall.SIGKILL) == nil {
 				killed++
 			}
 		}
-		if killed == 0 {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return killed == 0, nil
+	})
 }
 
 // processesAndDescendants lists the processes in the mount namespace of inode nsInode and all their descendants.

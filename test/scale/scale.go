@@ -30,6 +30,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -595,7 +596,7 @@ func (h *scaleRun) window(name string) (controllerCores, messages, reports float
 		profile := fmt.Sprintf("profile?seconds=%d", int(h.cfg.SteadyWindow.Seconds()))
 		h.check(h.saveProfile(profile, path)) // it takes the window's time
 	} else {
-		time.Sleep(h.cfg.SteadyWindow)
+		time.Sleep(h.cfg.SteadyWindow) // the window measured
 	}
 	p1, err := sampleProc(h.controller.Pid())
 	h.check(err)
@@ -734,10 +735,14 @@ func (h *scaleRun) measureMassCutoff(ctx context.Context, r *Result) {
 	costs.report("mass cut-off")
 	h.waitNotReady(ctx, cut)
 	r.NodesUnknown = time.Since(began)
-	time.Sleep(2 * time.Second) // let the reconciles the Ready flips woke write their statuses
-	if t := h.records(nodeSet(cut), inAgentsWord); t.matching != t.total {
-		h.check(fmt.Errorf("after the nodes turned not Ready: %v of %v workers on cut-off nodes in their agent's word (JI, FL)", t.matching, t.total))
-	}
+	// The reconciles the Ready flips woke write their statuses meanwhile: none may take a worker out of its
+	// agent's word.
+	testkit.Sample(h.t, 250*time.Millisecond, 2*time.Second, func(context.Context) error {
+		if t := h.records(nodeSet(cut), inAgentsWord); t.matching != t.total {
+			return fmt.Errorf("after the nodes turned not Ready: %v of %v workers on cut-off nodes in their agent's word (JI, FL)", t.matching, t.total)
+		}
+		return nil
+	})
 	h.mend(ctx, cut)
 	h.waitQuiet()
 }
@@ -853,7 +858,7 @@ func profileSelf(path string, period time.Duration) error {
 		_ = f.Close()
 		return fmt.Errorf("profiling the harness (go test -cpuprofile?): %w", err)
 	}
-	time.Sleep(period)
+	time.Sleep(period) // the period profiled
 	pprof.StopCPUProfile()
 	return f.Close()
 }
@@ -1078,16 +1083,14 @@ func (h *scaleRun) waitFor(timeout time.Duration, what string, cond func() (bool
 
 func (h *scaleRun) waitEvery(every, timeout time.Duration, what string, cond func() (bool, error)) {
 	h.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), every, timeout, true, func(context.Context) (bool, error) {
 		ok, err := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			h.check(fmt.Errorf("timed out after %v waiting for %s: %v", timeout, what, err))
-		}
-		time.Sleep(every)
+		last = err
+		return ok, nil
+	})
+	if err != nil {
+		h.check(fmt.Errorf("timed out after %v waiting for %s: %v", timeout, what, last))
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -52,11 +53,10 @@ func (k *Kubelet) held(uid types.UID) bool {
 // servePods watches the pods bound to a node and answers each change, re-listing whenever the watch ends.
 func (k *Kubelet) servePods(ctx context.Context, node string) {
 	selector := fields.OneTermEqualSelector("spec.nodeName", node).String()
-	for ctx.Err() == nil {
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		list, err := k.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: selector})
 		if err != nil {
-			time.Sleep(200 * time.Millisecond)
-			continue
+			return
 		}
 		for i := range list.Items {
 			k.answer(ctx, &list.Items[i])
@@ -65,15 +65,15 @@ func (k *Kubelet) servePods(ctx context.Context, node string) {
 			FieldSelector: selector, ResourceVersion: list.ResourceVersion,
 		})
 		if err != nil {
-			continue
+			return
 		}
+		defer w.Stop()
 		for ev := range w.ResultChan() {
 			if pod, ok := ev.Object.(*corev1.Pod); ok && (ev.Type == watch.Added || ev.Type == watch.Modified) {
 				k.answer(ctx, pod)
 			}
 		}
-		w.Stop()
-	}
+	}, 200*time.Millisecond)
 }
 
 // answer is the kubelet's reaction to a pod: finish its deletion, or report it running and ready.

@@ -54,3 +54,17 @@ func Why(cond func() (bool, string)) func(context.Context) (bool, error) {
 		return true, nil
 	}
 }
+
+// Sample asks probe every interval for the whole window: for what holds all along a stretch of time rather than
+// what comes to hold. An error from probe within the window is fatal.
+func Sample(t testing.TB, interval, window time.Duration, probe func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), window)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, interval, true, func(ctx context.Context) (bool, error) {
+		return false, probe(ctx)
+	})
+	if err != nil && ctx.Err() == nil {
+		t.Fatalf("sampling for %v: %v", window, err)
+	}
+}
