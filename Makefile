@@ -24,7 +24,7 @@ KUBE_LDFLAGS := -s -w $(foreach pkg,k8s.io/component-base/version k8s.io/client-
 KUBE_TOOLS := $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl \
 	$(BIN)/kubelet $(BIN)/kube-proxy
 GEN_TOOLS  := $(BIN)/controller-gen $(BIN)/protoc-gen-go $(BIN)/staticcheck
-ALL_TOOLS  := $(KUBE_TOOLS) $(BIN)/etcd $(GEN_TOOLS) $(BIN)/kwok $(BIN)/helm $(BIN)/lifeline-images
+ALL_TOOLS  := $(KUBE_TOOLS) $(BIN)/etcd $(GEN_TOOLS) $(BIN)/kwok $(BIN)/kube-state-metrics $(BIN)/helm $(BIN)/lifeline-images
 
 ##@ Everyday
 
@@ -262,6 +262,10 @@ $(BIN)/staticcheck: test/tools/gen/go.mod test/tools/gen/go.sum
 $(BIN)/kwok: test/tools/kwok/go.mod test/tools/kwok/go.sum
 	@echo "==> building kwok from sigs.k8s.io/kwok $(call modver,test/tools/kwok,sigs.k8s.io/kwok)"
 	@cd test/tools/kwok && $(PROGRESS) "kwok" $(GO) build -o $@ sigs.k8s.io/kwok/cmd/kwok
+
+$(BIN)/kube-state-metrics: test/tools/ksm/go.mod test/tools/ksm/go.sum
+	@echo "==> building kube-state-metrics from k8s.io/kube-state-metrics/v2 $(call modver,test/tools/ksm,k8s.io/kube-state-metrics/v2)"
+	@cd test/tools/ksm && $(PROGRESS) "kube-state-metrics" $(GO) build -o $@ k8s.io/kube-state-metrics/v2
 
 HELM_VERSION := $(call modver,test/tools/helm,helm.sh/helm/v3)
 # As Helm's own release build: the version it reports, and the Kubernetes version `helm template` and `helm lint`

@@ -260,18 +260,18 @@ func TestTheStandbyOnKubeletNodesIsAStaticPodThatNeedsNothingFromTheCloud(t *tes
 	}
 }
 
-// agent.armStandIns (on by default) gives the agent pod, and the standby on kubelet nodes, the agent's own image
-// for the gates of the stand-ins it arms; off, the agent writes a stand-in at the rebuild.
-func TestArmedStandInsGateWithTheAgentsOwnImage(t *testing.T) {
+// agent.armStandIns (on by default) has the agent pod, and the standby on kubelet nodes, arm stand-ins; off, the
+// agent writes a stand-in at the rebuild.
+func TestArmedStandInsAreOnByDefault(t *testing.T) {
 	for _, daemon := range []string{"edgecore", "kubelet"} {
 		off := renderChart(t, "--set", "nodeIdentity.mode=password", "--set", "agent.nodeDaemon="+daemon, "--set", "agent.armStandIns=false")
-		if args := strings.Join(mustObject[appsv1.DaemonSet](t, off, "DaemonSet", "lifeline-agent").Spec.Template.Spec.Containers[0].Args, " "); strings.Contains(args, "--stand-in-gate-image") {
+		if args := strings.Join(mustObject[appsv1.DaemonSet](t, off, "DaemonSet", "lifeline-agent").Spec.Template.Spec.Containers[0].Args, " "); strings.Contains(args, "--arm-stand-ins") {
 			t.Errorf("%s: stand-ins armed with agent.armStandIns=false: %s", daemon, args)
 		}
 		objs := renderChart(t, "--set", "nodeIdentity.mode=password", "--set", "agent.nodeDaemon="+daemon)
 		c := mustObject[appsv1.DaemonSet](t, objs, "DaemonSet", "lifeline-agent").Spec.Template.Spec.Containers[0]
-		if !slices.Contains(c.Args, "--stand-in-gate-image="+c.Image) {
-			t.Errorf("%s: agent args %v do not gate with the agent's image %s", daemon, c.Args, c.Image)
+		if !slices.Contains(c.Args, "--arm-stand-ins") {
+			t.Errorf("%s: agent args %v do not arm stand-ins", daemon, c.Args)
 		}
 		if daemon != "kubelet" {
 			continue
@@ -280,7 +280,7 @@ func TestArmedStandInsGateWithTheAgentsOwnImage(t *testing.T) {
 		if err := yaml.UnmarshalStrict([]byte(mustObject[corev1.ConfigMap](t, objs, "ConfigMap", "lifeline-agent-standby").Data["pod.yaml"]), pod); err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Contains(pod.Spec.Containers[0].Args, "--stand-in-gate-image="+c.Image) {
+		if !slices.Contains(pod.Spec.Containers[0].Args, "--arm-stand-ins") {
 			t.Errorf("the standby's args %v do not open the gates the agent pod arms", pod.Spec.Containers[0].Args)
 		}
 	}

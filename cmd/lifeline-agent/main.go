@@ -122,12 +122,14 @@ func runGate(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *path == "" || *poll <= 0 {
-		fmt.Fprintln(os.Stderr, "lifeline-agent gate: --path and a positive --poll are required")
+	if *path == "" || *poll <= 0 || fs.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "lifeline-agent gate: --path, a positive --poll and the command to run after -- are required")
 		return 2
 	}
 	standin.WaitForGate(*path, *poll)
-	return 0
+	err := standin.ExecWorker(fs.Args())
+	fmt.Fprintln(os.Stderr, "lifeline-agent gate:", err)
+	return 127 // as a shell says of a command it cannot run
 }
 
 // runStandby runs the agent as the node's standby: a static pod that acts only while no agent pod holds the
@@ -197,8 +199,8 @@ type options struct {
 	node, cluster, broker, username, passFile, caFile, certFile, keyFile string
 	stateDir, socket, apiServer, kubeconfig, cloudProbe, edgecoreConfig  string
 	metaServer, staticDir, reportAddr, metrics, healthAddr, hostRoot     string
-	forwardTo, standbyManifest, daemonSet, gateImage, podSource          string
-	inCluster, insecurePods, showVersion, standby                        bool
+	forwardTo, standbyManifest, daemonSet, podSource                     string
+	inCluster, insecurePods, showVersion, standby, armStandIns           bool
 	insecureHostPaths                                                    []string
 	cloudProbeCA                                                         string
 	explicit                                                             map[string]bool // the flags given
@@ -332,9 +334,9 @@ func bindStandbyFlags(fs *flag.FlagSet, o *options) {
 			"runs on the node, from the desired workers on the node's disk; give way as soon as an agent pod starts")
 	fs.StringVar(&o.standbyManifest, "standby-manifest", "",
 		"the standby's static-pod manifest, which the agent pod installs in --static-pod-dir with the files the standby needs; empty: none")
-	fs.StringVar(&o.gateImage, "stand-in-gate-image", "",
-		"the agent's own image: arm each worker's stand-in ahead, held by a gate of this image, while the node reaches the API server, "+
-			"so that a rebuild needs nothing from the cloud; empty: a rebuild writes the stand-in then")
+	fs.BoolVar(&o.armStandIns, "arm-stand-ins", false,
+		"arm each worker's stand-in ahead, its containers held by a gate (this binary, copied into --state-dir), while the node reaches the API server, "+
+			"so that a rebuild needs nothing from the cloud; false: a rebuild writes the stand-in then, and armed ones are removed")
 	fs.StringVar(&o.daemonSet, "daemonset", "", "NAMESPACE/NAME of the agent's DaemonSet: once it is gone, the agent pod removes the standby as it stops")
 }
 

@@ -44,8 +44,8 @@ type PodSourceFlags struct {
 	// node paths (standin.Bound.HostPathRoots); HostRoot is where the node's root is in the agent's container.
 	InsecureHostPaths []string
 	HostRoot          string
-	// GateImage, when set, arms stand-ins ahead (standin.StaticPods.GateImage).
-	GateImage string
+	// GateBinary, when set, arms stand-ins ahead (standin.StaticPods.GateBinary).
+	GateBinary string
 	// Word, when set, is the controller's word on the node's workers: the pod source on a KubeEdge node
 	// (UsesControllerWord), MetaServer or not.
 	Word *desired.ControllerWord
@@ -105,7 +105,7 @@ func PodSources(node, stateDir string, protected []string, f PodSourceFlags, log
 	var rebuilder agent.Rebuilder
 	bound := standin.Bound{Protected: protected, HostPathRoots: f.InsecureHostPaths, HostRoot: f.HostRoot}
 	if pods := ChooseRebuilder(source.Pods, f.StaticDir, f.AllowInsecurePods, workers, bound, log); pods != nil {
-		pods.GateImage, pods.GatesDir = f.GateImage, standin.GatesDir(stateDir)
+		pods.GateBinary, pods.GatesDir = f.GateBinary, standin.GatesDir(stateDir)
 		rebuilder = pods
 	}
 	return NodeSources{Workers: workers, Rebuilder: rebuilder,
@@ -113,15 +113,18 @@ func PodSources(node, stateDir string, protected []string, f PodSourceFlags, log
 		APIReachable: APIReachability(workers, probe), APIKnown: APIReachabilityKnown(workers, probe)}, nil
 }
 
+// The agent's stand-ins are armed through this interface.
+var _ agent.Armer = (*standin.StaticPods)(nil)
+
 // StandbySources are the standby's: it reads no API server (a static pod has no credentials), only the desired
 // workers the agent pod left on the node's disk, which came from the agent pod's authenticated source, so it
 // rebuilds them; whether the node reaches the API server is its running probe's word alone.
-func StandbySources(node, stateDir, staticDir, gateImage string, protected []string, probe *cloudlink.Probe, watcherLog logr.Logger) (NodeSources, error) {
+func StandbySources(node, stateDir, staticDir, gateBinary string, protected []string, probe *cloudlink.Probe, watcherLog logr.Logger) (NodeSources, error) {
 	workers, err := desired.New(standby.Source{}, node, stateDir, watcherLog)
 	if err != nil {
 		return NodeSources{}, fmt.Errorf("loading the desired workers: %w", err)
 	}
-	rebuilder := &standin.StaticPods{Dir: staticDir, Workers: workers, Bound: standin.Bound{Protected: protected}, GateImage: gateImage, GatesDir: standin.GatesDir(stateDir)}
+	rebuilder := &standin.StaticPods{Dir: staticDir, Workers: workers, Bound: standin.Bound{Protected: protected}, GateBinary: gateBinary, GatesDir: standin.GatesDir(stateDir)}
 	return NodeSources{Workers: workers, Rebuilder: rebuilder,
 		Probe: probe, PodSourceURL: "none (the standby)", APIReachable: probe.Reachable, APIKnown: probe.Probed}, nil
 }

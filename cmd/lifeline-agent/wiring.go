@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -99,16 +100,19 @@ func (w *wiring) assemble(standbyProbe *cloudlink.Probe) error {
 func (w *wiring) podSources(standbyProbe *cloudlink.Probe) error {
 	o, log := w.o, w.log
 	protected := ProtectedPaths(o.stateDir, o.socket, o.edgecoreConfig)
-	var err error
+	gateBinary, err := o.gateBinary()
+	if err != nil {
+		return err
+	}
 	if standbyProbe != nil {
-		w.src, err = StandbySources(o.node, o.stateDir, o.staticDir, o.gateImage, protected, standbyProbe,
+		w.src, err = StandbySources(o.node, o.stateDir, o.staticDir, gateBinary, protected, standbyProbe,
 			w.podsErrors.Logger(log.WithName("desired")))
 	} else {
 		flags := PodSourceFlags{InCluster: o.inCluster, Kubeconfig: o.kubeconfig,
 			APIServer: o.apiServer, APIServerExplicit: o.explicit["api-server"], EdgecoreConfig: o.edgecoreConfig,
 			MetaServer: o.metaServer, MetaServerExplicit: o.explicit["metaserver"], CloudProbe: o.cloudProbe, CloudProbeCA: o.cloudProbeCA,
 			StaticDir: o.staticDir, AllowInsecurePods: o.insecurePods,
-			InsecureHostPaths: o.insecureHostPaths, HostRoot: o.hostRoot, GateImage: o.gateImage}
+			InsecureHostPaths: o.insecureHostPaths, HostRoot: o.hostRoot, GateBinary: gateBinary}
 		if flags.UsesControllerWord(o.podSource) {
 			w.word = &desired.ControllerWord{Node: o.node, OverTLS: strings.HasPrefix(o.broker, "ssl://"),
 				Session: func() (uint64, bool) { return w.pub.BirthSeq(), w.pub.Connected() }}
@@ -123,6 +127,18 @@ func (w *wiring) podSources(standbyProbe *cloudlink.Probe) error {
 		pods.Node, pods.Runtime = o.node, w.runtime
 	}
 	return err
+}
+
+// gateBinary is the binary armed stand-ins run as their gate: this one, with --arm-stand-ins; none without.
+func (o *options) gateBinary() (string, error) {
+	if !o.armStandIns {
+		return "", nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("finding the agent's binary, which armed stand-ins run as their gate: %w", err)
+	}
+	return self, nil
 }
 
 // publisher builds the MQTT publisher, whose commands go to the agent.

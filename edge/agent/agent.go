@@ -58,7 +58,7 @@ type Rebuilder interface {
 // Armer writes stand-ins ahead while the node reaches the API server (standin.StaticPods.Arm), so that a
 // rebuild needs nothing from the cloud.
 type Armer interface {
-	Arm(workers []desired.Worker) error
+	Arm(ctx context.Context, workers []desired.Worker) error
 }
 
 // Store keeps what the agent's decisions need across its restarts: the journal.
@@ -240,13 +240,13 @@ func (a *Agent) TickOnce(ctx context.Context) {
 	env := a.env()
 	a.execute(ctx, a.core.Tick(env, workers))
 	if armer, ok := a.cfg.Rebuilder.(Armer); ok && env.APIReachable {
-		a.armStandIns(armer, workers)
+		a.armStandIns(ctx, armer, workers)
 	}
 }
 
 // armStandIns arms the workers' stand-ins, logging a failure when it begins or changes, and when it ends.
-func (a *Agent) armStandIns(armer Armer, workers []desired.Worker) {
-	err := armer.Arm(workers)
+func (a *Agent) armStandIns(ctx context.Context, armer Armer, workers []desired.Worker) {
+	err := armer.Arm(ctx, workers)
 	switch {
 	case err != nil && err.Error() != a.armFailure:
 		a.cfg.Log.Error(err, "arming stand-ins; tried again at every tick, logged again when the failure changes")

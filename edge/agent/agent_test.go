@@ -65,7 +65,7 @@ func (r *recordingRebuilder) Release(ns, pod string) error {
 }
 
 // Arm records each arming, as standin.StaticPods.Arm is called: the number of workers it was given.
-func (r *recordingRebuilder) Arm(workers []desired.Worker) error {
+func (r *recordingRebuilder) Arm(_ context.Context, workers []desired.Worker) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.armed = append(r.armed, len(workers))

@@ -5,6 +5,7 @@ package cri
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -56,6 +57,7 @@ type Pod struct {
 type Client struct {
 	conn    *grpc.ClientConn
 	runtime runtimeapi.RuntimeServiceClient
+	images  runtimeapi.ImageServiceClient
 	timeout time.Duration
 }
 
@@ -66,7 +68,8 @@ func Dial(socket string, timeout time.Duration) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to CRI socket %s: %w", socket, err)
 	}
-	return &Client{conn: conn, runtime: runtimeapi.NewRuntimeServiceClient(conn), timeout: timeout}, nil
+	return &Client{conn: conn, runtime: runtimeapi.NewRuntimeServiceClient(conn), images: runtimeapi.NewImageServiceClient(conn),
+		timeout: timeout}, nil
 }
 
 // Close closes the connection.
@@ -187,6 +190,34 @@ func (c *Client) StopContainer(ctx context.Context, id string, grace time.Durati
 		return fmt.Errorf("stopping container %s: %w", id, err)
 	}
 	return nil
+}
+
+// ImageCommand is what image runs when a container names no command, from the image's configuration: the
+// runtime's verbose image status carries it (containerd's "info", imageSpec.config), since CRI has no field for
+// it. An image the node does not have is an error.
+func (c *Client) ImageCommand(ctx context.Context, image string) (entrypoint, cmd []string, err error) {
+	st, err := call(ctx, c.timeout, func(ctx context.Context) (*runtimeapi.ImageStatusResponse, error) {
+		return c.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}, Verbose: true})
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the status of image %s: %w", image, err)
+	}
+	if st.GetImage() == nil {
+		return nil, nil, fmt.Errorf("image %s is not on the node", image)
+	}
+	var info struct {
+		ImageSpec struct {
+			Config struct{ Entrypoint, Cmd []string } `json:"config"`
+		} `json:"imageSpec"`
+	}
+	raw, ok := st.GetInfo()["info"]
+	if !ok {
+		return nil, nil, fmt.Errorf("the runtime tells nothing of what image %s runs (no verbose info)", image)
+	}
+	if err := json.Unmarshal([]byte(raw), &info); err != nil {
+		return nil, nil, fmt.Errorf("reading what image %s runs: %w", image, err)
+	}
+	return info.ImageSpec.Config.Entrypoint, info.ImageSpec.Config.Cmd, nil
 }
 
 // call runs one RPC with its own timeout.

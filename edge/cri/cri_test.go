@@ -2,6 +2,7 @@ package cri
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -75,5 +76,35 @@ func TestEveryCallHasItsTimeout(t *testing.T) {
 	}
 	if took := time.Since(began); took > 2*time.Second {
 		t.Errorf("the call took %v", took)
+	}
+}
+
+// What an image runs is read from the runtime's verbose image status, where containerd tells the image's
+// configuration; an image the node does not have, or a status without it, is an error.
+func TestImageCommandIsReadFromTheImagesConfiguration(t *testing.T) {
+	rt, err := simnode.StartCRI(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Stop()
+	rt.SetImage("trainer:1", `{"chainID":"sha256:c","imageSpec":{"architecture":"amd64","config":{"Env":["PATH=/bin"],"Entrypoint":["/train"],"Cmd":["--epochs","1"]}}}`)
+	rt.SetImage("bare:1", `{"imageSpec":{"config":{}}}`)
+	rt.SetImage("opaque:1", `not json`)
+	c, err := Dial(rt.Socket, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	entrypoint, cmd, err := c.ImageCommand(context.Background(), "trainer:1")
+	if err != nil || !slices.Equal(entrypoint, []string{"/train"}) || !slices.Equal(cmd, []string{"--epochs", "1"}) {
+		t.Errorf("trainer:1 runs %q %q (%v), want its entrypoint and Cmd", entrypoint, cmd, err)
+	}
+	if entrypoint, cmd, err := c.ImageCommand(context.Background(), "bare:1"); err != nil || entrypoint != nil || cmd != nil {
+		t.Errorf("an image that names no command: %q %q (%v), want nothing and no error", entrypoint, cmd, err)
+	}
+	for _, image := range []string{"missing:1", "opaque:1"} {
+		if _, _, err := c.ImageCommand(context.Background(), image); err == nil {
+			t.Errorf("%s: no error", image)
+		}
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,23 +22,52 @@ import (
 type armedPod struct {
 	Metadata struct{ Annotations map[string]string }
 	Spec     struct {
-		InitContainers []struct {
-			Name, Image     string
-			Args            []string
-			SecurityContext struct {
-				RunAsUser    *int64 `json:"runAsUser"`
-				RunAsNonRoot *bool  `json:"runAsNonRoot"`
-			} `json:"securityContext"`
+		InitContainers []struct{ Name string }
+		Containers     []struct {
+			Name                                        string
+			Command, Args                               []string
+			Resources                                   map[string]any
+			LivenessProbe, ReadinessProbe, StartupProbe any
+			VolumeMounts                                []struct {
+				Name, MountPath string
+				ReadOnly        bool
+			}
 		}
-		Containers []struct {
-			Name      string
-			Resources map[string]any
-		}
-		Volumes []struct {
+		ReadinessGates []struct{ ConditionType string }
+		Volumes        []struct {
 			Name     string
 			HostPath *struct{ Path, Type string }
 		}
 	}
+}
+
+// runtimeOf answers what a node's runtime has: its pods, and the entrypoint (Cmd none) of each image it has.
+type runtimeOf struct {
+	pods   []cri.Pod
+	err    error
+	images map[string][]string
+}
+
+func (r runtimeOf) Pods(context.Context) ([]cri.Pod, error) { return r.pods, r.err }
+
+func (r runtimeOf) ImageCommand(_ context.Context, image string) (entrypoint, cmd []string, err error) {
+	if e, ok := r.images[image]; ok {
+		return e, nil, nil
+	}
+	return nil, nil, fmt.Errorf("image %s is not on the node", image)
+}
+
+// withImages is a runtime that has the tests' images: the trainer's and the one of manifestOf.
+var withImages = runtimeOf{images: map[string][]string{"trainer": {"/train", "--epochs=1"}, "w": {"/w"}}}
+
+// agentBinary is a file standing for the agent's binary, which armed stand-ins run as their gate.
+func agentBinary(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "lifeline-agent")
+	if err := os.WriteFile(path, []byte("the agent's binary"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func readArmed(t *testing.T, path string) armedPod {
@@ -63,32 +94,45 @@ func TestArmedStandInIsOpenedByARebuildAndArmedAgainAfterItsRelease_P_HEAL_3(t *
 	kept := desired.Worker{Namespace: "default", Name: "w", UID: "u2", Manifest: manifestOf("default", "w"), OfflinePolicy: "None"}
 	workers := fixedWorkers{trainer, kept}
 	now := time.Unix(1e9, 0)
-	s := &StaticPods{Dir: dir, Workers: workers, GateImage: "lifeline-agent:1.0", GatesDir: gates, Now: func() time.Time { return now }}
-	if err := s.Arm(workers); err != nil {
+	s := &StaticPods{Dir: dir, Workers: workers, GateBinary: agentBinary(t), GatesDir: gates, Runtime: withImages, Now: func() time.Time { return now }}
+	if err := s.Arm(context.Background(), workers); err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(dir, standInSlots("default", "fl-trainer-0")[0].file)
 	pod := readArmed(t, file)
 	gate := s.gateDir(standInSlots("default", "fl-trainer-0")[0].file)
-	if pod.Metadata.Annotations[ArmedAnnotation] != gate || len(pod.Spec.InitContainers) != 1 ||
-		pod.Spec.InitContainers[0].Image != "lifeline-agent:1.0" ||
-		!slices.Equal(pod.Spec.InitContainers[0].Args, []string{"gate", "--path", filepath.Join(gate, "open")}) {
-		t.Fatalf("armed stand-in %+v, want the gate of %s first", pod, gate)
+	binary := filepath.Join(gates, ".bin", "lifeline-gate")
+	c := pod.Spec.Containers[0]
+	if want := []string{binary, "gate", "--path", filepath.Join(gate, "open"), "--", "/train", "--epochs=1"}; pod.Metadata.Annotations[ArmedAnnotation] != gate ||
+		!slices.Equal(c.Command, want) || len(c.Args) != 0 || len(pod.Spec.InitContainers) != 0 {
+		t.Fatalf("armed stand-in %+v, want its container to run %q", pod, want)
+	}
+	if staged, err := os.Stat(binary); err != nil || staged.Mode().Perm() != 0o755 {
+		t.Errorf("the gate's binary staged at %s: %v, %v; want it there, anyone's to run", binary, staged, err)
 	}
 	// Item 5 of the third hardening round: a stand-in healed offline is held to its worker's memory limit, yet
 	// reserves next to nothing beside its worker, and no GPU the worker holds.
-	if r := fmt.Sprint(pod.Spec.Containers[0].Resources); r != "map[limits:map[memory:1Gi] requests:map[memory:1Mi]]" {
+	if r := fmt.Sprint(c.Resources); r != "map[limits:map[memory:1Gi] requests:map[memory:1Mi]]" {
 		t.Errorf("the armed stand-in's resources %s, want its memory limit kept and next to nothing asked for", r)
 	}
-	if sc := pod.Spec.InitContainers[0].SecurityContext; sc.RunAsUser == nil || *sc.RunAsUser == 0 || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
-		t.Errorf("the gate runs as %+v, want a user that is not root, so a worker that must not run as root is armed", sc)
+	if len(pod.Spec.ReadinessGates) != 1 || pod.Spec.ReadinessGates[0].ConditionType != GateCondition {
+		t.Errorf("readiness gates %+v, want %s alone: an armed stand-in is never Ready", pod.Spec.ReadinessGates, GateCondition)
 	}
-	mounted := false
+	mounted := map[string]string{}
 	for _, v := range pod.Spec.Volumes {
-		mounted = mounted || (v.HostPath != nil && v.HostPath.Path == gate && v.HostPath.Type == "Directory")
+		if v.HostPath != nil {
+			mounted[v.HostPath.Path] = v.HostPath.Type
+		}
 	}
-	if info, err := os.Stat(gate); err != nil || !info.IsDir() || !mounted || filepath.Dir(gate) != gates {
-		t.Errorf("the gate directory %s (%v) is not there, or not mounted", gate, err)
+	if info, err := os.Stat(gate); err != nil || !info.IsDir() || mounted[gate] != "Directory" || mounted[binary] != "File" || filepath.Dir(gate) != gates {
+		t.Errorf("the gate directory %s (%v) is not there, or it or the gate's binary is not mounted: %v", gate, err, mounted)
+	}
+	readOnly := map[string]bool{}
+	for _, m := range c.VolumeMounts {
+		readOnly[m.MountPath] = m.ReadOnly
+	}
+	if !readOnly[gate] || !readOnly[binary] {
+		t.Errorf("the container's mounts %+v, want the gate and its binary read-only where they are on the node", c.VolumeMounts)
 	}
 	if _, err := os.Stat(filepath.Join(dir, standInSlots("default", "w")[0].file)); !os.IsNotExist(err) {
 		t.Errorf("a worker whose offline policy is None was armed (%v)", err)
@@ -97,7 +141,7 @@ func TestArmedStandInIsOpenedByARebuildAndArmedAgainAfterItsRelease_P_HEAL_3(t *
 		t.Fatalf("stand-ins %v behind a closed gate", got)
 	}
 	before, _ := os.ReadFile(file)
-	if err := s.Arm(workers); err != nil {
+	if err := s.Arm(context.Background(), workers); err != nil {
 		t.Fatal(err)
 	}
 	if again, _ := os.ReadFile(file); string(again) != string(before) {
@@ -122,7 +166,7 @@ func TestArmedStandInIsOpenedByARebuildAndArmedAgainAfterItsRelease_P_HEAL_3(t *
 	if got, _ := s.StandIns(); !slices.Equal(got, want) {
 		t.Errorf("stand-ins %v once the gate is open, want %v", got, want)
 	}
-	if err := s.Arm(fixedWorkers{}); err != nil { // the trainer's pod is gone from the API server: its stand-in runs on
+	if err := s.Arm(context.Background(), fixedWorkers{}); err != nil { // the trainer's pod is gone from the API server: its stand-in runs on
 		t.Fatal(err)
 	}
 	if got, _ := s.StandIns(); !slices.Equal(got, want) {
@@ -152,7 +196,7 @@ func TestArmedStandInIsOpenedByARebuildAndArmedAgainAfterItsRelease_P_HEAL_3(t *
 		t.Errorf("the gate of a worker gone outlived its release (%v)", err)
 	}
 	s.Workers = workers
-	if err := s.Arm(workers); err != nil {
+	if err := s.Arm(context.Background(), workers); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(gate, "open")); !os.IsNotExist(err) || readArmed(t, file).Metadata.Annotations[ArmedAnnotation] != gate {
@@ -174,28 +218,28 @@ func TestArmedStandInIsOpenedByARebuildAndArmedAgainAfterItsRelease_P_HEAL_3(t *
 		{fixedWorkers{kept}, time.Second, false},
 	} {
 		now = now.Add(step.after)
-		if err := s.Arm(step.workers); err != nil {
+		if err := s.Arm(context.Background(), step.workers); err != nil {
 			t.Fatal(err)
 		}
 		if got, err := os.ReadFile(file); step.kept != (err == nil) || (step.kept && string(got) != string(armed)) {
 			t.Fatalf("%d workers, %v later: the armed stand-in kept as it was %t (%v), want %t", len(step.workers), step.after, err == nil, err, step.kept)
 		}
 	}
-	if err := s.Arm(workers); err != nil {
+	if err := s.Arm(context.Background(), workers); err != nil {
 		t.Fatal(err)
 	}
-	s.GateImage = "" // arming turned off: the closed stand-ins go, after the grace too
+	s.GateBinary = "" // arming turned off: the closed stand-ins go, after the grace too
 	for _, after := range []time.Duration{0, DepartureGrace} {
 		now = now.Add(after)
-		if err := s.Arm(workers); err != nil {
+		if err := s.Arm(context.Background(), workers); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if _, err := os.Stat(file); !os.IsNotExist(err) {
 		t.Errorf("an armed stand-in outlived arming (%v)", err)
 	}
-	s.GateImage = "lifeline-agent:1.0"
-	if err := s.Arm(workers); err != nil {
+	s.GateBinary = agentBinary(t)
+	if err := s.Arm(context.Background(), workers); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RemoveAll(); err != nil {
@@ -219,8 +263,8 @@ func TestArmingLeavesAStandInThatRunsAlone(t *testing.T) {
 	slots := standInSlots("default", "fl-trainer-0")
 	file := filepath.Join(dir, slots[0].file)
 	before, _ := os.ReadFile(file)
-	s.GateImage = "lifeline-agent:1.0"
-	if err := s.Arm(workers); err != nil {
+	s.GateBinary, s.Runtime = agentBinary(t), withImages
+	if err := s.Arm(context.Background(), workers); err != nil {
 		t.Fatal(err)
 	}
 	if after, _ := os.ReadFile(file); string(after) != string(before) {
@@ -243,11 +287,11 @@ func TestArmingLeavesAStandInThatRunsAlone(t *testing.T) {
 func TestTheNextStandInIsArmedBesideTheOneThatRuns_P_HEAL_3(t *testing.T) {
 	dir := t.TempDir()
 	workers := fixedWorkers{{Namespace: "default", Name: "fl-trainer-0", UID: "u1", Manifest: renderedTrainer}}
-	s := &StaticPods{Dir: dir, Workers: workers, GateImage: "lifeline-agent:1.0", GatesDir: filepath.Join(t.TempDir(), "gates")}
+	s := &StaticPods{Dir: dir, Workers: workers, GateBinary: agentBinary(t), GatesDir: filepath.Join(t.TempDir(), "gates"), Runtime: withImages}
 	slots := standInSlots("default", "fl-trainer-0")
 	ctx := context.Background()
 	arm := func() {
-		if err := s.Arm(workers); err != nil {
+		if err := s.Arm(context.Background(), workers); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -319,21 +363,21 @@ func TestTheNextStandInIsArmedBesideTheOneThatRuns_P_HEAL_3(t *testing.T) {
 	}
 }
 
-// Without a gate image nothing is armed, and a rebuild writes the stand-in as before.
-func TestWithoutAGateImageARebuildWritesTheStandIn(t *testing.T) {
+// Without arming (no gate binary) nothing is armed, and a rebuild writes the stand-in as before.
+func TestWithoutArmingARebuildWritesTheStandIn(t *testing.T) {
 	dir := t.TempDir()
 	workers := fixedWorkers{{Namespace: "default", Name: "fl-trainer-0", UID: "u1", Manifest: renderedTrainer}}
-	s := &StaticPods{Dir: dir, Workers: workers, GatesDir: filepath.Join(t.TempDir(), "gates")}
-	if err := s.Arm(workers); err != nil {
+	s := &StaticPods{Dir: dir, Workers: workers, GatesDir: filepath.Join(t.TempDir(), "gates"), Runtime: withImages}
+	if err := s.Arm(context.Background(), workers); err != nil {
 		t.Fatal(err)
 	}
 	if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
-		t.Fatalf("armed %v without a gate image", files)
+		t.Fatalf("armed %v without arming", files)
 	}
 	if err := s.Rebuild(context.Background(), "default", "fl-trainer-0", "u1"); err != nil {
 		t.Fatal(err)
 	}
-	if pod := readArmed(t, filepath.Join(dir, standInSlots("default", "fl-trainer-0")[0].file)); len(pod.Spec.InitContainers) != 0 ||
+	if pod := readArmed(t, filepath.Join(dir, standInSlots("default", "fl-trainer-0")[0].file)); len(pod.Spec.Containers[0].Command) != 0 ||
 		pod.Metadata.Annotations[ArmedAnnotation] != "" {
 		t.Errorf("the rebuild wrote a gated stand-in: %+v", pod)
 	}
@@ -362,26 +406,18 @@ func TestEachStandInWrittenIsANewPodToTheNode(t *testing.T) {
 	}
 }
 
-// runtimeOf answers what a node's runtime has.
-type runtimeOf struct {
-	pods []cri.Pod
-	err  error
-}
-
-func (r runtimeOf) Pods(context.Context) ([]cri.Pod, error) { return r.pods, r.err }
-
 // [P-HEAL-3] With both slots armed, a rebuild opens the stand-in whose gate edged runs (edged starts a stand-in
 // written anew only after it deleted its last version's mirror pod, minutes when a cut began meanwhile), the one
 // whose gate ran first when both do; and when the runtime shows neither (or does not answer), the one written first.
 func TestARebuildOpensTheStandInWhoseGateEdgedRuns_P_HEAL_3(t *testing.T) {
 	dir := t.TempDir()
 	workers := fixedWorkers{{Namespace: "default", Name: "fl-trainer-0", UID: "u1", Manifest: renderedTrainer}}
-	s := &StaticPods{Dir: dir, Workers: workers, GateImage: "lifeline-agent:1.0", GatesDir: filepath.Join(t.TempDir(), "gates"), Node: "edge-1"}
+	s := &StaticPods{Dir: dir, Workers: workers, GateBinary: agentBinary(t), GatesDir: filepath.Join(t.TempDir(), "gates"), Node: "edge-1", Runtime: withImages}
 	ctx := context.Background()
 	for _, step := range []func() error{ // slot b armed first, then a armed again in place by its release
-		func() error { return s.Arm(workers) },
+		func() error { return s.Arm(context.Background(), workers) },
 		func() error { return s.Rebuild(ctx, "default", "fl-trainer-0", "u1") },
-		func() error { return s.Arm(workers) },
+		func() error { return s.Arm(context.Background(), workers) },
 		func() error { time.Sleep(time.Millisecond); return s.Release("default", "fl-trainer-0") },
 	} {
 		if err := step(); err != nil {
@@ -399,12 +435,12 @@ func TestARebuildOpensTheStandInWhoseGateEdgedRuns_P_HEAL_3(t *testing.T) {
 	}
 	gate := func(pod string, started time.Time, running bool) cri.Pod {
 		return cri.Pod{Namespace: "default", Name: pod + "-edge-1", UID: pod + started.String(),
-			Containers: []cri.Container{{Name: gateContainer, Running: running, StartedAt: started}}}
+			Containers: []cri.Container{{Name: "train", Running: running, StartedAt: started}}}
 	}
 	a, b := slots[0].pod, slots[1].pod
 	for _, tc := range []struct {
 		name    string
-		runtime RuntimePods
+		runtime Runtime
 		opens   int
 	}{
 		{"no runtime: the one written first", nil, 1},
@@ -414,7 +450,7 @@ func TestARebuildOpensTheStandInWhoseGateEdgedRuns_P_HEAL_3(t *testing.T) {
 		{"a's runs, of the version before it was written again", runtimeOf{pods: []cri.Pod{gate(a, written[0].Add(-time.Millisecond), true)}}, 1},
 		{"a's runs, an older pod of its name too", runtimeOf{pods: []cri.Pod{gate(a, written[1], true), gate(a, written[0].Add(time.Second), true)}}, 0},
 		{"another node's pod of that name", runtimeOf{pods: []cri.Pod{{Namespace: "default", Name: a + "-edge-2",
-			Containers: []cri.Container{{Name: gateContainer, Running: true, StartedAt: written[0].Add(time.Second)}}}}}, 1},
+			Containers: []cri.Container{{Name: "train", Running: true, StartedAt: written[0].Add(time.Second)}}}}}, 1},
 		{"the runtime fails", runtimeOf{err: errors.New("deadline exceeded")}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -431,5 +467,103 @@ func TestARebuildOpensTheStandInWhoseGateEdgedRuns_P_HEAL_3(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An armed stand-in's container runs what the worker's would have, as a node decides it from the container and
+// its image; what comes from the image is kept from the node's $(VAR) expansion.
+func TestArmedContainerRunsWhatTheWorkersWould(t *testing.T) {
+	images := map[string]ImageCommand{"entry": {Entrypoint: []string{"/entry", "$(HOME)"}, Cmd: []string{"serve", "$$x"}},
+		"cmd-only": {Cmd: []string{"python", "main.py"}}, "nothing": {}}
+	commandOf := func(image string) (ImageCommand, error) {
+		if ic, ok := images[image]; ok {
+			return ic, nil
+		}
+		return ImageCommand{}, errors.New("image not on the node")
+	}
+	for _, tc := range []struct {
+		name, container string
+		want            []any
+		err             bool
+	}{
+		{"command and args", `{"name":"c","image":"entry","command":["/bin/run"],"args":["-v"]}`, []any{"/bin/run", "-v"}, false},
+		{"command alone: the image's Cmd is not used", `{"name":"c","image":"entry","command":["/bin/run"]}`, []any{"/bin/run"}, false},
+		{"args alone: the image's entrypoint", `{"name":"c","image":"entry","args":["$(PORT)"]}`, []any{"/entry", "$$(HOME)", "$(PORT)"}, false},
+		{"neither: the image's entrypoint and Cmd", `{"name":"c","image":"entry"}`, []any{"/entry", "$$(HOME)", "serve", "$$$$x"}, false},
+		{"an image with a Cmd alone", `{"name":"c","image":"cmd-only"}`, []any{"python", "main.py"}, false},
+		{"an image that names nothing", `{"name":"c","image":"nothing"}`, nil, true},
+		{"an image not on the node", `{"name":"c","image":"missing"}`, nil, true},
+		{"a command that is not strings", `{"name":"c","image":"entry","command":[1]}`, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var container map[string]any
+			if err := json.Unmarshal([]byte(tc.container), &container); err != nil {
+				t.Fatal(err)
+			}
+			got, err := commandLine(container, commandOf)
+			if (err != nil) != tc.err || !slices.Equal(got, tc.want) {
+				t.Errorf("command line %q (%v), want %q (error %t)", got, err, tc.want, tc.err)
+			}
+		})
+	}
+}
+
+// A worker whose image the node does not have (not pulled yet) is not armed, and Arm says why; a rebuild then
+// writes its stand-in, as without arming. Once the image is there it is armed.
+func TestAWorkerWhoseImageIsNotOnTheNodeIsArmedOnceItIs(t *testing.T) {
+	dir := t.TempDir()
+	workers := fixedWorkers{{Namespace: "default", Name: "fl-trainer-0", UID: "u1", Manifest: renderedTrainer}}
+	s := &StaticPods{Dir: dir, Workers: workers, GateBinary: agentBinary(t), GatesDir: filepath.Join(t.TempDir(), "gates"), Runtime: runtimeOf{}}
+	err := s.Arm(context.Background(), workers)
+	if err == nil || !strings.Contains(err.Error(), "default/fl-trainer-0") || !strings.Contains(err.Error(), "trainer") {
+		t.Errorf("arming a worker whose image is not on the node: %v, want an error naming the worker and the image", err)
+	}
+	file := filepath.Join(dir, standInSlots("default", "fl-trainer-0")[0].file)
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		t.Fatalf("armed without the worker's command (%v)", err)
+	}
+	s.Runtime = withImages
+	if err := s.Arm(context.Background(), workers); err != nil {
+		t.Fatal(err)
+	}
+	if readArmed(t, file).Metadata.Annotations[ArmedAnnotation] == "" {
+		t.Error("not armed once the image is on the node")
+	}
+}
+
+// The gate holds the container's command until the gate file is there, then the command runs in the gate's own
+// process (as the container's process, with its environment), found on the PATH.
+func TestTheGateRunsTheContainersCommandOnceOpen(t *testing.T) {
+	if path := os.Getenv("LIFELINE_TEST_GATE"); path != "" {
+		WaitForGate(path, 5*time.Millisecond)
+		err := ExecWorker([]string{"sh", "-c", `echo "ran as $$ with $GREETING"`})
+		fmt.Println("exec failed:", err)
+		os.Exit(1)
+	}
+	gate := filepath.Join(t.TempDir(), "open")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestTheGateRunsTheContainersCommandOnceOpen$")
+	cmd.Env = append(os.Environ(), "LIFELINE_TEST_GATE="+gate, "GREETING=hello")
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		t.Fatalf("the gate ended before it was opened: %v, %q", err, out.String())
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if want := fmt.Sprintf("ran as %d with hello\n", cmd.Process.Pid); err != nil || out.String() != want {
+			t.Errorf("the opened gate printed %q (%v), want %q: the command in the gate's process", out.String(), err, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the command did not run once the gate was opened")
 	}
 }

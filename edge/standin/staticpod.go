@@ -82,6 +82,7 @@ func staticPodManifest(manifest, worker, podName string, bound Bound) ([]byte, e
 		return nil, &RefusedManifestError{Reason: err.Error()}
 	}
 	annotationsOf(pod)[lifelinev1.StaticPodOfAnnotation] = worker
+	objectAt(objectAt(pod, "metadata"), "labels")[lifelinev1.StandInLabel] = "true"
 	objectAt(pod, "metadata")["name"] = podName
 	return json.Marshal(pod)
 }

@@ -52,7 +52,7 @@ func TestRenderedWorkerIsRebuiltWithoutItsServiceAccount(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pod struct {
-		Metadata struct{ Annotations map[string]string }
+		Metadata struct{ Annotations, Labels map[string]string }
 		Spec     struct {
 			HostNetwork                  bool    `json:"hostNetwork"`
 			ServiceAccountName           *string `json:"serviceAccountName"`
@@ -68,6 +68,9 @@ func TestRenderedWorkerIsRebuiltWithoutItsServiceAccount(t *testing.T) {
 	}
 	if pod.Metadata.Annotations[lifelinev1.StaticPodOfAnnotation] != "default/fl-trainer-0" {
 		t.Errorf("annotations %v: not marked as the agent's", pod.Metadata.Annotations)
+	}
+	if pod.Metadata.Labels[lifelinev1.StandInLabel] != "true" {
+		t.Errorf("labels %v: nothing tells the stand-in from its worker", pod.Metadata.Labels)
 	}
 	if !pod.Spec.HostNetwork || pod.Spec.ServiceAccountName != nil || pod.Spec.AutomountServiceAccountToken == nil ||
 		*pod.Spec.AutomountServiceAccountToken {

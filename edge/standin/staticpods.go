@@ -33,9 +33,11 @@ type DesiredWorkers interface {
 	Workers() []desired.Worker
 }
 
-// RuntimePods are the pods the node's container runtime has (agent.WorkerSource).
-type RuntimePods interface {
+// Runtime is what the agent reads of the node's container runtime: its pods (agent.WorkerSource), and what an
+// image runs (cri.Client.ImageCommand).
+type Runtime interface {
 	Pods(ctx context.Context) ([]cri.Pod, error)
+	ImageCommand(ctx context.Context, image string) (entrypoint, cmd []string, err error)
 }
 
 // GatesDir is where the agent keeps the gates of its armed stand-ins.
@@ -43,27 +45,31 @@ func GatesDir(stateDir string) string { return filepath.Join(stateDir, "gates") 
 
 // StaticPods rebuilds a worker whose pod the node lost, as a static pod: its last known manifest is written into
 // edged's manifest directory, and edged runs it without the API server. Release ends them once the node runs the
-// workers' own pods again, so a worker never runs twice for long. With a GateImage it arms stand-ins ahead (Arm),
-// a rebuild opens an armed one's gate, and Release arms the one that ran again in place.
+// workers' own pods again, so a worker never runs twice for long. With a GateBinary and a Runtime it arms stand-ins
+// ahead (Arm), a rebuild opens an armed one's gate, and Release arms the one that ran again in place.
 type StaticPods struct {
 	Dir     string
 	Workers DesiredWorkers
 	// Bound is what a stand-in may have on the node; its Protected are node paths no stand-in may mount besides
 	// SystemPaths and Dir: the agent's state, the runtime's socket.
 	Bound Bound
-	// GateImage, when set, is the agent's own image, which an armed stand-in's gate runs; GatesDir holds the
-	// gates, one directory per stand-in.
-	GateImage, GatesDir string
-	// Node and Runtime, when set, show which armed stand-ins edged runs at their gate, the ones a rebuild opens
-	// first: edged starts a pod written anew only once its mirror pod of the last version is deleted, which waits
-	// minutes when a cut began meanwhile.
+	// GateBinary, when set, is the agent's own executable, which Arm copies into GatesDir for armed stand-ins'
+	// containers to run as their gate; GatesDir holds the gates too, one directory per stand-in.
+	GateBinary, GatesDir string
+	// Runtime tells what the images of armed stand-ins run; with Node, it shows which armed stand-ins edged runs
+	// at their gate, the ones a rebuild opens first: edged starts a pod written anew only once its mirror pod of
+	// the last version is deleted, which waits minutes when a cut began meanwhile.
 	Node    string
-	Runtime RuntimePods
+	Runtime Runtime
 	// Now is the clock departures are timed by (default time.Now).
 	Now func() time.Time
 
 	// departed are the armed stand-ins of workers no longer armable, by file, since when (Arm's grace).
 	departed map[string]time.Time
+	// staged: GateBinary is copied into GatesDir.
+	staged bool
+	// images caches what images run (imageCommands).
+	images imageCommands
 }
 
 // standInSlot is one of the two places a worker's stand-ins take in turn: a file in the static-pod directory and
@@ -212,9 +218,9 @@ func (a armedSlot) readierThan(b armedSlot) bool {
 	return a.written.Before(b.written)
 }
 
-// runningGates are the pods of namespace whose gate runs, by pod name, each with when its gate started (the
-// latest, when edged runs two pods of one name while it replaces one); none without a runtime, or when it fails
-// to answer (a rebuild then goes by the stand-ins' stamps).
+// runningGates are the pods of namespace whose containers run, by pod name, each with when its last container
+// started (the latest, when edged runs two pods of one name while it replaces one): an armed stand-in's containers
+// run its gate. None without a runtime, or when it fails to answer (a rebuild then goes by the stand-ins' stamps).
 func (s *StaticPods) runningGates(ctx context.Context, namespace string) map[string]time.Time {
 	if s.Runtime == nil || s.Node == "" {
 		return nil
@@ -226,7 +232,7 @@ func (s *StaticPods) runningGates(ctx context.Context, namespace string) map[str
 	out := map[string]time.Time{}
 	for _, p := range pods {
 		for _, c := range p.Containers {
-			if p.Namespace == namespace && c.Name == gateContainer && c.Running && c.StartedAt.After(out[p.Name]) {
+			if p.Namespace == namespace && c.Running && c.StartedAt.After(out[p.Name]) {
 				out[p.Name] = c.StartedAt
 			}
 		}
@@ -237,14 +243,18 @@ func (s *StaticPods) runningGates(ctx context.Context, namespace string) map[str
 // Arm keeps, for each of workers its offline policy lets the agent heal, a stand-in held by a closed gate, so that
 // a rebuild needs nothing from the cloud: its armed ones are kept (written again in place when the worker's pod
 // changed), and when none is, one is armed in a free slot, beside a stand-in that runs. It removes the armed
-// stand-ins of pods no longer among workers, and every one still closed when there is no GateImage (arming was
+// stand-ins of pods no longer among workers, and every one still closed when there is no GateBinary (arming was
 // turned off), once they were so for DepartureGrace. A stand-in that runs is left to Release. To be called while
 // the node reaches the API server, which creates each new stand-in's mirror pod then.
-func (s *StaticPods) Arm(workers []desired.Worker) error {
+func (s *StaticPods) Arm(ctx context.Context, workers []desired.Worker) error {
 	if s.GatesDir == "" {
 		return nil
 	}
 	var errs []error
+	if err := s.stageGate(); err != nil {
+		return err
+	}
+	s.images.forget(s.now())
 	want := map[string]bool{}
 	for _, w := range workers {
 		if !s.armable(w) {
@@ -256,14 +266,14 @@ func (s *StaticPods) Arm(workers []desired.Worker) error {
 			switch state, _ := s.slotOf(slot); state {
 			case slotArmed:
 				want[slot.file], armed = true, true
-				errs = append(errs, s.arm(w, slot))
+				errs = append(errs, s.arm(ctx, w, slot))
 			case slotFree:
 				free = append(free, slot)
 			}
 		}
 		if !armed && len(free) > 0 {
 			want[free[0].file] = true
-			errs = append(errs, s.arm(w, free[0]))
+			errs = append(errs, s.arm(ctx, w, free[0]))
 		}
 	}
 	files, err := filepath.Glob(filepath.Join(s.Dir, staticPrefix+"*.json"))
@@ -303,15 +313,15 @@ func (s *StaticPods) now() time.Time {
 	return time.Now()
 }
 
-// armable: the agent arms w's stand-ins (it has a gate image, w's offline policy lets it heal, and its manifest
-// is known).
+// armable: the agent arms w's stand-ins (it has a gate binary and a runtime, w's offline policy lets it heal, and
+// its manifest is known).
 func (s *StaticPods) armable(w desired.Worker) bool {
-	return s.GateImage != "" && w.OfflinePolicy != lifelinev1.OfflinePolicyNone && w.Manifest != ""
+	return s.GateBinary != "" && s.Runtime != nil && w.OfflinePolicy != lifelinev1.OfflinePolicyNone && w.Manifest != ""
 }
 
 // arm writes w's stand-in into slot behind a closed gate, unless it is there already.
-func (s *StaticPods) arm(w desired.Worker, slot standInSlot) error {
-	manifest, err := s.armedOf(w, slot)
+func (s *StaticPods) arm(ctx context.Context, w desired.Worker, slot standInSlot) error {
+	manifest, err := s.armedOf(ctx, w, slot)
 	if err != nil || manifest == nil {
 		return err
 	}
@@ -319,15 +329,6 @@ func (s *StaticPods) arm(w desired.Worker, slot standInSlot) error {
 		return nil // armed already
 	}
 	return s.writeArmed(w, slot, manifest)
-}
-
-// armedOf is w's armed stand-in in slot; nil when the manifest is refused (a rebuild says why).
-func (s *StaticPods) armedOf(w desired.Worker, slot standInSlot) ([]byte, error) {
-	standIn, err := s.standInOf(w, slot)
-	if err != nil {
-		return nil, nil
-	}
-	return armedManifest(standIn, s.gateDir(slot.file), s.GateImage)
 }
 
 // writeArmed closes slot's gate and writes manifest there, stamped: a new pod to the node, which waits at its gate.
@@ -416,7 +417,7 @@ func (s *StaticPods) Release(namespace, pod string) error {
 			continue
 		}
 		if w, ok := s.worker(namespace, pod); ok && s.armable(w) {
-			manifest, err := s.armedOf(w, slot)
+			manifest, err := s.armedOf(context.Background(), w, slot)
 			if err == nil && manifest != nil {
 				errs = append(errs, s.writeArmed(w, slot, manifest))
 				continue

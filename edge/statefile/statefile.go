@@ -12,12 +12,20 @@ import (
 // directory synced, so the rename itself survives a power loss once Write returns. The temporary file is hidden
 // (a leading dot): a kubelet or edged reading a static-pod directory skips it, never reading half a manifest.
 func Write(path string, data []byte) error {
+	return WriteMode(path, data, 0o600)
+}
+
+// WriteMode is Write with the file's mode.
+func WriteMode(path string, data []byte, mode os.FileMode) error {
 	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(mode) // whatever the umask
+	}
 	if err == nil {
 		err = f.Sync()
 	}

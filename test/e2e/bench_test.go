@@ -315,7 +315,7 @@ func failNeverTrainerCutOff(b testing.TB, name string, into, limit time.Duration
 	defer deleteAndWait(b, job) // each run makes the job anew, under the same name
 	if armed {
 		harness.Eventually(b, within, "the trainer's stand-in armed", func(context.Context) (bool, error) {
-			return s.StandInRunning("edge1", "default", trainer, "lifeline-gate"), nil
+			return s.StandInArmed("edge1", "default", trainer, "train-worker"), nil
 		})
 	}
 	s.CutAPI("edge1")

@@ -393,7 +393,7 @@ func TestArmedStandInRunsATrainerFailedInTheFirstSecondOfACut_P_HEAL_3(t *testin
 	job, trainer := neverTrainerJob(t, "surface-defect-detection-armed")
 	defer deleteAndWait(t, job)
 	eventually(t, within, "the trainer's stand-in armed: its gate waits on the node", func(context.Context) (bool, error) {
-		return s.StandInRunning("edge1", "default", trainer, "lifeline-gate"), nil
+		return s.StandInArmed("edge1", "default", trainer, "train-worker"), nil
 	})
 	cut := time.Now()
 	cutOff(t, "edge1", false)

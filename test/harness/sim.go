@@ -83,16 +83,13 @@ type edgeNode struct {
 	kubeconfig            string
 	metaServer, report    string // addresses
 	agent                 *Process
-	// armStandIns: the agent arms its workers' stand-ins ahead (--stand-in-gate-image).
+	// armStandIns: the agent arms its workers' stand-ins ahead (--arm-stand-ins).
 	armStandIns bool
 	// readMetaServer: the agent reads its workers from the node's MetaServer, as with the chart's
 	// agent.edgecore.metaServer set; by default it reads the controller's word and is given no MetaServer, as on a
 	// node keadm joined (MetaServer off).
 	readMetaServer bool
 }
-
-// AgentImage is the image the agents' armed stand-ins gate with; the hollow nodes run the agent's binary for it.
-const AgentImage = "lifeline-agent:sim"
 
 // FixtureVars place the examples (deploy/examples) on the simulation's nodes: a JI edge worker on edge3, FL
 // trainers on edge1 and edge2, the cloud workers on the cloud node.
@@ -207,7 +204,6 @@ func (s *Sim) writeImageMap() error {
 	for image, role := range SampleImages {
 		images[image] = []string{worker, role}
 	}
-	images[strings.TrimSuffix(AgentImage, ":sim")] = []string{filepath.Join(s.ControlPlane.BinDir, AgentBinary)}
 	data, err := json.MarshalIndent(images, "", "  ")
 	if err != nil {
 		return err
@@ -276,7 +272,7 @@ func (s *Sim) startAgent(name string, e *edgeNode) error {
 		args = append(args, "--allow-insecure-pod-source", "--insecure-pod-source-host-paths="+strings.Join(simDataDirs, ","))
 	}
 	if e.armStandIns {
-		args = append(args, "--stand-in-gate-image="+AgentImage)
+		args = append(args, "--arm-stand-ins")
 	}
 	p, err := s.launchLimited("agent-"+name, filepath.Join(s.ControlPlane.BinDir, AgentBinary), args, s.opts.AgentMemoryLimit)
 	if err != nil {
@@ -613,16 +609,30 @@ func (s *Sim) signalWorker(node, namespace, pod, container string, sig syscall.S
 	return nil
 }
 
-// WorkerRunning tells whether the process of a container runs, by its pid file.
+// WorkerRunning tells whether the process of a container runs its command, by its pid file: an armed stand-in's
+// container waiting at its gate runs no worker.
 func (s *Sim) WorkerRunning(node, namespace, pod, container string) bool {
-	return simnode.ProcessRuns(simnode.PIDFile(s.NodeDir(node), namespace, pod, container))
+	pid, ok := simnode.ProcessOf(simnode.PIDFile(s.NodeDir(node), namespace, pod, container))
+	return ok && !testkit.AtGate(pid)
 }
 
-// StandInRunning tells whether the container of one of the stand-ins of a worker's pod runs on the node (the
-// agent arms them in two slots in turn).
+// StandInRunning tells whether the container of one of the stand-ins of a worker's pod runs its command on the
+// node (the agent arms them in two slots in turn), not its gate.
 func (s *Sim) StandInRunning(node, namespace, pod, container string) bool {
 	for _, name := range lifelinev1.StandInPodsOn(pod, node) {
 		if s.WorkerRunning(node, namespace, name, container) {
+			return true
+		}
+	}
+	return false
+}
+
+// StandInArmed tells whether the container of one of the stand-ins of a worker's pod runs its gate on the node: the
+// stand-in is armed, and a rebuild only has to open it.
+func (s *Sim) StandInArmed(node, namespace, pod, container string) bool {
+	for _, name := range lifelinev1.StandInPodsOn(pod, node) {
+		pid, ok := simnode.ProcessOf(simnode.PIDFile(s.NodeDir(node), namespace, name, container))
+		if ok && testkit.AtGate(pid) {
 			return true
 		}
 	}

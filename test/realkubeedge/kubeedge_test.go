@@ -275,15 +275,19 @@ type handOver struct {
 	handedBack                     time.Time // when the stand-in was seen to have given way
 }
 
-// waitArmed waits until the trainer runs on edge-1 with a stand-in armed (its gate running).
+// waitArmed waits until the trainer runs on edge-1 with a stand-in armed: its gate running, and its mirror pod in
+// the API server Running, not Ready, with nothing restarted (ArmedStandInQuiet), as stock monitoring must see it.
 func waitArmed(tb testing.TB, trainer trainerOf) {
 	tb.Helper()
-	harness.Eventually(tb, 2*time.Minute, "trainer 0 running on "+edgeNode+", its stand-in armed", func(ctx context.Context) (bool, error) {
+	harness.Eventually(tb, 2*time.Minute, "trainer 0 running on "+edgeNode+", its stand-in armed and quiet", func(ctx context.Context) (bool, error) {
 		own, standIn, err := instances(ctx, trainer.pod)
 		if err != nil || own != 1 || standIn != 0 {
 			return false, err
 		}
-		return rc.Node(edgeNode).GateRunning(ctx, trainer.pod)
+		if gate, err := rc.Node(edgeNode).GateRunning(ctx, trainer.pod); !gate || err != nil {
+			return false, err
+		}
+		return true, rc.ArmedStandInQuiet(ctx, "default", trainer.pod, edgeNode)
 	})
 }
 

@@ -315,6 +315,13 @@ func failNeverTrainerCutOff(t testing.TB, name string) handOver {
 	harness.Eventually(t, 30*time.Second, "trainer 0's stand-in armed by edge-1's agent", func(context.Context) (bool, error) {
 		return slices.ContainsFunc(standIns(t, edge), func(s standIn) bool { return s.pod.Name == trainer && !s.standing }), nil
 	})
+	// As stock monitoring must see it: Running, not Ready, its container at the gate, nothing restarted.
+	harness.Eventually(t, time.Minute, "trainer 0's armed stand-in Running, not Ready", func(ctx context.Context) (bool, error) {
+		if gate, err := edge.GateRunning(ctx, trainer); !gate || err != nil {
+			return false, err
+		}
+		return true, rc.ArmedStandInQuiet(ctx, "default", trainer, "edge-1")
+	})
 	cutOffKnown(t, "edge-1", "trainer 0's status from the agent", func(ctx context.Context) (bool, error) {
 		got := &v1alpha1.FederatedLearningJob{}
 		if err := kc.Get(ctx, client.ObjectKeyFromObject(job), got); err != nil {

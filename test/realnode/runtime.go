@@ -13,6 +13,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
 // KillContainer kills, with SIGKILL, the process of the pod's running container on the node, as the kernel's OOM
@@ -29,18 +30,8 @@ func (n *Node) KillContainer(ctx context.Context, pod, container string) (int, e
 		if len(running) != 1 {
 			return fmt.Errorf("%d containers %s of pod %s run, not one", len(running), container, pod)
 		}
-		status, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: running[0].Id, Verbose: true})
-		if err != nil {
-			return fmt.Errorf("container %s: %w", running[0].Id, err)
-		}
-		var info struct {
-			PID int `json:"pid"`
-		}
-		if err := json.Unmarshal([]byte(status.Info["info"]), &info); err != nil || info.PID <= 0 {
-			return fmt.Errorf("container %s: no PID in its status (%v)", running[0].Id, err)
-		}
-		pid = info.PID
-		return nil
+		pid, err = containerPID(ctx, rt, running[0].Id)
+		return err
 	})
 	if err != nil {
 		return 0, err
@@ -51,6 +42,31 @@ func (n *Node) KillContainer(ctx context.Context, pod, container string) (int, e
 	return pid, nil
 }
 
+// containerPID is the PID of a running container's process, from its verbose status.
+func containerPID(ctx context.Context, rt runtimeapi.RuntimeServiceClient, id string) (int, error) {
+	status, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
+	if err != nil {
+		return 0, fmt.Errorf("container %s: %w", id, err)
+	}
+	var info struct {
+		PID int `json:"pid"`
+	}
+	if err := json.Unmarshal([]byte(status.Info["info"]), &info); err != nil || info.PID <= 0 {
+		return 0, fmt.Errorf("container %s: no PID in its status (%v)", id, err)
+	}
+	return info.PID, nil
+}
+
+// runningAs tells whether a container listed running still runs (it may have ended since), and whether it runs
+// an armed stand-in's gate (testkit.AtGate) rather than its command.
+func runningAs(ctx context.Context, rt runtimeapi.RuntimeServiceClient, c *runtimeapi.Container) (running, atGate bool) {
+	pid, err := containerPID(ctx, rt, c.Id)
+	if err != nil || syscall.Kill(pid, 0) != nil {
+		return false, false
+	}
+	return true, testkit.AtGate(pid)
+}
+
 // RunningContainers counts the containers of pods whose name starts with podPrefix that run on the node, as its
 // runtime says (static pods are named <pod>-<node>).
 func (n *Node) RunningContainers(ctx context.Context, podPrefix string) (int, error) {
@@ -59,13 +75,19 @@ func (n *Node) RunningContainers(ctx context.Context, podPrefix string) (int, er
 	count := 0
 	err := n.withRuntime(func(rt runtimeapi.RuntimeServiceClient) error {
 		running, err := runningContainers(ctx, rt, nil)
+		if err != nil {
+			return err
+		}
 		for _, c := range running {
-			// An armed stand-in's gate is no instance of its worker.
-			if strings.HasPrefix(c.Labels["io.kubernetes.pod.name"], podPrefix) && c.Labels["io.kubernetes.container.name"] != "lifeline-gate" {
+			if !strings.HasPrefix(c.Labels["io.kubernetes.pod.name"], podPrefix) {
+				continue
+			}
+			// An armed stand-in's container at its gate is no instance of its worker.
+			if running, atGate := runningAs(ctx, rt, c); running && !atGate {
 				count++
 			}
 		}
-		return err
+		return nil
 	})
 	return count, err
 }
@@ -102,19 +124,22 @@ func (n *Node) TagImage(ctx context.Context, from, to string) error {
 	return nil
 }
 
-// GateRunning tells whether the gate of an armed stand-in of the worker whose pod is named pod runs on the node:
-// the stand-in is armed, its mirror pod made, and a rebuild only has to open it.
+// GateRunning tells whether an armed stand-in of the worker whose pod is named pod runs its gate on the node: the
+// stand-in is armed, its mirror pod made, and a rebuild only has to open it.
 func (n *Node) GateRunning(ctx context.Context, pod string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	found := false
 	err := n.withRuntime(func(rt runtimeapi.RuntimeServiceClient) error {
 		for _, standIn := range lifelinev1.StandInPodsOn(pod, n.Name) {
-			running, err := runningContainers(ctx, rt, map[string]string{"io.kubernetes.pod.name": standIn, "io.kubernetes.container.name": "lifeline-gate"})
+			running, err := runningContainers(ctx, rt, map[string]string{"io.kubernetes.pod.name": standIn})
 			if err != nil {
 				return err
 			}
-			found = found || len(running) > 0
+			for _, c := range running {
+				_, atGate := runningAs(ctx, rt, c)
+				found = found || atGate
+			}
 		}
 		return nil
 	})

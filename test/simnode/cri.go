@@ -2,6 +2,7 @@ package simnode
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -35,8 +36,35 @@ func (n *Node) ServeCRI(ctx context.Context, socket string) error {
 	}
 	srv := grpc.NewServer()
 	runtimeapi.RegisterRuntimeServiceServer(srv, &criServer{node: n})
+	runtimeapi.RegisterImageServiceServer(srv, &imageServer{node: n})
 	go func() { <-ctx.Done(); srv.Stop() }()
 	return srv.Serve(l)
+}
+
+// imageServer serves the image status the edge agent reads, as containerd tells it: an image the node maps to a
+// command has that command as its entrypoint, in the verbose info's imageSpec.config; one it does not map is not
+// on the node.
+type imageServer struct {
+	runtimeapi.UnimplementedImageServiceServer
+	node *Node
+}
+
+// ImageStatus tells of a mapped image.
+func (s *imageServer) ImageStatus(_ context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+	ref := req.GetImage().GetImage()
+	argv, ok := s.node.cfg.Images[imageName(ref)]
+	if !ok {
+		return &runtimeapi.ImageStatusResponse{}, nil
+	}
+	out := &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: "sha256:" + imageName(ref), RepoTags: []string{ref}}}
+	if req.GetVerbose() {
+		info, err := json.Marshal(map[string]any{"imageSpec": map[string]any{"config": map[string]any{"Entrypoint": argv}}})
+		if err != nil {
+			return nil, err
+		}
+		out.Info = map[string]string{"info": string(info)}
+	}
+	return out, nil
 }
 
 // Version names the hollow runtime.

@@ -27,7 +27,8 @@ type CRI struct {
 
 	mu         sync.Mutex
 	containers map[string]CRIContainer
-	sandboxes  map[string]bool // pod UID -> ready; pods absent have none listed
+	images     map[string]string // image -> its verbose status' "info", as containerd tells it
+	sandboxes  map[string]bool   // pod UID -> ready; pods absent have none listed
 	stopped    []string
 
 	server *grpc.Server
@@ -44,8 +45,40 @@ func StartCRI(dir string) (*CRI, error) {
 	}
 	r.server = grpc.NewServer()
 	runtimeapi.RegisterRuntimeServiceServer(r.server, r)
+	runtimeapi.RegisterImageServiceServer(r.server, fakeImages{r: r})
 	go func() { _ = r.server.Serve(l) }()
 	return r, nil
+}
+
+// SetImage puts an image on the node, its verbose status' "info" as given.
+func (r *CRI) SetImage(image, info string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.images == nil {
+		r.images = map[string]string{}
+	}
+	r.images[image] = info
+}
+
+// fakeImages serves the fake runtime's images.
+type fakeImages struct {
+	runtimeapi.UnimplementedImageServiceServer
+	r *CRI
+}
+
+// ImageStatus tells of an image set, with its info when verbose; of another, nothing (not on the node).
+func (f fakeImages) ImageStatus(_ context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+	f.r.mu.Lock()
+	defer f.r.mu.Unlock()
+	info, ok := f.r.images[req.GetImage().GetImage()]
+	if !ok {
+		return &runtimeapi.ImageStatusResponse{}, nil
+	}
+	out := &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: "sha256:1", RepoTags: []string{req.GetImage().GetImage()}}}
+	if req.GetVerbose() {
+		out.Info = map[string]string{"info": info}
+	}
+	return out, nil
 }
 
 // Stop stops serving.

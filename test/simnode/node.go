@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -154,12 +156,9 @@ func (n *Node) Run(ctx context.Context) error {
 
 // register creates the Node and keeps it Ready, retrying while the API server is out of reach.
 func (n *Node) register(ctx context.Context) {
-	for ctx.Err() == nil {
-		if err := Register(ctx, n.cfg.Client, n.cfg.NodeName, n.cfg.Labels, n.cfg.LeaseDuration); err == nil {
-			break
-		}
-		time.Sleep(time.Second)
-	}
+	_ = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		return Register(ctx, n.cfg.Client, n.cfg.NodeName, n.cfg.Labels, n.cfg.LeaseDuration) == nil, nil
+	})
 	// The Node's heartbeat goes through edgehub: none while it is disconnected.
 	KeepAliveWhile(ctx, n.cfg.Client, n.cfg.NodeName, n.cfg.HeartbeatInterval, n.cfg.LeaseDuration, n.cloudLinked.Load)
 }
@@ -394,7 +393,11 @@ func (n *Node) startContainer(ctx context.Context, rt *podRuntime, c corev1.Cont
 	if !ok {
 		return fmt.Errorf("image %s is not mapped to an executable", c.Image)
 	}
-	argv = append(append(append([]string(nil), argv...), c.Command...), c.Args...)
+	// As a runtime does: a container's command replaces its image's (the command an image is mapped to).
+	if len(c.Command) > 0 {
+		argv = c.Command
+	}
+	argv = append(append([]string(nil), argv...), c.Args...)
 	p, err := startProcess(argv, n.containerEnv(ctx, pod, c), n.cfg.StateDir,
 		LogFile(n.cfg.StateDir, pod.Namespace, pod.Name, c.Name), PIDFile(n.cfg.StateDir, pod.Namespace, pod.Name, c.Name),
 		func() { n.containerChanged(runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT) })
@@ -540,15 +543,15 @@ func (n *Node) podStatus(rt *podRuntime) corev1.PodStatus {
 	}
 	phase := podPhase(pod.Spec.RestartPolicy, statuses)
 	start := metav1.NewTime(rt.started.Truncate(time.Second))
-	ready := corev1.ConditionFalse
+	containersReady := corev1.ConditionFalse
 	if allReady && phase == corev1.PodRunning {
-		ready = corev1.ConditionTrue
+		containersReady = corev1.ConditionTrue
 	}
 	conds := []corev1.PodCondition{
 		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
 		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue},
-		{Type: corev1.ContainersReady, Status: ready},
-		{Type: corev1.PodReady, Status: ready},
+		{Type: corev1.ContainersReady, Status: containersReady},
+		{Type: corev1.PodReady, Status: podReady(containersReady, pod)},
 	}
 	for i := range conds {
 		conds[i].LastTransitionTime = transitionTime(pod.Status.Conditions, conds[i])
@@ -556,6 +559,19 @@ func (n *Node) podStatus(rt *podRuntime) corev1.PodStatus {
 	sort.Slice(statuses, func(i, j int) bool { return statuses[i].Name < statuses[j].Name })
 	return corev1.PodStatus{Phase: phase, Conditions: conds, ContainerStatuses: statuses,
 		HostIP: "127.0.0.1", PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}}, StartTime: &start}
+}
+
+// podReady is a pod's Ready condition, as a kubelet makes it: its containers ready, and each of its readiness
+// gates' conditions true (no one sets those of the pod's own status here: a static pod's has none).
+func podReady(containersReady corev1.ConditionStatus, pod *corev1.Pod) corev1.ConditionStatus {
+	for _, g := range pod.Spec.ReadinessGates {
+		if !slices.ContainsFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == g.ConditionType && c.Status == corev1.ConditionTrue
+		}) {
+			return corev1.ConditionFalse
+		}
+	}
+	return containersReady
 }
 
 // transitionTime keeps a condition's transition time while its status is unchanged.
@@ -575,15 +591,13 @@ func (n *Node) finishDeletion(ctx context.Context, rt *podRuntime, grace time.Du
 	rt.mu.Lock()
 	pod := rt.pod
 	rt.mu.Unlock()
-	for ctx.Err() == nil {
+	// Cut off: finish once the API server is back.
+	_ = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 		err := n.cfg.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 			GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &pod.UID},
 		})
-		if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-			return
-		}
-		time.Sleep(time.Second) // cut off: finish once the API server is back
-	}
+		return err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err), nil
+	})
 }
 
 func stopProcesses(rt *podRuntime, grace time.Duration) {

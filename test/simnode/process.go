@@ -115,12 +115,18 @@ func LogFile(stateDir, namespace, pod, container string) string {
 
 // ProcessRuns tells whether the process whose pid a pid file holds runs (and is not a zombie).
 func ProcessRuns(pidFile string) bool {
+	_, ok := ProcessOf(pidFile)
+	return ok
+}
+
+// ProcessOf is the pid a pid file holds, when that process runs (and is not a zombie).
+func ProcessOf(pidFile string) (int, bool) {
 	data, err := os.ReadFile(pidFile)
 	if err != nil {
-		return false
+		return 0, false
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	return err == nil && PIDRuns(pid)
+	return pid, err == nil && PIDRuns(pid)
 }
 
 // PIDRuns tells whether the process pid runs (and is not a zombie).

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/lifeline-edge/lifeline/test/testkit"
@@ -112,3 +113,26 @@ func TestAStaticPodOfAnEndedUIDDoesNotRunAgainAtOnce(t *testing.T) {
 
 // waitLimit bounds every wait of these tests.
 const waitLimit = 10 * time.Second
+
+// A pod is Ready when its containers are and each of its readiness gates' conditions is true, as a kubelet has it:
+// an armed stand-in's gate, a condition no one sets, keeps it from Ready though its containers run.
+func TestReadinessGatesHoldAPodFromReady(t *testing.T) {
+	gated := &corev1.Pod{Spec: corev1.PodSpec{ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "example.com/gate"}}}}
+	opened := gated.DeepCopy()
+	opened.Status.Conditions = []corev1.PodCondition{{Type: "example.com/gate", Status: corev1.ConditionTrue}}
+	for _, tc := range []struct {
+		name       string
+		pod        *corev1.Pod
+		containers corev1.ConditionStatus
+		want       corev1.ConditionStatus
+	}{
+		{"no gate", &corev1.Pod{}, corev1.ConditionTrue, corev1.ConditionTrue},
+		{"a gate no one set", gated, corev1.ConditionTrue, corev1.ConditionFalse},
+		{"a gate set", opened, corev1.ConditionTrue, corev1.ConditionTrue},
+		{"a gate set, containers not ready", opened, corev1.ConditionFalse, corev1.ConditionFalse},
+	} {
+		if got := podReady(tc.containers, tc.pod); got != tc.want {
+			t.Errorf("%s: Ready %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}

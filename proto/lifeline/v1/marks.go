@@ -20,6 +20,9 @@ const (
 	// StaticPodOfAnnotation marks a static-pod manifest the agent wrote, with the worker it stands in for, as
 	// StaticPodOf writes it [P-HEAL-3].
 	StaticPodOfAnnotation = "lifeline.sedna.io/static-pod-of"
+	// StandInLabel ("true") on a stand-in's pod, and so on its mirror pod, tells it apart from the worker whose
+	// labels it carries: a selector with !lifeline.sedna.io/stand-in lists the workers alone.
+	StandInLabel = "lifeline.sedna.io/stand-in"
 	// DatasetAnnotation, DatasetIndexAnnotation and DatasetFormatAnnotation on a trainer pod name its Dataset,
 	// the index file of that Dataset on the node (a node path) and its format (txt or csv), so the node's agent
 	// counts the Dataset's samples as Sedna's local controller does [P-DS-1].

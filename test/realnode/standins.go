@@ -1,0 +1,60 @@
+package realnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
+)
+
+// ArmedStandInQuiet tells, from the API server, whether an armed stand-in of the worker whose pod is
+// namespace/worker shows on node as stock monitoring must take it: its mirror pod Running, not Ready, each of its
+// containers running (at the gate), none waiting or restarted. Nil when one of the worker's stand-in pods is so;
+// else what the last one looked like.
+func (c *Cluster) ArmedStandInQuiet(ctx context.Context, namespace, worker, node string) error {
+	var errs []error
+	for _, name := range lifelinev1.StandInPodsOn(worker, node) {
+		p, err := c.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		err = quietArmed(p)
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", name, err))
+	}
+	if len(errs) == 0 {
+		return fmt.Errorf("no stand-in pod of %s/%s on %s", namespace, worker, node)
+	}
+	return errors.Join(errs...)
+}
+
+// quietArmed is nil when p is Running, not Ready, its containers running with no restart.
+func quietArmed(p *corev1.Pod) error {
+	if p.Status.Phase != corev1.PodRunning {
+		return fmt.Errorf("phase %s", p.Status.Phase)
+	}
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+			return errors.New("Ready")
+		}
+	}
+	if len(p.Status.ContainerStatuses) != len(p.Spec.Containers) {
+		return fmt.Errorf("%d container statuses of %d containers", len(p.Status.ContainerStatuses), len(p.Spec.Containers))
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running == nil || cs.RestartCount > 0 {
+			return fmt.Errorf("container %s: %+v, %d restarts", cs.Name, cs.State, cs.RestartCount)
+		}
+	}
+	return nil
+}
