@@ -148,7 +148,7 @@ func TestKindScriptDryRun(t *testing.T) {
 	}
 	in := newInstalled(t, renderChart(t, flags...))
 	in.wantBroker(t, "ssl://172.18.0.2:30883")
-	in.wantGeneratedCert(t, "172.18.0.2")
+	in.wantIssuedByController(t, "172.18.0.2")
 	if c := in.agent.Spec.Template.Spec.Containers[0]; c.ImagePullPolicy != "Never" || c.Image != "lifeline/lifeline-agent:dev" {
 		t.Errorf("agent image %s pulled %s, want the loaded lifeline/lifeline-agent:dev, never pulled", c.Image, c.ImagePullPolicy)
 	}

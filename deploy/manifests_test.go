@@ -125,7 +125,7 @@ func TestInstall(t *testing.T) {
 	install := func(address string) {
 		t.Helper()
 		helmOnControlPlane(t, "upgrade", "--install", "lifeline", chartDir, "--namespace", namespace, "--create-namespace",
-			"--set-file", "nodeIdentity.kubeedgeCA="+kubeedgeCA, "--set", "broker.advertiseAddress={"+address+"}")
+			"--set-file", "nodeIdentity.kubeedgeCA="+kubeedgeCA, "--set", "broker.advertiseAddress={"+address+"}", "--set", "broker.tls.generatedBy=helm")
 	}
 	podTemplate := func() map[string]string {
 		d, err := client.AppsV1().Deployments(namespace).Get(context.Background(), "lifeline-controller", metav1.GetOptions{})

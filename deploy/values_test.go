@@ -364,7 +364,7 @@ func TestControllerDisruptionBudget(t *testing.T) {
 func TestComponentLabels(t *testing.T) {
 	caFile, _ := testCA(t, "kubeedge")
 	objs := renderChart(t, "--set-file", "nodeIdentity.kubeedgeCA="+caFile, "--set", "controller.replicas=2",
-		"--set", "controller.namespaces={team-a}", "--set", "agent.edgecore.requireAuthorization=true")
+		"--set", "controller.namespaces={team-a}", "--set", "agent.edgecore.requireAuthorization=true", "--set", "broker.tls.generatedBy=helm")
 	component := func(name string) string {
 		switch {
 		case name == "lifeline-agent", strings.HasPrefix(name, "lifeline-agent-"):

@@ -33,6 +33,12 @@ func TestFlagValidation(t *testing.T) {
 		{args: []string{"--mqtt-broker-url=tcp://mosquitto.example:1883"}},
 		{args: []string{"--mqtt-broker-url=mosquitto.example:1883"}, want: "--mqtt-broker-url"},
 		{args: []string{"--mqtt-broker-url=http://mosquitto.example:1883"}, want: "--mqtt-broker-url"},
+		{args: []string{"--mqtt-tls-ca-secret=ca", "--mqtt-tls-ca-dir=/ca", "--mqtt-tls-namespace=ns", "--mqtt-tls-names=a,10.0.0.1"}},
+		{args: []string{"--own-deployment=lifeline-system/lifeline-controller"}},
+		{args: []string{"--own-deployment=lifeline-controller"}, want: "--own-deployment \"lifeline-controller\": want namespace/name"},
+		{args: []string{"--mqtt-tls-ca-secret=ca", "--mqtt-tls-ca-dir=/ca", "--mqtt-tls-namespace=ns"}, want: "needs --mqtt-tls-namespace, --mqtt-tls-ca-dir and --mqtt-tls-names"},
+		{args: []string{"--mqtt-tls-ca-secret=ca", "--mqtt-tls-ca-dir=/ca", "--mqtt-tls-namespace=ns", "--mqtt-tls-names=a", "--mqtt-tls-cert=c.pem"},
+			want: "leave out --mqtt-tls-cert"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -13,8 +13,12 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -22,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lifeline-edge/lifeline/cloud/broker"
+	"github.com/lifeline-edge/lifeline/cloud/brokertls"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/edgeaware"
 	"github.com/lifeline-edge/lifeline/cloud/federatedlearning"
@@ -71,7 +76,7 @@ func main() {
 	} else {
 		ctrl.Log.Info("soft memory limit", "bytes", soft, "from", why)
 	}
-	if err := mqttCredentials(&opts, c.tlsCert, c.tlsKey, c.caFile, c.passwordFile, c.clientCAFile); err != nil {
+	if err := mqttCredentials(&opts, c.tlsCert, c.tlsKey, c.caFile, c.passwordFile, c.clientCAFile, c.issue.CASecret != ""); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
 		os.Exit(1)
 	}
@@ -84,15 +89,61 @@ func main() {
 		fmt.Fprintln(os.Stderr, "lifeline-controller: loading kubeconfig:", err)
 		os.Exit(1)
 	}
-	if err := run(ctrl.SetupSignalHandler(), cfg, opts); err != nil {
+	ctx := ctrl.SetupSignalHandler()
+	if c.issue.CASecret != "" {
+		if opts.MQTTTLS, err = issueBrokerCertificate(ctx, cfg, &c.issue, c.tlsOwner); err != nil {
+			fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
+			os.Exit(1)
+		}
+	}
+	err = run(ctx, cfg, opts)
+	if c.ownDeployment != "" {
+		releaseIfUninstalled(cfg, c.ownDeployment)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
 		os.Exit(1)
 	}
 }
 
+// releaseIfUninstalled takes Lifeline's finalizer off the workers' pods when the controller stops because its own
+// Deployment is gone or being deleted (an uninstall, by Helm or by a GitOps tool that runs no hook), since no
+// controller would remove it afterwards; its reconcilers have stopped, so it adds none meanwhile. A restart, a
+// rollout or an eviction leaves the Deployment in place, and the finalizers with it.
+func releaseIfUninstalled(cfg *rest.Config, deployment string) {
+	log := ctrl.Log.WithName("uninstall")
+	ns, name, _ := strings.Cut(deployment, "/")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		log.Error(err, "no client to look at the controller's Deployment")
+		return
+	}
+	d := &appsv1.Deployment{}
+	switch err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, d); {
+	case err == nil && d.DeletionTimestamp == nil:
+		return
+	case err != nil && !apierrors.IsNotFound(err):
+		log.Error(err, "reading the controller's Deployment: the workers' finalizers are kept", "deployment", deployment)
+		return
+	}
+	n, err := federatedlearning.ReleaseFinalizers(ctx, c)
+	if err != nil {
+		log.Error(err, "releasing the workers' pods", "released", n)
+		return
+	}
+	log.Info("the controller's Deployment is deleted: released the workers' pods", "released", n, "finalizer", federatedlearning.WorkerFinalizer)
+}
+
 // config is what the flags say, before the files they name are read.
 type config struct {
-	opts                                                manager.Options
+	opts manager.Options
+	// issue is the broker certificate's issuer, with --mqtt-tls-ca-secret.
+	issue    brokertls.Issuer
+	tlsOwner string
+	// ownDeployment is the controller's own Deployment, namespace/name (--own-deployment).
+	ownDeployment                                       string
 	clientCAFile, tlsCert, tlsKey, passwordFile, caFile string
 	namespaces, selector                                string
 	memoryFraction                                      *float64
@@ -130,6 +181,26 @@ func bindFlags(fs *flag.FlagSet) *config {
 	fs.Int("mqtt-max-retained-workers", 0, "deprecated and ignored: the embedded broker retains no message")
 	fs.StringVar(&c.tlsCert, "mqtt-tls-cert", "", "certificate of the MQTT listener (PEM); with --mqtt-tls-key, the listener is TLS")
 	fs.StringVar(&c.tlsKey, "mqtt-tls-key", "", "private key of the MQTT listener (PEM)")
+	fs.StringVar(&c.issue.CASecret, "mqtt-tls-ca-secret", "",
+		"instead of --mqtt-tls-cert: issue the MQTT listener's certificate from the CA in this Secret of --mqtt-tls-namespace, made there first if "+
+			"there is none, and publish the CA to the agents in --mqtt-tls-ca-configmap; the certificate is renewed in memory")
+	fs.StringVar(&c.issue.CAConfigMap, "mqtt-tls-ca-configmap", "lifeline-broker-ca", "with --mqtt-tls-ca-secret: the ConfigMap (key ca.crt) the agents read the CA from")
+	fs.StringVar(&c.issue.Namespace, "mqtt-tls-namespace", "", "with --mqtt-tls-ca-secret: the namespace of that Secret and ConfigMap")
+	fs.StringVar(&c.issue.CADir, "mqtt-tls-ca-dir", "",
+		"with --mqtt-tls-ca-secret: where that Secret is mounted (an optional volume); the CA's key is read there, never through the API")
+	fs.StringVar(&c.ownDeployment, "own-deployment", "",
+		"namespace/name of the controller's Deployment: a controller that stops while it is gone or being deleted (an uninstall, with or without "+
+			"Helm's hooks) takes Lifeline's finalizer off the workers' pods first")
+	fs.StringVar(&c.tlsOwner, "mqtt-tls-owner-deployment", "",
+		"with --mqtt-tls-ca-secret: the controller's Deployment in --mqtt-tls-namespace, which owns the Secret and ConfigMap made, so they go with it")
+	fs.Func("mqtt-tls-names", "with --mqtt-tls-ca-secret: the broker's DNS names and IP addresses, comma-separated, which its certificate carries", func(v string) error {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				c.issue.Names = append(c.issue.Names, name)
+			}
+		}
+		return nil
+	})
 	fs.StringVar(&opts.MQTTBrokerURL, "mqtt-broker-url", "", "use this external broker (tcp:// or ssl://) instead of the embedded one; it must enforce the nodes' ACL")
 	fs.StringVar(&opts.MQTTUsername, "mqtt-username", "lifeline-controller", "user on the external broker")
 	fs.StringVar(&c.passwordFile, "mqtt-password-file", "", "file holding the password on the external broker")
@@ -166,20 +237,49 @@ func (c *config) validate(fs *flag.FlagSet) error {
 	if f := *c.memoryFraction; f > 1 {
 		errs = append(errs, fmt.Errorf("--memory-limit-fraction must be at most 1, got %v", f))
 	}
+	if ns, name, ok := strings.Cut(c.ownDeployment, "/"); c.ownDeployment != "" && (!ok || ns == "" || name == "") {
+		errs = append(errs, fmt.Errorf("--own-deployment %q: want namespace/name", c.ownDeployment))
+	}
+	if c.issue.CASecret != "" && (c.tlsCert != "" || c.tlsKey != "") {
+		errs = append(errs, errors.New("--mqtt-tls-ca-secret issues the listener's certificate: leave out --mqtt-tls-cert and --mqtt-tls-key"))
+	}
+	if c.issue.CASecret != "" && (c.issue.Namespace == "" || c.issue.CADir == "" || len(c.issue.Names) == 0) {
+		errs = append(errs, errors.New("--mqtt-tls-ca-secret needs --mqtt-tls-namespace, --mqtt-tls-ca-dir and --mqtt-tls-names"))
+	}
 	return errors.Join(errs...)
 }
 
-// mqttCredentials loads the embedded listener's certificate and the CA of the nodes' certificates, or the
-// external broker's CA and password.
-func mqttCredentials(opts *manager.Options, certFile, keyFile, caFile, passwordFile, clientCAFile string) error {
+// issueBrokerCertificate starts the issuer of the embedded listener's certificate (--mqtt-tls-ca-secret).
+func issueBrokerCertificate(ctx context.Context, cfg *rest.Config, issuer *brokertls.Issuer, owner string) (*tls.Config, error) {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	issuer.Client, issuer.Log = kube, ctrl.Log.WithName("broker-tls")
+	if owner != "" {
+		d, err := kube.AppsV1().Deployments(issuer.Namespace).Get(ctx, owner, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("the owner of the broker's CA: %w", err)
+		}
+		issuer.Owner = &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID}
+	}
+	if err := issuer.Start(ctx); err != nil {
+		return nil, err
+	}
+	return &tls.Config{GetCertificate: issuer.GetCertificate, MinVersion: tls.VersionTLS12}, nil
+}
+
+// mqttCredentials loads the embedded listener's certificate (unless issued: the listener is TLS anyway) and the CA
+// of the nodes' certificates, or the external broker's CA and password.
+func mqttCredentials(opts *manager.Options, certFile, keyFile, caFile, passwordFile, clientCAFile string, issued bool) error {
 	if clientCAFile != "" {
 		pem, err := os.ReadFile(clientCAFile)
 		pool := x509.NewCertPool()
 		if err != nil || !pool.AppendCertsFromPEM(pem) {
 			return fmt.Errorf("reading the nodes' CA certificates from %s: %v", clientCAFile, err)
 		}
-		if certFile == "" {
-			return fmt.Errorf("--mqtt-client-ca-file needs a TLS listener: set --mqtt-tls-cert and --mqtt-tls-key")
+		if certFile == "" && !issued {
+			return fmt.Errorf("--mqtt-client-ca-file needs a TLS listener: set --mqtt-tls-cert and --mqtt-tls-key, or --mqtt-tls-ca-secret")
 		}
 		opts.MQTTClientCAs = pool
 	}

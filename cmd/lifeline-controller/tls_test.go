@@ -30,11 +30,11 @@ func TestTheBrokersRenewedCertificateIsServedWithoutARestart(t *testing.T) {
 		}
 	}
 	var opts manager.Options
-	if err := mqttCredentials(&opts, certFile, keyFile, "", "", ""); err == nil {
+	if err := mqttCredentials(&opts, certFile, keyFile, "", "", "", false); err == nil {
 		t.Fatal("a listener without its certificate's files was configured")
 	}
 	issue(7)
-	if err := mqttCredentials(&opts, certFile, keyFile, "", "", ""); err != nil {
+	if err := mqttCredentials(&opts, certFile, keyFile, "", "", "", false); err != nil {
 		t.Fatal(err)
 	}
 	served := func() int64 {

@@ -594,6 +594,15 @@ func TestHelmUninstallLeavesNoLifelineObject(t *testing.T) {
 	if l, err := cs.RbacV1().ClusterRoles().List(ctx, selector); err != nil || len(l.Items) != 0 {
 		t.Errorf("cluster roles left: %v %v", l, err)
 	}
+	// What the controller made at run time (the broker's CA and its ConfigMap) goes with its Deployment.
+	harness.Eventually(t, time.Minute, "no Lifeline Secret or ConfigMap left", func(ctx context.Context) (bool, error) {
+		secrets, err := cs.CoreV1().Secrets(realnode.Namespace).List(ctx, selector)
+		if err != nil {
+			return false, err
+		}
+		maps, err := cs.CoreV1().ConfigMaps(realnode.Namespace).List(ctx, selector)
+		return err == nil && len(secrets.Items)+len(maps.Items) == 0, err
+	})
 	if l, err := cs.RbacV1().ClusterRoleBindings().List(ctx, selector); err != nil || len(l.Items) != 0 {
 		t.Errorf("cluster role bindings left: %v %v", l, err)
 	}

@@ -60,6 +60,13 @@ affinity: {{- toYaml $affinity | nindent 2 }}
 {{- concat .Values.broker.advertiseAddress (include "lifeline.brokerDNSNames" . | fromJsonArray) | join "," -}}
 {{- end }}
 
+{{/* "true" when the controller makes the broker's CA and certificate at run time (broker.tls.generatedBy). */}}
+{{- define "lifeline.brokerTLSByController" -}}
+{{- $t := .Values.broker.tls -}}
+{{- if not (has $t.generatedBy (list "controller" "helm")) }}{{ fail (printf "broker.tls.generatedBy must be controller or helm, not %q" $t.generatedBy) }}{{ end -}}
+{{- if and (not $t.existingSecret) (not $t.certManager.issuerRef.name) (eq $t.generatedBy "controller") }}true{{ end -}}
+{{- end }}
+
 {{/* What the agents dial: ssl://<first advertised address>:<the port it exposes>, else the Service's DNS name. */}}
 {{- define "lifeline.brokerURL" -}}
 {{- $b := .Values.broker -}}
