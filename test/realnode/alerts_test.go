@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -103,7 +102,7 @@ type monitoring struct{ api string }
 func startMonitoring(t *testing.T, ksm string) *monitoring {
 	t.Helper()
 	dir := t.TempDir()
-	ksmPort, ksmTelemetry, promPort := freeLocalPort(t), freeLocalPort(t), freeLocalPort(t)
+	ksmPort, ksmTelemetry, promPort := testkit.FreePort(t), testkit.FreePort(t), testkit.FreePort(t)
 	config := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
 rule_files: [rules.yaml]
 scrape_configs:
@@ -166,17 +165,6 @@ func (m *monitoring) get(ctx context.Context, path string, into any) error {
 		return fmt.Errorf("prometheus %s: %s", path, resp.Status)
 	}
 	return json.NewDecoder(resp.Body).Decode(into)
-}
-
-// freeLocalPort is a port on 127.0.0.1 nothing listens on now.
-func freeLocalPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // startLogged runs binary with args, its output in logFile, until the test ends; a failed test logs the output's

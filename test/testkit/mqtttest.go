@@ -74,7 +74,8 @@ func Subscribe(t testing.TB, broker, cluster, clientID string) <-chan Message {
 	return ch
 }
 
-func freePort(t testing.TB) int {
+// FreePort is a port on 127.0.0.1 nothing listens on now.
+func FreePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -95,7 +96,7 @@ func StartMosquitto(t testing.TB, name, extra string) string {
 		}
 		t.Skip("mosquitto is not installed (apt-get install mosquitto)")
 	}
-	port := freePort(t)
+	port := FreePort(t)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, name+".conf")
 	text := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n%s", port, extra)
