@@ -63,9 +63,6 @@ type Issuer struct {
 	CAMountWait time.Duration
 	// Names are the broker's DNS names and IP addresses, which the serving certificate carries.
 	Names []string
-	// Owner, when set, owns the Secret and the ConfigMap the Issuer makes, which then go with it (the controller's
-	// Deployment: an uninstall leaves neither behind).
-	Owner *metav1.OwnerReference
 	// CAValidity and ServingValidity default to DefaultCAValidity and DefaultServingValidity.
 	CAValidity, ServingValidity time.Duration
 	Log                         logr.Logger
@@ -129,8 +126,7 @@ func (i *Issuer) keepRenewed(ctx context.Context) {
 func (i *Issuer) due() bool {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	leaf := i.serving.Leaf
-	return i.now().After(leaf.NotAfter.Add(-leaf.NotAfter.Sub(leaf.NotBefore) / 3))
+	return i.now().After(i.serving.Leaf.NotAfter.Add(-i.servingValidity() / 3))
 }
 
 // renew issues a serving certificate for Names from the CA. Connections made before keep theirs: a renewal drops
@@ -141,8 +137,9 @@ func (i *Issuer) renew() error {
 		return fmt.Errorf("the broker's key: %w", err)
 	}
 	now := i.now()
-	template := &x509.Certificate{Subject: pkix.Name{CommonName: "lifeline-broker"}, NotBefore: now.Add(-time.Minute),
-		NotAfter: now.Add(i.servingValidity()), KeyUsage: x509.KeyUsageDigitalSignature,
+	// Dated an hour back, for nodes whose clocks lag (an edge node offline for long); never past the CA.
+	template := &x509.Certificate{Subject: pkix.Name{CommonName: "lifeline-broker"}, NotBefore: now.Add(-time.Hour),
+		NotAfter: minTime(now.Add(i.servingValidity()), i.ca.NotAfter), KeyUsage: x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	for _, name := range i.Names {
 		if ip := net.ParseIP(name); ip != nil {
@@ -238,7 +235,7 @@ func (i *Issuer) makeCA() (s *corev1.Secret, certPEM, keyPEM []byte, err error) 
 		return nil, nil, nil, fmt.Errorf("the CA's key: %w", err)
 	}
 	now := i.now()
-	template := &x509.Certificate{Subject: pkix.Name{CommonName: "lifeline-broker-ca"}, NotBefore: now.Add(-time.Minute),
+	template := &x509.Certificate{Subject: pkix.Name{CommonName: "lifeline-broker-ca"}, NotBefore: now.Add(-time.Hour),
 		NotAfter: now.Add(i.caValidity()), IsCA: true, BasicConstraintsValid: true, MaxPathLenZero: true,
 		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature}
 	_, der, err := sign(template, key.Public(), nil, key)
@@ -280,14 +277,12 @@ func (i *Issuer) publishCA(ctx context.Context) error {
 	return nil
 }
 
-// objectMeta is the metadata of an object the Issuer makes.
+// objectMeta is the metadata of an object the Issuer makes. Nothing owns it: the trust root of every agent must not
+// go with an object that may be deleted and made again (the controller's Deployment, on a change of its selector),
+// so an uninstall leaves the CA behind, as cert-manager leaves its CAs.
 func (i *Issuer) objectMeta(name string) metav1.ObjectMeta {
-	m := metav1.ObjectMeta{Name: name, Namespace: i.Namespace,
+	return metav1.ObjectMeta{Name: name, Namespace: i.Namespace,
 		Labels: map[string]string{"app.kubernetes.io/part-of": "lifeline", "app.kubernetes.io/component": "broker"}}
-	if i.Owner != nil {
-		m.OwnerReferences = []metav1.OwnerReference{*i.Owner}
-	}
-	return m
 }
 
 // sign signs template for pub with parent's key (self-signed when parent is nil).
@@ -306,6 +301,13 @@ func sign(template *x509.Certificate, pub crypto.PublicKey, parent *x509.Certifi
 	}
 	leaf, err := x509.ParseCertificate(der)
 	return leaf, der, err
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func (i *Issuer) now() time.Time {

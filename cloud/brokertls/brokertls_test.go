@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -205,38 +204,5 @@ func TestASecretThatHoldsNoCAIsRefused(t *testing.T) {
 	err = i.Start(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "lifeline-broker-ca-key") {
 		t.Errorf("started with a Secret that holds no CA: %v", err)
-	}
-}
-
-// The Secret and the ConfigMap made are owned by the Issuer's owner (the controller's Deployment), so an uninstall,
-// which deletes it, leaves neither behind.
-func TestWhatTheIssuerMakesIsOwnedByItsOwner(t *testing.T) {
-	ns := namespace(t)
-	labels := map[string]string{"app": "controller"}
-	d, err := kube.AppsV1().Deployments(ns).Create(context.Background(), &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "lifeline-controller"},
-		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{
-			ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "c"}}}}}},
-		metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := issuer(t, ns)
-	i.Owner = &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID}
-	if err := i.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	s, err := kube.CoreV1().Secrets(ns).Get(context.Background(), i.CASecret, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cm, err := kube.CoreV1().ConfigMaps(ns).Get(context.Background(), i.CAConfigMap, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for what, refs := range map[string][]metav1.OwnerReference{"the CA's Secret": s.OwnerReferences, "the CA's ConfigMap": cm.OwnerReferences} {
-		if len(refs) != 1 || refs[0].UID != d.UID {
-			t.Errorf("%s is owned by %+v, want the Deployment %s", what, refs, d.UID)
-		}
 	}
 }

@@ -13,9 +13,6 @@ import (
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -91,59 +88,22 @@ func main() {
 	}
 	ctx := ctrl.SetupSignalHandler()
 	if c.issue.CASecret != "" {
-		if opts.MQTTTLS, err = issueBrokerCertificate(ctx, cfg, &c.issue, c.tlsOwner); err != nil {
+		if opts.MQTTTLS, err = issueBrokerCertificate(ctx, cfg, &c.issue); err != nil {
 			fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
 			os.Exit(1)
 		}
 	}
-	err = run(ctx, cfg, opts)
-	if c.ownDeployment != "" {
-		releaseIfUninstalled(cfg, c.ownDeployment)
-	}
-	if err != nil {
+	if err := run(ctx, cfg, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-controller:", err)
 		os.Exit(1)
 	}
-}
-
-// releaseIfUninstalled takes Lifeline's finalizer off the workers' pods when the controller stops because its own
-// Deployment is gone or being deleted (an uninstall, by Helm or by a GitOps tool that runs no hook), since no
-// controller would remove it afterwards; its reconcilers have stopped, so it adds none meanwhile. A restart, a
-// rollout or an eviction leaves the Deployment in place, and the finalizers with it.
-func releaseIfUninstalled(cfg *rest.Config, deployment string) {
-	log := ctrl.Log.WithName("uninstall")
-	ns, name, _ := strings.Cut(deployment, "/")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		log.Error(err, "no client to look at the controller's Deployment")
-		return
-	}
-	d := &appsv1.Deployment{}
-	switch err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, d); {
-	case err == nil && d.DeletionTimestamp == nil:
-		return
-	case err != nil && !apierrors.IsNotFound(err):
-		log.Error(err, "reading the controller's Deployment: the workers' finalizers are kept", "deployment", deployment)
-		return
-	}
-	n, err := federatedlearning.ReleaseFinalizers(ctx, c)
-	if err != nil {
-		log.Error(err, "releasing the workers' pods", "released", n)
-		return
-	}
-	log.Info("the controller's Deployment is deleted: released the workers' pods", "released", n, "finalizer", federatedlearning.WorkerFinalizer)
 }
 
 // config is what the flags say, before the files they name are read.
 type config struct {
 	opts manager.Options
 	// issue is the broker certificate's issuer, with --mqtt-tls-ca-secret.
-	issue    brokertls.Issuer
-	tlsOwner string
-	// ownDeployment is the controller's own Deployment, namespace/name (--own-deployment).
-	ownDeployment                                       string
+	issue                                               brokertls.Issuer
 	clientCAFile, tlsCert, tlsKey, passwordFile, caFile string
 	namespaces, selector                                string
 	memoryFraction                                      *float64
@@ -188,11 +148,6 @@ func bindFlags(fs *flag.FlagSet) *config {
 	fs.StringVar(&c.issue.Namespace, "mqtt-tls-namespace", "", "with --mqtt-tls-ca-secret: the namespace of that Secret and ConfigMap")
 	fs.StringVar(&c.issue.CADir, "mqtt-tls-ca-dir", "",
 		"with --mqtt-tls-ca-secret: where that Secret is mounted (an optional volume); the CA's key is read there, never through the API")
-	fs.StringVar(&c.ownDeployment, "own-deployment", "",
-		"namespace/name of the controller's Deployment: a controller that stops while it is gone or being deleted (an uninstall, with or without "+
-			"Helm's hooks) takes Lifeline's finalizer off the workers' pods first")
-	fs.StringVar(&c.tlsOwner, "mqtt-tls-owner-deployment", "",
-		"with --mqtt-tls-ca-secret: the controller's Deployment in --mqtt-tls-namespace, which owns the Secret and ConfigMap made, so they go with it")
 	fs.Func("mqtt-tls-names", "with --mqtt-tls-ca-secret: the broker's DNS names and IP addresses, comma-separated, which its certificate carries", func(v string) error {
 		for _, name := range strings.Split(v, ",") {
 			if name = strings.TrimSpace(name); name != "" {
@@ -237,8 +192,8 @@ func (c *config) validate(fs *flag.FlagSet) error {
 	if f := *c.memoryFraction; f > 1 {
 		errs = append(errs, fmt.Errorf("--memory-limit-fraction must be at most 1, got %v", f))
 	}
-	if ns, name, ok := strings.Cut(c.ownDeployment, "/"); c.ownDeployment != "" && (!ok || ns == "" || name == "") {
-		errs = append(errs, fmt.Errorf("--own-deployment %q: want namespace/name", c.ownDeployment))
+	if c.issue.CASecret != "" && c.opts.MQTTBrokerURL != "" {
+		errs = append(errs, errors.New("--mqtt-tls-ca-secret issues the embedded broker's certificate: it has no use with --mqtt-broker-url"))
 	}
 	if c.issue.CASecret != "" && (c.tlsCert != "" || c.tlsKey != "") {
 		errs = append(errs, errors.New("--mqtt-tls-ca-secret issues the listener's certificate: leave out --mqtt-tls-cert and --mqtt-tls-key"))
@@ -250,19 +205,12 @@ func (c *config) validate(fs *flag.FlagSet) error {
 }
 
 // issueBrokerCertificate starts the issuer of the embedded listener's certificate (--mqtt-tls-ca-secret).
-func issueBrokerCertificate(ctx context.Context, cfg *rest.Config, issuer *brokertls.Issuer, owner string) (*tls.Config, error) {
+func issueBrokerCertificate(ctx context.Context, cfg *rest.Config, issuer *brokertls.Issuer) (*tls.Config, error) {
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
 	issuer.Client, issuer.Log = kube, ctrl.Log.WithName("broker-tls")
-	if owner != "" {
-		d, err := kube.AppsV1().Deployments(issuer.Namespace).Get(ctx, owner, metav1.GetOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("the owner of the broker's CA: %w", err)
-		}
-		issuer.Owner = &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID}
-	}
 	if err := issuer.Start(ctx); err != nil {
 		return nil, err
 	}

@@ -91,8 +91,9 @@ type gate struct{ dir, binary string }
 // that names none). Its containers keep their CPU and memory limits, so a worker healed offline is held to them as
 // its pod was, but ask for next to nothing (armedRequests): an armed stand-in must not reserve the node's
 // resources beside its worker, which the node admits, and may refuse, against every pod it runs; for the same
-// reason it asks for no extended resource (a GPU) at all. Init containers are not gated: they run when the
-// stand-in is armed, the node still linked.
+// reason it asks for no extended resource (a GPU) at all. Its init containers are held by the gate too, so none
+// runs (a model's download, a registration) while the worker does, every time a stand-in is armed; a worker that
+// has them therefore has a stand-in Pending at its first init container until a rebuild opens the gate.
 func armedManifest(manifest []byte, g gate, commandOf func(image string) (ImageCommand, error)) ([]byte, error) {
 	var pod map[string]any
 	if err := json.Unmarshal(manifest, &pod); err != nil {
@@ -110,7 +111,7 @@ func armedManifest(manifest []byte, g gate, commandOf func(image string) (ImageC
 			delete(container, "resources")
 		}
 	}
-	for _, c := range list(spec["containers"]) {
+	for _, c := range append(list(spec["initContainers"]), list(spec["containers"])...) {
 		container, _ := c.(map[string]any)
 		argv, err := commandLine(container, commandOf)
 		if err != nil {
@@ -239,7 +240,9 @@ func (s *StaticPods) stageGate() error {
 		return fmt.Errorf("reading the gate's binary: %w", err)
 	}
 	staged := s.gateBinary()
-	if old, err := os.ReadFile(staged); err != nil || !bytes.Equal(old, binary) {
+	old, err := os.ReadFile(staged)
+	info, statErr := os.Stat(staged)
+	if err != nil || statErr != nil || !bytes.Equal(old, binary) || info.Mode().Perm() != 0o755 {
 		if err := os.MkdirAll(filepath.Dir(staged), 0o755); err != nil {
 			return fmt.Errorf("staging the gate's binary: %w", err)
 		}
@@ -269,6 +272,9 @@ func ExecWorker(argv []string) error {
 		return errors.New("no command to run")
 	}
 	path, err := exec.LookPath(argv[0])
+	if errors.Is(err, exec.ErrDot) {
+		err = nil // found through a relative PATH entry, which a node's runtime follows too
+	}
 	if err != nil {
 		return fmt.Errorf("finding %s: %w", argv[0], err)
 	}

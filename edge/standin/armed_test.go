@@ -567,3 +567,44 @@ func TestTheGateRunsTheContainersCommandOnceOpen(t *testing.T) {
 		t.Fatal("the command did not run once the gate was opened")
 	}
 }
+
+// An armed stand-in's init containers wait at the gate too, before its containers: none runs beside the worker
+// (a model's download, a registration) each time a stand-in is armed, and a sidecar among them loses its probes as
+// the containers do.
+func TestArmedInitContainersWaitAtTheGate(t *testing.T) {
+	dir, gates := t.TempDir(), filepath.Join(t.TempDir(), "gates")
+	manifest := withSpec(t, "initContainers", `[{"name":"storage-initializer","image":"w","args":["s3://models/m","/models"]},`+
+		`{"name":"sidecar","image":"w","command":["/proxy"],"restartPolicy":"Always","readinessProbe":{"tcpSocket":{"port":80}}}]`)
+	workers := fixedWorkers{{Namespace: "default", Name: "fl-trainer-0", UID: "u1", Manifest: manifest}}
+	s := &StaticPods{Dir: dir, Workers: workers, GateBinary: agentBinary(t), GatesDir: gates, Runtime: withImages}
+	if err := s.Arm(context.Background(), workers); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, standInSlots("default", "fl-trainer-0")[0].file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pod struct {
+		Spec struct {
+			InitContainers []struct {
+				Name           string
+				Command, Args  []string
+				ReadinessProbe any `json:"readinessProbe"`
+			} `json:"initContainers"`
+		}
+	}
+	if err := json.Unmarshal(data, &pod); err != nil {
+		t.Fatal(err)
+	}
+	gate := []string{filepath.Join(gates, ".bin", "lifeline-gate"), "gate", "--path", filepath.Join(s.gateDir(standInSlots("default", "fl-trainer-0")[0].file), "open"), "--"}
+	want := map[string][]string{"storage-initializer": append(slices.Clone(gate), "/w", "s3://models/m", "/models"),
+		"sidecar": append(slices.Clone(gate), "/proxy")}
+	if len(pod.Spec.InitContainers) != len(want) {
+		t.Fatalf("init containers %+v, want %d", pod.Spec.InitContainers, len(want))
+	}
+	for _, c := range pod.Spec.InitContainers {
+		if !slices.Equal(c.Command, want[c.Name]) || len(c.Args) != 0 || c.ReadinessProbe != nil {
+			t.Errorf("init container %s runs %q %q (probe %v), want %q behind the gate, no probe", c.Name, c.Command, c.Args, c.ReadinessProbe, want[c.Name])
+		}
+	}
+}

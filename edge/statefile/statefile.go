@@ -15,13 +15,14 @@ func Write(path string, data []byte) error {
 	return WriteMode(path, data, 0o600)
 }
 
-// WriteMode is Write with the file's mode.
+// WriteMode is Write with the file's mode. Its temporary file is its own, so two processes writing one path at once
+// (the agent pod and the standby, around a rollout) each rename a whole file over it.
 func WriteMode(path string, data []byte, mode os.FileMode) error {
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
+	tmp := f.Name()
 	_, err = f.Write(data)
 	if err == nil {
 		err = f.Chmod(mode) // whatever the umask

@@ -594,15 +594,26 @@ func TestHelmUninstallLeavesNoLifelineObject(t *testing.T) {
 	if l, err := cs.RbacV1().ClusterRoles().List(ctx, selector); err != nil || len(l.Items) != 0 {
 		t.Errorf("cluster roles left: %v %v", l, err)
 	}
-	// What the controller made at run time (the broker's CA and its ConfigMap) goes with its Deployment.
-	harness.Eventually(t, time.Minute, "no Lifeline Secret or ConfigMap left", func(ctx context.Context) (bool, error) {
-		secrets, err := cs.CoreV1().Secrets(realnode.Namespace).List(ctx, selector)
-		if err != nil {
-			return false, err
-		}
-		maps, err := cs.CoreV1().ConfigMaps(realnode.Namespace).List(ctx, selector)
-		return err == nil && len(secrets.Items)+len(maps.Items) == 0, err
-	})
+	// What the controller made at run time, the broker's CA and its ConfigMap, stays (the agents' trust root follows
+	// no object that may be made again); nothing else of Lifeline's does.
+	secrets, err := cs.CoreV1().Secrets(realnode.Namespace).List(ctx, selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps, err := cs.CoreV1().ConfigMaps(realnode.Namespace).List(ctx, selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, s := range secrets.Items {
+		left = append(left, "Secret "+s.Name)
+	}
+	for _, m := range maps.Items {
+		left = append(left, "ConfigMap "+m.Name)
+	}
+	if want := []string{"Secret lifeline-broker-ca-key", "ConfigMap lifeline-broker-ca"}; !slices.Equal(left, want) {
+		t.Errorf("left after helm uninstall: %v, want the broker's CA alone: %v", left, want)
+	}
 	if l, err := cs.RbacV1().ClusterRoleBindings().List(ctx, selector); err != nil || len(l.Items) != 0 {
 		t.Errorf("cluster role bindings left: %v %v", l, err)
 	}
