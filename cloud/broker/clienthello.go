@@ -31,11 +31,11 @@ func offeredTickets(b []byte) [][]byte {
 			return nil
 		}
 		extensions = extensions[4+len(data):]
-		if kind == extensionPreSharedKey && len(extensions) == 0 { // it must come last (RFC 8446, 4.2.11)
-			return pskIdentities(data)
-		}
 		if kind == extensionPreSharedKey {
-			return nil
+			if len(extensions) != 0 { // it must come last (RFC 8446, 4.2.11)
+				return nil
+			}
+			return pskIdentities(data)
 		}
 	}
 	return nil

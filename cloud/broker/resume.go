@@ -158,26 +158,27 @@ func (l *guardedListener) resumable(base *tls.Config, store *sessionStore, nodeO
 		ticket, err := store.keep(node, cs.PeerCertificates[0], state)
 		return []byte(ticket), err
 	}
-	cfg.UnwrapSession = func(ticket []byte, _ tls.ConnectionState) (*tls.SessionState, error) {
-		if stored := store.resumable(ticket); stored != nil {
+	// A connection of the listener resumes with a configuration of its own, which vouches for it.
+	unwrapFor := func(gc *guardedConn) func([]byte, tls.ConnectionState) (*tls.SessionState, error) {
+		return func(ticket []byte, _ tls.ConnectionState) (*tls.SessionState, error) {
+			stored := store.resumable(ticket)
+			if stored == nil {
+				return nil, nil
+			}
+			if gc != nil {
+				l.vouch(gc, stored.node)
+			}
 			return tls.ParseSessionState(stored.state)
 		}
-		return nil, nil
 	}
+	cfg.UnwrapSession = unwrapFor(nil)
 	cfg.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 		gc := guardedOf(hello.Conn)
 		if gc == nil {
 			return nil, nil
 		}
 		own := cfg.Clone()
-		own.UnwrapSession = func(ticket []byte, cs tls.ConnectionState) (*tls.SessionState, error) {
-			stored := store.resumable(ticket)
-			if stored == nil {
-				return nil, nil
-			}
-			l.vouch(gc, stored.node)
-			return tls.ParseSessionState(stored.state)
-		}
+		own.UnwrapSession = unwrapFor(gc)
 		return own, nil
 	}
 	return cfg

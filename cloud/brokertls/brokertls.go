@@ -8,7 +8,6 @@
 package brokertls
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto"
@@ -168,7 +167,7 @@ func (i *Issuer) ensureCA(ctx context.Context) error {
 	}
 	s, certPEM, keyPEM, err := i.makeCA()
 	if err != nil {
-		return fmt.Errorf("%s: %w", where, err)
+		return wrapped(where, err)
 	}
 	_, err = i.Client.CoreV1().Secrets(i.Namespace).Create(ctx, s, metav1.CreateOptions{})
 	switch {
@@ -176,7 +175,7 @@ func (i *Issuer) ensureCA(ctx context.Context) error {
 		i.Log.Info("made the broker's CA", "secret", i.CASecret)
 		return wrapped(where, i.useCA(certPEM, keyPEM))
 	case !apierrors.IsAlreadyExists(err):
-		return fmt.Errorf("%s: %w", where, err)
+		return wrapped(where, err)
 	}
 	i.Log.Info("another replica made the broker's CA: waiting for it to be mounted", "dir", i.CADir)
 	err = wait.PollUntilContextTimeout(ctx, time.Second, cmp.Or(i.CAMountWait, DefaultCAMountWait), true, func(context.Context) (bool, error) {
@@ -264,7 +263,7 @@ func (i *Issuer) publishCA(ctx context.Context) error {
 		if apierrors.IsAlreadyExists(err) {
 			return i.publishCA(ctx) // another replica published it meanwhile: checked as any other
 		}
-	case err == nil && !bytes.Equal([]byte(cm.Data[CAKey]), []byte(caPEM)):
+	case err == nil && cm.Data[CAKey] != caPEM:
 		if cm.Data == nil {
 			cm.Data = map[string]string{}
 		}

@@ -113,7 +113,7 @@ func PodSources(node, stateDir string, protected []string, f PodSourceFlags, log
 		APIReachable: APIReachability(workers, probe), APIKnown: APIReachabilityKnown(workers, probe)}, nil
 }
 
-// The agent's stand-ins are armed through this interface.
+// The agent finds StaticPods' Arm by a type assertion: a signature that drifts must not compile.
 var _ agent.Armer = (*standin.StaticPods)(nil)
 
 // StandbySources are the standby's: it reads no API server (a static pod has no credentials), only the desired

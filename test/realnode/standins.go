@@ -1,6 +1,7 @@
 package realnode
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,11 +13,14 @@ import (
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
-// ArmedStandInQuiet tells, from the API server, whether an armed stand-in of the worker whose pod is
-// namespace/worker shows on node as stock monitoring must take it: its mirror pod Running, not Ready, each of its
-// containers running (at the gate), none waiting or restarted. Nil when one of the worker's stand-in pods is so;
-// else what the last one looked like.
+// ArmedStandInQuiet tells whether a stand-in of the worker whose pod is namespace/worker is armed on node (its gate
+// runs, as the node's runtime says) and shows in the API server as stock monitoring must take it: its mirror pod
+// Running, not Ready, each of its containers running (at the gate), none waiting or restarted. Nil when so; else
+// why not.
 func (c *Cluster) ArmedStandInQuiet(ctx context.Context, namespace, worker, node string) error {
+	if gate, err := c.Node(node).GateRunning(ctx, worker); err != nil || !gate {
+		return cmp.Or(err, fmt.Errorf("no stand-in of %s/%s runs its gate on %s", namespace, worker, node))
+	}
 	var errs []error
 	for _, name := range lifelinev1.StandInPodsOn(worker, node) {
 		p, err := c.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})

@@ -56,15 +56,21 @@ func (s *imageServer) ImageStatus(_ context.Context, req *runtimeapi.ImageStatus
 	if !ok {
 		return &runtimeapi.ImageStatusResponse{}, nil
 	}
+	info, err := json.Marshal(map[string]any{"imageSpec": map[string]any{"config": map[string]any{"Entrypoint": argv}}})
+	if err != nil {
+		return nil, err
+	}
+	return imageStatus(req, string(info)), nil
+}
+
+// imageStatus answers req for an image the node has, with info as the verbose status' "info" when asked for.
+func imageStatus(req *runtimeapi.ImageStatusRequest, info string) *runtimeapi.ImageStatusResponse {
+	ref := req.GetImage().GetImage()
 	out := &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: "sha256:" + imageName(ref), RepoTags: []string{ref}}}
 	if req.GetVerbose() {
-		info, err := json.Marshal(map[string]any{"imageSpec": map[string]any{"config": map[string]any{"Entrypoint": argv}}})
-		if err != nil {
-			return nil, err
-		}
-		out.Info = map[string]string{"info": string(info)}
+		out.Info = map[string]string{"info": info}
 	}
-	return out, nil
+	return out
 }
 
 // Version names the hollow runtime.

@@ -74,11 +74,7 @@ func (f fakeImages) ImageStatus(_ context.Context, req *runtimeapi.ImageStatusRe
 	if !ok {
 		return &runtimeapi.ImageStatusResponse{}, nil
 	}
-	out := &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: "sha256:1", RepoTags: []string{req.GetImage().GetImage()}}}
-	if req.GetVerbose() {
-		out.Info = map[string]string{"info": info}
-	}
-	return out, nil
+	return imageStatus(req, info), nil
 }
 
 // Stop stops serving.
