@@ -42,8 +42,7 @@ demo: tools build ## Run Lifeline on a simulated edge and narrate it; leaves it 
 
 .PHONY: demo-real
 demo-real: tools build ## The same story on real nodes (kubelet and containerd; root, see docs/operations.md); leaves it running.
-	@echo "==> images for this machine's real nodes"
-	$(MAKE) --no-print-directory images images-samples PLATFORMS=$(HOST_PLATFORM)
+	$(MAKE) --no-print-directory images-nodes
 	@echo "==> starting the demo on real nodes"
 	$(GO_STATIC) build -o $(BIN)/lifeline-demo ./test/demo
 	$(BIN)/lifeline-demo --real --pid-file $(DEMO_PID)
@@ -54,9 +53,8 @@ demo-down: ## Stop a demo left running, with every process and temp dir.
 
 .PHONY: test
 test: lint verify-generated tools build fuzz ## Everything CI runs: lint, generated code, fuzzing, unit, integration, e2e (real nodes too, as root with containerd).
-	@# The real-node tests (test/realnode) install these images on real kubelets; elsewhere they skip, saying why.
-	@echo "==> images for this machine's real nodes"
-	$(MAKE) --no-print-directory images images-samples PLATFORMS=$(HOST_PLATFORM)
+	@# The real-node tests (test/realnode) install this release on real kubelets; elsewhere they skip, saying why.
+	$(MAKE) --no-print-directory images-nodes
 	@echo "==> go test -race ./... but the soak and the real KubeEdge nodes (integration and e2e packages start their own control plane)"
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e '/test/soak$$' -e '/test/realkubeedge$$')
 	@# Apart from test/realnode: real nodes of both take this machine's node network (its addresses, namespaces, firewall).
@@ -105,7 +103,7 @@ BENCH_PKGS := ./cloud/broker/ ./cloud/jointinference/ ./cloud/federatedlearning/
 
 .PHONY: bench
 bench: tools build ## Benchmarks, each printed beside an anchor measured in the same run (real nodes too, as root with containerd).
-	$(MAKE) --no-print-directory images images-samples PLATFORMS=$(HOST_PLATFORM)
+	$(MAKE) --no-print-directory images-nodes
 	@echo "==> benchmarks (each package starts a control plane first)"
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
 	@# Apart from test/realnode's: real nodes of both take this machine's node network.
@@ -203,14 +201,24 @@ images: $(BIN)/lifeline-images ## Build the controller's and the agent's images 
 		--tag $(IMAGE_TAG) --version $(VERSION) --revision '$(REVISION)' --source '$(IMAGE_SOURCE)' \
 		--platforms $(subst $(space),$(comma),$(strip $(PLATFORMS))) --source-date-epoch $(SOURCE_DATE_EPOCH)
 
+# The platforms of a release's images and of its kubectl plugin.
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
+PLUGIN_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 # Where the release's plugin archives are downloaded from, as its krew manifest names them.
 RELEASE_URL ?= https://github.com/lifeline-edge/lifeline/releases/download/v$(VERSION)
 
 .PHONY: release
 release: $(BIN)/lifeline-images $(BIN)/helm ## A release in dist/release/ for VERSION=x.y.z: the images for linux/amd64 and linux/arm64 (OCI archives), the chart pinned to their digests, kubectl-lifeline for linux and darwin with a krew manifest, SHA256SUMS.
 	@echo '$(VERSION)' | grep -Eq '^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$' || { echo "make release VERSION=x.y.z (a semantic version), not '$(VERSION)'"; exit 1; }
-	$(MAKE) --no-print-directory images VERSION=$(VERSION) IMAGE_TAG=$(VERSION) PLATFORMS="linux/amd64 linux/arm64" DIST=$(DIST)
-	test/tools/release.sh '$(VERSION)' $(DIST)/images $(DIST)/release $(BIN)/helm $(GO) '$(RELEASE_URL)' $(SOURCE_DATE_EPOCH)
+	$(MAKE) --no-print-directory images VERSION=$(VERSION) IMAGE_TAG=$(VERSION) PLATFORMS="$(RELEASE_PLATFORMS)" DIST=$(DIST)
+	PLUGIN_PLATFORMS="$(PLUGIN_PLATFORMS)" \
+		test/tools/release.sh '$(VERSION)' $(DIST)/images $(DIST)/release $(BIN)/helm $(GO) '$(RELEASE_URL)' $(SOURCE_DATE_EPOCH)
+
+.PHONY: images-nodes
+images-nodes: ## What this machine's real nodes install: a release of this checkout for this machine's platform (dist/release/), and the sample images.
+	@echo "==> a release for this machine's real nodes, and the sample images"
+	$(MAKE) --no-print-directory release RELEASE_PLATFORMS=$(HOST_PLATFORM) PLUGIN_PLATFORMS=$(HOST_PLATFORM)
+	$(MAKE) --no-print-directory images-samples
 
 # The host's platform, for images that only this machine's real nodes run.
 HOST_PLATFORM := linux/$(shell $(GO) env GOARCH)

@@ -18,8 +18,8 @@ import (
 	"github.com/lifeline-edge/lifeline/test/testkit"
 )
 
-// runReal tells the story on real nodes: kubelets on their own containerd, Lifeline installed from its images
-// and chart, the examples' sample worker images.
+// runReal tells the story on real nodes: kubelets on their own containerd, Lifeline installed from the release
+// make images-nodes built (packaged chart, image archives), the examples' sample worker images.
 func runReal(ctx context.Context, exitAfter bool) error {
 	if err := realnode.CheckMachine(); err != nil {
 		return fmt.Errorf("this machine cannot run real nodes (%w); `make demo` tells the story on hollow nodes anywhere", err)
@@ -28,13 +28,17 @@ func runReal(ctx context.Context, exitAfter bool) error {
 	if err != nil {
 		return err
 	}
+	release, err := realnode.FindRelease(repo)
+	if err != nil {
+		return err
+	}
 	dir, err := os.MkdirTemp("", "lln-demo-") // short: containerd's socket path in it is limited
 	if err != nil {
 		return err
 	}
 	say("Starting a control plane, one cloud node and two edge nodes: each a kubelet with its own containerd,")
-	say("network and disk. Then Lifeline, installed with its Helm chart from the images make built ...")
-	c, err := realnode.Start(ctx, realnode.Options{Dir: dir, Images: realnode.ImageArchives(repo), Progress: os.Stdout})
+	say("network and disk. Then Lifeline, installed from the release make built: its packaged chart and images ...")
+	c, err := realnode.Start(ctx, realnode.Options{Dir: dir, Images: release.Images, Progress: os.Stdout})
 	if err != nil {
 		return err
 	}
@@ -46,7 +50,7 @@ func runReal(ctx context.Context, exitAfter bool) error {
 	if err := realnode.PlaceExampleFiles(c); err != nil {
 		return err
 	}
-	inst, err := realnode.InstallLifeline(ctx, c, realnode.InstallOptions{Repo: repo, Progress: os.Stdout})
+	inst, err := realnode.InstallLifeline(ctx, c, realnode.InstallOptions{Chart: release.Chart, Progress: os.Stdout})
 	if err != nil {
 		return err
 	}

@@ -68,9 +68,9 @@ func runKubeEdge(m *testing.M) int {
 		skipReason = "no KubeEdge: " + err.Error()
 		return m.Run()
 	}
-	images := realnode.ImageArchives(repo)
-	if samples, _ := filepath.Glob(filepath.Join(repo, "dist/images/samples/*.tar")); len(samples) == 0 || len(images) == len(samples) {
-		fmt.Fprintln(os.Stderr, "real KubeEdge nodes: no images in dist/images: run make images images-samples first")
+	release, err := realnode.FindRelease(repo)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "real KubeEdge nodes:", err)
 		return 1
 	}
 	dir, err := os.MkdirTemp("", "llk-")
@@ -80,13 +80,13 @@ func runKubeEdge(m *testing.M) int {
 	}
 	ctx := context.Background()
 	// The controller and the cloud workers on a kubelet node, as in a KubeEdge cluster's cloud; two edgecore nodes.
-	rc, err = realnode.Start(ctx, realnode.Options{Dir: dir, Images: images,
+	rc, err = realnode.Start(ctx, realnode.Options{Dir: dir, Images: release.Images,
 		Nodes: realnode.WithDaemon(realnode.DefaultNodes, realnode.RoleEdge, realnode.DaemonEdgecore)})
 	if err == nil {
 		err = realnode.PlaceExampleFiles(rc)
 	}
 	if err == nil {
-		inst, err = realnode.InstallLifeline(ctx, rc, realnode.InstallOptions{Repo: repo})
+		inst, err = realnode.InstallLifeline(ctx, rc, realnode.InstallOptions{Chart: release.Chart})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "real KubeEdge nodes:", err)

@@ -56,8 +56,8 @@ type Options struct {
 	Dir string
 	// Nodes are the nodes; empty means DefaultNodes.
 	Nodes []NodeSpec
-	// Images are image archives imported into every node's containerd before its kubelet starts.
-	Images []string
+	// Images are imported into every node's containerd before its kubelet starts.
+	Images []ImageArchive
 	// BinDir holds the control plane's binaries, kubelet and kube-proxy; empty as test/harness finds it.
 	BinDir string
 	// NodeMonitorGracePeriod is kube-controller-manager's; zero keeps its default.
@@ -185,13 +185,17 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 }
 
 // bootNode starts a node's containerd, imports the images, starts its kubelet and kube-proxy, and labels it.
-func (c *Cluster) bootNode(ctx context.Context, n *Node, images []string) error {
+func (c *Cluster) bootNode(ctx context.Context, n *Node, images []ImageArchive) error {
 	if err := n.boot(ctx, c); err != nil {
 		return err
 	}
 	for _, img := range images {
-		if err := run(ctx, "ctr", "--address", n.CRISocket, "-n", "k8s.io", "images", "import", "--no-unpack=false", img); err != nil {
-			return fmt.Errorf("importing %s into node %s: %w", filepath.Base(img), n.Name, err)
+		args := []string{"--address", n.CRISocket, "-n", "k8s.io", "images", "import"}
+		if img.Repository != "" {
+			args = append(args, "--digests", "--base-name", img.Repository)
+		}
+		if err := run(ctx, "ctr", append(args, img.Path)...); err != nil {
+			return fmt.Errorf("importing %s into node %s: %w", filepath.Base(img.Path), n.Name, err)
 		}
 	}
 	c.progress("node %s: containerd up, %d images imported", n.Name, len(images))

@@ -61,9 +61,9 @@ func runReal(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	images := realnode.ImageArchives(repo)
-	if samples, _ := filepath.Glob(filepath.Join(repo, "dist/images/samples/*.tar")); len(samples) == 0 || len(images) == len(samples) {
-		fmt.Fprintln(os.Stderr, "real nodes: no images in dist/images: run make images images-samples first")
+	release, err := realnode.FindRelease(repo)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "real nodes:", err)
 		return 1
 	}
 	dir, err := os.MkdirTemp("", "lln-")
@@ -73,13 +73,13 @@ func runReal(m *testing.M) int {
 	}
 	ctx := context.Background()
 	// A short node-monitor grace: a node cut off for long is tainted within the test's time.
-	rc, err = realnode.Start(ctx, realnode.Options{Dir: dir, Images: images,
+	rc, err = realnode.Start(ctx, realnode.Options{Dir: dir, Images: release.Images,
 		NodeMonitorGracePeriod: 20 * time.Second})
 	if err == nil {
 		err = realnode.PlaceExampleFiles(rc)
 	}
 	if err == nil {
-		inst, err = realnode.InstallLifeline(ctx, rc, realnode.InstallOptions{Repo: repo})
+		inst, err = realnode.InstallLifeline(ctx, rc, realnode.InstallOptions{Chart: release.Chart})
 	}
 	if err == nil {
 		s, serr := manager.Scheme()

@@ -26,8 +26,8 @@ const BrokerNodePort = 30883
 
 // InstallOptions say what to install.
 type InstallOptions struct {
-	// Repo is the Lifeline checkout whose chart is installed.
-	Repo string
+	// Chart is the packaged chart installed (Release's).
+	Chart string
 	// Values are further --set values.
 	Values []string
 	// Progress receives a line per step; nil means os.Stderr.
@@ -44,7 +44,7 @@ type Installation struct {
 	Chart string
 }
 
-// InstallLifeline installs the Helm chart as docs/operations.md tells users, the images already on the nodes, then
+// InstallLifeline installs the packaged chart as docs/operations.md tells users, the release's images already on the nodes, then
 // waits until the controller and one agent per edge node are ready: with the chart's defaults on KubeEdge nodes,
 // for kubelet nodes with nodes logging in with passwords.
 func InstallLifeline(ctx context.Context, c *Cluster, opts InstallOptions) (*Installation, error) {
@@ -52,7 +52,7 @@ func InstallLifeline(ctx context.Context, c *Cluster, opts InstallOptions) (*Ins
 	if out == nil {
 		out = os.Stderr
 	}
-	inst := &Installation{BrokerPort: BrokerNodePort, Release: "lifeline", Chart: filepath.Join(opts.Repo, "deploy/chart/lifeline")}
+	inst := &Installation{BrokerPort: BrokerNodePort, Release: "lifeline", Chart: opts.Chart}
 	client := c.client
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}},
 		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -282,12 +282,40 @@ func (n *Node) WriteFile(path string, data []byte) error {
 // FixtureVars are the node names the examples in deploy/examples take on these nodes.
 var FixtureVars = map[string]string{"EDGE_NODE": "edge-1", "EDGE_NODE_1": "edge-1", "EDGE_NODE_2": "edge-2", "CLOUD_NODE": "cloud-1"}
 
-// ImageArchives are the image archives of make images and make images-samples in the checkout repo.
-func ImageArchives(repo string) []string {
-	var out []string
-	for _, pattern := range []string{"dist/images/*.tar", "dist/images/samples/*.tar"} {
-		m, _ := filepath.Glob(filepath.Join(repo, pattern))
-		out = append(out, m...)
+// ImageArchive is an OCI image archive imported into every node's containerd.
+type ImageArchive struct {
+	Path string
+	// Repository, when set, names the image by its digest too (docker.io/<repository>@sha256:…), as
+	// docs/operations.md tells users to import a release's images: its chart runs them by digest, which containerd
+	// finds only under such a name.
+	Repository string
+}
+
+// Release is what `make images-nodes` leaves in a checkout: the release that the real nodes install (its images
+// for this machine's platform) and the sample images their workers run.
+type Release struct {
+	// Chart is the packaged chart, its images pinned to their digests.
+	Chart  string
+	Images []ImageArchive
+}
+
+// FindRelease finds the release and the sample images in the checkout repo, or says how to make them.
+func FindRelease(repo string) (Release, error) {
+	charts, _ := filepath.Glob(filepath.Join(repo, "dist/release/lifeline-*.tgz"))
+	images, _ := filepath.Glob(filepath.Join(repo, "dist/release/images/*.tar"))
+	samples, _ := filepath.Glob(filepath.Join(repo, "dist/images/samples/*.tar"))
+	if len(charts) != 1 || len(images) == 0 || len(samples) == 0 {
+		return Release{}, fmt.Errorf("no release and sample images in %s (charts %d, images %d, samples %d): run make images-nodes first",
+			filepath.Join(repo, "dist"), len(charts), len(images), len(samples))
 	}
-	return out
+	version := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(charts[0]), "lifeline-"), ".tgz")
+	rel := Release{Chart: charts[0]}
+	for _, path := range images {
+		name := strings.TrimSuffix(filepath.Base(path), "-"+version+".tar")
+		rel.Images = append(rel.Images, ImageArchive{Path: path, Repository: "docker.io/lifeline/" + name})
+	}
+	for _, path := range samples {
+		rel.Images = append(rel.Images, ImageArchive{Path: path})
+	}
+	return rel, nil
 }

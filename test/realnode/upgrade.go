@@ -21,8 +21,8 @@ import (
 // UpgradeOptions say what UpgradeWhileCutOff upgrades to, which node it cuts off meanwhile and whose workers it
 // watches, so that kubelet and edgecore nodes run the same scenario.
 type UpgradeOptions struct {
-	// Tag is the new tag of both images. The images the release runs are tagged so on every node first, as a
-	// registry serving a new tag would: the nodes have no registry to pull from.
+	// Tag is the new tag of both images, which the upgrade names without a digest. The images the release runs are
+	// tagged so on every node first, as a registry serving a new tag would: the nodes have no registry to pull from.
 	Tag string
 	// CutNode is the edge node cut off from everything while the release is upgraded: its agent cannot be
 	// replaced until the link returns, once the new controller is ready.
@@ -90,7 +90,8 @@ func UpgradeWhileCutOff(ctx context.Context, c *Cluster, inst *Installation, kc 
 	defer func() { _ = c.Mend(context.WithoutCancel(ctx), opts.CutNode) }()
 	upgraded := time.Now()
 	if _, err := c.Helm(ctx, "upgrade", inst.Release, inst.Chart, "--reuse-values",
-		"--set", "controller.image.tag="+opts.Tag, "--set", "agent.image.tag="+opts.Tag); err != nil {
+		"--set", "controller.image.tag="+opts.Tag, "--set", "agent.image.tag="+opts.Tag,
+		"--set-string", "controller.image.digest=", "--set-string", "agent.image.digest="); err != nil {
 		return Upgrade{}, err
 	}
 	if err := poll(ctx, 2*time.Minute, "a new controller pod ready", func(ctx context.Context) (bool, error) {
@@ -170,9 +171,10 @@ func (c *Cluster) tagReleaseImages(ctx context.Context, tag string) error {
 		if err != nil {
 			return err
 		}
-		repository := image[:strings.LastIndex(image, ":")]
+		tagged, _, _ := strings.Cut(image, "@") // repository:tag, its digest left out
+		repository := tagged[:strings.LastIndex(tagged, ":")]
 		for _, n := range c.Nodes {
-			if err := n.TagImage(ctx, "docker.io/"+image, "docker.io/"+repository+":"+tag); err != nil {
+			if err := n.TagImage(ctx, "docker.io/"+tagged, "docker.io/"+repository+":"+tag); err != nil {
 				return err
 			}
 		}

@@ -47,7 +47,7 @@ func main() {
 	cmd := os.Args[1]
 	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
 	dir := fs.String("dir", "", "the cluster's directory (required)")
-	repo := fs.String("repo", ".", "the Lifeline checkout whose chart, examples and images (dist/images) are installed")
+	repo := fs.String("repo", ".", "the Lifeline checkout whose release (dist/release, make images-nodes), examples and sample images are installed")
 	bare := fs.Bool("no-lifeline", false, "bring up the nodes with the images, but leave installing Lifeline to you")
 	kubeedge := fs.Bool("kubeedge", false, "edge nodes run KubeEdge's edgecore beside cloudcore (built by make tools from KubeEdge's source archive)")
 	_ = fs.Parse(os.Args[2:])
@@ -184,7 +184,11 @@ func serve(dir, repo string, bare, kubeedge bool) error {
 	if kubeedge {
 		nodes = realnode.WithDaemon(nodes, realnode.RoleEdge, realnode.DaemonEdgecore)
 	}
-	c, err := realnode.Start(ctx, realnode.Options{Dir: dir, Nodes: nodes, Images: realnode.ImageArchives(repo), Progress: os.Stdout})
+	release, err := realnode.FindRelease(repo)
+	if err != nil {
+		return err
+	}
+	c, err := realnode.Start(ctx, realnode.Options{Dir: dir, Nodes: nodes, Images: release.Images, Progress: os.Stdout})
 	if err != nil {
 		return err
 	}
@@ -194,7 +198,7 @@ func serve(dir, repo string, bare, kubeedge bool) error {
 	}
 	inst := &realnode.Installation{BrokerPort: realnode.BrokerNodePort}
 	if !bare {
-		if inst, err = realnode.InstallLifeline(ctx, c, realnode.InstallOptions{Repo: repo, Progress: os.Stdout}); err != nil {
+		if inst, err = realnode.InstallLifeline(ctx, c, realnode.InstallOptions{Chart: release.Chart, Progress: os.Stdout}); err != nil {
 			return err
 		}
 	}
