@@ -60,6 +60,7 @@ func Labels(kind, name string, uid types.UID, workerType string) map[string]stri
 // Lifeline's own marks on worker pods, shared with the agent (see package lifelinev1).
 const (
 	RoleLabel               = lifelinev1.RoleLabel
+	StandInLabel            = lifelinev1.StandInLabel
 	OfflinePolicyAnnotation = lifelinev1.OfflinePolicyAnnotation
 	DatasetAnnotation       = lifelinev1.DatasetAnnotation
 	DatasetIndexAnnotation  = lifelinev1.DatasetIndexAnnotation

@@ -141,11 +141,11 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if opts.ConcurrentReconciles == 0 {
 		opts.ConcurrentReconciles = DefaultConcurrentReconciles
 	}
-	// Only worker pods are cached: a cluster's other pods are none of Lifeline's business.
-	workerPods, err := labels.NewRequirement(contract.RoleLabel, selection.Exists, nil)
-	if err != nil {
-		return nil, err
-	}
+	// Only worker pods are cached: a cluster's other pods are none of Lifeline's business, and neither are the
+	// mirror pods of the edge agents' stand-ins (one beside each edge worker while stand-ins are armed), which
+	// carry their workers' labels but are their nodes' to run: no pass reads them.
+	workerPods := labels.NewSelector().Add(must(labels.NewRequirement(contract.RoleLabel, selection.Exists, nil)),
+		must(labels.NewRequirement(contract.StandInLabel, selection.DoesNotExist, nil)))
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		LeaderElection:          opts.LeaderElection,
@@ -155,7 +155,7 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		HealthProbeBindAddress:  opts.HealthAddr,
 		PprofBindAddress:        opts.PprofAddr,
 		Controller:              config.Controller{SkipNameValidation: ptr.To(opts.Restartable)},
-		Cache:                   cacheOptions(opts, labels.NewSelector().Add(*workerPods)),
+		Cache:                   cacheOptions(opts, workerPods),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
@@ -221,8 +221,6 @@ func setUp(mgr ctrl.Manager, opts Options, st *startState) error {
 	return nil
 }
 
-// cacheOptions scopes the cache: worker pods only, in opts.Namespaces (all when empty), and of the workloads
-// those opts.Selector selects. What the cache does not hold, no controller ever reads or acts on.
 // metricsOptions serve the metrics at opts.MetricsAddr, over HTTPS behind the API server's authentication and
 // authorization when opts.MetricsSecure (a certificate of its own, made at start: scrapers check the token, not
 // the certificate, as for any controller-runtime manager).
@@ -234,6 +232,8 @@ func metricsOptions(opts Options) metricsserver.Options {
 	return m
 }
 
+// cacheOptions scopes the cache: worker pods only, in opts.Namespaces (all when empty), and of the workloads
+// those opts.Selector selects. What the cache does not hold, no controller ever reads or acts on.
 func cacheOptions(opts Options, workerPods labels.Selector) cache.Options {
 	// Deployments and HPAs are JointInferenceServices' alone: only those with a service's name label (Lifeline's,
 	// or Sedna's GM's to adopt) are cached, not every one of the cluster. One of another owner under a name Lifeline

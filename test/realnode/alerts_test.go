@@ -68,10 +68,23 @@ func TestStockPodAlertsStayQuietOnAFleetWithArmedStandIns(t *testing.T) {
 		return n > 0, err
 	})
 
+	// The stand-in's mirror pod stays the one it was: no controller claims it and deletes it (a ReplicaSet whose
+	// selector matched it would), for its node to make it again.
+	armed, err := rc.ArmedStandIn(context.Background(), "default", worker.Name, "edge-1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	testkit.Sample(t, time.Second, alertFor+10*time.Second, func(ctx context.Context) error {
 		alerts, err := prom.alerts(ctx)
 		if err == nil && len(alerts) > 0 {
 			err = fmt.Errorf("alerts on a healthy fleet with armed stand-ins: %v", alerts)
+		}
+		if err != nil {
+			return err
+		}
+		now, err := rc.ArmedStandIn(ctx, "default", worker.Name, "edge-1")
+		if err == nil && now.UID != armed.UID {
+			err = fmt.Errorf("the stand-in's mirror pod %s was made again (UID %s, then %s)", now.Name, armed.UID, now.UID)
 		}
 		return err
 	})

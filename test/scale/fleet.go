@@ -126,10 +126,10 @@ func (f *fleet) nodes() []string {
 }
 
 // observe is what the agent of the pod's node does when its runtime shows one of the node's workers (a pod
-// with Lifeline's role label) running: it publishes the worker's Running state once per pod.
+// with Lifeline's role label, not a stand-in's mirror) running: it publishes the worker's Running state once per pod.
 func (f *fleet) observe(pod *corev1.Pod) {
 	a := f.agents[pod.Spec.NodeName]
-	if _, worker := pod.Labels[contract.RoleLabel]; a == nil || !worker || pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil {
+	if _, worker := pod.Labels[contract.RoleLabel]; a == nil || !worker || contract.IsMirrorPod(pod) || pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil {
 		return
 	}
 	a.mu.Lock()

@@ -20,8 +20,9 @@ const (
 )
 
 // kwokStages are the lifecycles kwok plays: a new Node turns Ready (its Lease renewed from then on, by kwok's
-// lease controller), and a Pod bound to a managed Node runs with its containers ready; a deleted Pod goes once
-// its finalizers are gone. Nothing else changes, so what the controller sees after start-up is only what the
+// lease controller), and a Pod bound to a managed Node runs with its containers ready, an armed stand-in's mirror
+// pod at its gate, never Ready (its readiness gate unmet, as the real nodes show it); a deleted Pod goes once its
+// finalizers are gone. Nothing else changes, so what the controller sees after start-up is only what the
 // harness does.
 //
 // kwok renews Leases 4 at a time by default: at 1,000 nodes on a busy API server that falls behind the
@@ -76,6 +77,8 @@ spec:
       operator: DoesNotExist
     - key: .status.podIP
       operator: DoesNotExist
+    - key: '.metadata.labels["lifeline.sedna.io/stand-in"]'
+      operator: DoesNotExist
   next:
     statusTemplate: |
       phase: Running
@@ -85,6 +88,49 @@ spec:
       conditions:
       - type: Ready
         status: "True"
+        lastTransitionTime: {{ Now | Quote }}
+      - type: ContainersReady
+        status: "True"
+        lastTransitionTime: {{ Now | Quote }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - name: {{ .name }}
+        image: {{ .image }}
+        ready: true
+        started: true
+        restartCount: 0
+        state:
+          running:
+            startedAt: {{ Now | Quote }}
+      {{ end }}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: scale-stand-in-armed
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: .metadata.deletionTimestamp
+      operator: DoesNotExist
+    - key: .status.podIP
+      operator: DoesNotExist
+    - key: '.metadata.labels["lifeline.sedna.io/stand-in"]'
+      operator: Exists
+  next:
+    statusTemplate: |
+      phase: Running
+      hostIP: {{ NodeIPWith .spec.nodeName }}
+      podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+      startTime: {{ Now | Quote }}
+      conditions:
+      - type: Ready
+        status: "False"
+        reason: ReadinessGatesNotReady
+        message: 'corresponding condition of pod readiness gate "lifeline.sedna.io/stand-in" does not exist.'
         lastTransitionTime: {{ Now | Quote }}
       - type: ContainersReady
         status: "True"

@@ -41,6 +41,10 @@ func (r *Result) metrics() []metric {
 		{ms(jiP50), "recreate-ji-p50-ms"},
 		{ms(rsP50), "recreate-rs-p50-ms"},
 		{jiP50.Seconds() / rsP50.Seconds(), "recreate-ratio-to-rs"},
+		{float64(r.StandInsArmed), "stand-ins-armed"},
+		{r.Armed.Seconds(), "arming-s"},
+		{float64(r.APIServerRSS) / (1 << 20), "apiserver-rss-MiB"},
+		{float64(r.EtcdRSS) / (1 << 20), "etcd-rss-MiB"},
 		{r.RestartReconnect.Seconds(), "controller-restart-reconnect-s"},
 		{r.RestartPeakAttempts, "controller-restart-peak-attempts/s"},
 	}

@@ -39,6 +39,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
+	"github.com/lifeline-edge/lifeline/cloud/broker"
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/jointinference"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
@@ -88,6 +89,9 @@ type Config struct {
 	MemoryLimit int64
 	// Progress receives one line per step (default: discarded).
 	Progress io.Writer
+	// DisarmStandIns runs the fleet as the chart with agent.armStandIns=false: no agent arms a stand-in, so no
+	// node makes its mirror pod. By default every edge worker has one, as with the chart's defaults.
+	DisarmStandIns bool
 	// CutOffsOnly measures only the mass cut-off, the outage, its heal and their anchors once the workloads have
 	// settled: no children's anchor, no steady windows, no detection, re-creation or restart (a third of a full
 	// run's time at 1,000 nodes).
@@ -174,6 +178,12 @@ type Result struct {
 	// RecreateJI and RecreateRS are the child re-creation samples: the JI's edge Deployment, and the anchor
 	// Deployment's ReplicaSet.
 	RecreateJI, RecreateRS []time.Duration
+	// StandInsArmed counts the stand-ins' mirror pods the nodes made (none when arming is off); Armed is from the
+	// first workload's creation until the last of them was made. APIServerRSS and EtcdRSS are their resident sets
+	// once every status settled and every stand-in was armed (bytes).
+	StandInsArmed         int
+	Armed                 time.Duration
+	APIServerRSS, EtcdRSS int64
 	// RestartReconnect is from a controller's restart until every agent is connected again;
 	// RestartPeakAttempts the fleet's most session attempts in one second meanwhile.
 	RestartReconnect    time.Duration
@@ -189,6 +199,7 @@ type scaleRun struct {
 	c          client.Client
 	cache      cache.Cache
 	fleet      *fleet
+	armer      *standInArmer // nil when stand-ins are not armed
 	controller *harness.Process
 	// controllerLaunch starts the controller as the run started it, under name.
 	controllerLaunch func(name string) (*harness.Process, error)
@@ -317,6 +328,16 @@ func (h *scaleRun) start(ctx context.Context) {
 		return ready == len(nodes), fmt.Errorf("%d of %d nodes Ready", ready, len(nodes))
 	})
 	h.progress("%d nodes Ready under kwok", len(nodes))
+	if !h.cfg.DisarmStandIns {
+		edgeNodes := map[string]types.UID{}
+		list, err := h.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: broker.EdgeNodeLabel})
+		h.check(err)
+		for _, n := range list.Items {
+			edgeNodes[n.Name] = n.UID
+		}
+		h.armer = newStandInArmer(ctx, h.kube, edgeNodes)
+		h.t.Cleanup(h.armer.stop)
+	}
 
 	credentials := filepath.Join(h.cp.Dir, "mqtt-credentials")
 	h.check(writeCredentials(credentials, edge))
@@ -352,6 +373,7 @@ func (h *scaleRun) start(ctx context.Context) {
 		_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(o any) { h.observed(o) },
 			UpdateFunc: func(_, o any) { h.observed(o) },
+			DeleteFunc: h.deleted,
 		})
 		h.check(err)
 	}
@@ -387,6 +409,19 @@ func (h *scaleRun) observed(o any) {
 		if h.fleet != nil {
 			h.fleet.observe(pod)
 		}
+		if h.armer != nil && pod.Namespace == Namespace {
+			h.armer.observe(pod, false)
+		}
+	}
+}
+
+// deleted lets a deleted worker pod's node remove its stand-in.
+func (h *scaleRun) deleted(o any) {
+	if tombstone, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+		o = tombstone.Obj
+	}
+	if pod, ok := o.(*corev1.Pod); ok && h.armer != nil && pod.Namespace == Namespace {
+		h.armer.observe(pod, true)
 	}
 }
 
@@ -463,6 +498,46 @@ func (h *scaleRun) measureCreation(ctx context.Context, r *Result) {
 		r.Reconciles[name], r.ReconcileP50[name], r.ReconcileP99[name] = d.count(), d.quantile(0.5), d.quantile(0.99)
 	}
 	h.progress("every status Alive in %v", r.StatusSettled.Round(time.Millisecond))
+	h.measureArming(r, began)
+}
+
+// measureArming waits, when stand-ins are armed, until every edge worker's stand-in has its mirror pod, then reads
+// what the control plane holds in memory with them: the cost of arming, beside a run with it off.
+func (h *scaleRun) measureArming(r *Result, began time.Time) {
+	if h.armer != nil {
+		want := int64(h.cfg.Nodes * (1 + TrainersPerJob))
+		h.waitFor(time.Minute+time.Duration(h.cfg.Nodes)*100*time.Millisecond, "every edge worker's stand-in armed", func() (bool, error) {
+			return h.armer.created.Load() >= want, errors.New(h.armer.String())
+		})
+		r.StandInsArmed, r.Armed = int(h.armer.created.Load()), h.armer.lastCreated().Sub(began)
+		h.progress("%s, the last %v after the first creation", h.armer, r.Armed.Round(time.Millisecond))
+		h.waitFor(time.Minute, "every stand-in's mirror pod Running at its gate, not Ready", func() (bool, error) {
+			pods, err := h.kube.CoreV1().Pods(Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: lifelinev1.StandInLabel})
+			if err != nil {
+				return false, err
+			}
+			atGate := 0
+			for i := range pods.Items {
+				if pods.Items[i].Status.Phase == corev1.PodRunning && podReady(&pods.Items[i]) == corev1.ConditionFalse {
+					atGate++
+				}
+			}
+			return atGate == len(pods.Items) && atGate >= int(want), fmt.Errorf("%d of %d stand-ins' mirror pods Running and not Ready", atGate, len(pods.Items))
+		})
+	}
+	for _, p := range h.cp.Components() {
+		rss := &r.APIServerRSS
+		switch p.Name() {
+		case "kube-apiserver":
+		case "etcd":
+			rss = &r.EtcdRSS
+		default:
+			continue
+		}
+		sample, err := sampleProc(p.Pid())
+		h.check(err)
+		*rss = sample.rss
+	}
 }
 
 // aliveWorkers counts the worker records that are Alive across every workload, and describes the others.
@@ -1003,7 +1078,7 @@ func (h *scaleRun) edgePod(ctx context.Context, i int) *corev1.Pod {
 	pods := &corev1.PodList{}
 	h.check(h.cache.List(ctx, pods, client.InNamespace(Namespace), client.MatchingLabels{contract.RoleLabel: "edge"}))
 	for j := range pods.Items {
-		if p := &pods.Items[j]; p.Spec.NodeName == EdgeNodeName(i) && p.DeletionTimestamp == nil {
+		if p := &pods.Items[j]; p.Spec.NodeName == EdgeNodeName(i) && p.DeletionTimestamp == nil && !contract.IsMirrorPod(p) {
 			return p
 		}
 	}

@@ -18,6 +18,7 @@ var (
 	memoryLimitFlag    = flag.Int64("scale.memory-limit-mib", ChartMemoryLimit>>20, "container memory limit the controller runs as if under (its soft limit is 90 %); 0: none")
 	profileDirFlag     = flag.String("scale.profile-dir", "", "directory that receives the controller's heap and CPU profiles of each run, and the API server's and the harness's CPU profiles of the outage, its heal and their anchors")
 	cutOffsOnlyFlag    = flag.Bool("scale.cut-offs-only", false, "measure only the mass cut-off, the outage, its heal and their anchors, once the workloads have settled")
+	armStandInsFlag    = flag.Bool("scale.arm-stand-ins", true, "every edge worker's stand-in armed, its mirror pod made by its node, as the chart's default has it; false: as with agent.armStandIns=false")
 )
 
 func TestMain(m *testing.M) {
@@ -57,6 +58,10 @@ func TestScaleSmoke(t *testing.T) {
 	if r.OutageAll <= 0 || r.OutageHeal <= 0 || r.OutageRaw <= 0 || r.HealRaw <= 0 {
 		t.Errorf("outage: every node cut in %v, mended in %v, the anchors' writes in %v and %v", r.OutageAll, r.OutageHeal, r.OutageRaw, r.HealRaw)
 	}
+	// Each edge node's workers have their stand-ins armed, as the chart's default has it: a mirror pod each.
+	if r.StandInsArmed < 10*(1+TrainersPerJob) || r.Armed <= 0 || r.APIServerRSS <= 0 || r.EtcdRSS <= 0 {
+		t.Errorf("arming: %d stand-ins armed in %v; API server %d bytes, etcd %d", r.StandInsArmed, r.Armed, r.APIServerRSS, r.EtcdRSS)
+	}
 	if len(r.RecreateJI) != 3 || len(r.RecreateRS) != 3 {
 		t.Errorf("re-creations: %d and %d samples", len(r.RecreateJI), len(r.RecreateRS))
 	}
@@ -83,7 +88,8 @@ func BenchmarkScale(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			r := Run(b, Config{Nodes: n, Progress: os.Stderr, ControllerArgs: strings.Fields(*controllerArgsFlag),
-				ProfileDir: *profileDirFlag, MemoryLimit: memoryLimit(*memoryLimitFlag), CutOffsOnly: *cutOffsOnlyFlag})
+				ProfileDir: *profileDirFlag, MemoryLimit: memoryLimit(*memoryLimitFlag), CutOffsOnly: *cutOffsOnlyFlag,
+				DisarmStandIns: !*armStandInsFlag})
 			r.report(b)
 			for _, line := range r.Lines() {
 				fmt.Println(line)
