@@ -2,6 +2,7 @@ package federatedlearning_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -47,5 +48,41 @@ func TestStatusFromAStaleCopyWaitsForTheNewerJob(t *testing.T) {
 	}
 	if after := getJob(t, job); !equality.Semantic.DeepEqual(after.Status, stored.Status) {
 		t.Errorf("the stale pass changed the stored status:\n got %+v\nwant %+v", after.Status, stored.Status)
+	}
+}
+
+// listCounter is a reader past the cache that counts the lists made through it.
+type listCounter struct {
+	client.Reader
+	lists atomic.Int32
+}
+
+func (c *listCounter) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	c.lists.Add(1)
+	return c.Reader.List(ctx, list, opts...)
+}
+
+// TestAJobWithAPodForEveryWorkerListsNothingPastTheCache: the passes a new job's own pod creations wake may read
+// the job still without its first status, as a cache behind its watch shows it. With a pod under every worker's
+// name there is nothing of Sedna's GM left to adopt, so no pod is listed past the cache (at a thousand new jobs
+// that was thousands of lists, each of every pod in the namespace).
+func TestAJobWithAPodForEveryWorkerListsNothingPastTheCache(t *testing.T) {
+	mgr := runEdgeAware(t).Manager
+	job := startJob(t, "federated-learning.yaml", nil)
+	workers := 1 + len(job.Spec.TrainingWorkers)
+	var stored *v1alpha1.FederatedLearningJob
+	eventually(t, within, "every worker's pod made and recorded", func(context.Context) (bool, error) {
+		stored = getJob(t, job)
+		return len(stored.Status.Workers) == workers, nil
+	})
+	stale := stored.DeepCopy()
+	stale.Status = v1alpha1.FederatedLearningJobStatus{}
+	uncached := &listCounter{Reader: env.Client}
+	r := &fl.Reconciler{Deps: workload.Deps{Client: harness.Behind{Client: mgr.GetClient(), Copy: stale}, APIReader: uncached}}
+	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(job)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := uncached.lists.Load(); n != 0 {
+		t.Errorf("%d lists past the cache for a job whose every worker has its pod", n)
 	}
 }

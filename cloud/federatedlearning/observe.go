@@ -53,11 +53,15 @@ func (r *Reconciler) observe(ctx context.Context, job *v1alpha1.FederatedLearnin
 			byName[name] = pod
 		}
 	}
-	if len(job.Status.Workers) == 0 && !finished(job.Status) {
-		free := map[string]bool{}
-		for _, id := range ids {
-			free[id.name] = byName[id.name] == nil
+	// A name that has a pod already takes none of GM's: once the first pass made the job's pods, the passes its
+	// own creations wake, which may still read the job without its first status, list nothing past the cache.
+	free := map[string]bool{}
+	for _, id := range ids {
+		if byName[id.name] == nil {
+			free[id.name] = true
 		}
+	}
+	if len(job.Status.Workers) == 0 && !finished(job.Status) && len(free) > 0 {
 		adopted, err := r.adoptSednaPods(ctx, job, free)
 		if err != nil {
 			return nil, err
