@@ -28,7 +28,7 @@ const (
 // kwok renews Leases 4 at a time by default: at 1,000 nodes on a busy API server that falls behind the
 // renewals, and Nodes turn not Ready though nothing cut them off; 32 keep up. A configuration given to kwok is
 // not defaulted, so the other parallelisms are its defaults, spelled out.
-const kwokStages = `apiVersion: config.kwok.x-k8s.io/v1alpha1
+var kwokStages = `apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
 options:
   nodeLeaseParallelism: 32
@@ -62,91 +62,10 @@ spec:
         message: kwok plays this node
         lastHeartbeatTime: {{ Now | Quote }}
         lastTransitionTime: {{ Now | Quote }}
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: scale-pod-running
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: .metadata.deletionTimestamp
-      operator: DoesNotExist
-    - key: .status.podIP
-      operator: DoesNotExist
-    - key: '.metadata.labels["lifeline.sedna.io/stand-in"]'
-      operator: DoesNotExist
-  next:
-    statusTemplate: |
-      phase: Running
-      hostIP: {{ NodeIPWith .spec.nodeName }}
-      podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
-      startTime: {{ Now | Quote }}
-      conditions:
-      - type: Ready
-        status: "True"
-        lastTransitionTime: {{ Now | Quote }}
-      - type: ContainersReady
-        status: "True"
-        lastTransitionTime: {{ Now | Quote }}
-      containerStatuses:
-      {{ range .spec.containers }}
-      - name: {{ .name }}
-        image: {{ .image }}
-        ready: true
-        started: true
-        restartCount: 0
-        state:
-          running:
-            startedAt: {{ Now | Quote }}
-      {{ end }}
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: scale-stand-in-armed
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: .metadata.deletionTimestamp
-      operator: DoesNotExist
-    - key: .status.podIP
-      operator: DoesNotExist
-    - key: '.metadata.labels["lifeline.sedna.io/stand-in"]'
-      operator: Exists
-  next:
-    statusTemplate: |
-      phase: Running
-      hostIP: {{ NodeIPWith .spec.nodeName }}
-      podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
-      startTime: {{ Now | Quote }}
-      conditions:
-      - type: Ready
-        status: "False"
+` + podRunningStage("scale-pod-running", "DoesNotExist", `status: "True"`) +
+	podRunningStage("scale-stand-in-armed", "Exists", `status: "False"
         reason: ReadinessGatesNotReady
-        message: 'corresponding condition of pod readiness gate "lifeline.sedna.io/stand-in" does not exist.'
-        lastTransitionTime: {{ Now | Quote }}
-      - type: ContainersReady
-        status: "True"
-        lastTransitionTime: {{ Now | Quote }}
-      containerStatuses:
-      {{ range .spec.containers }}
-      - name: {{ .name }}
-        image: {{ .image }}
-        ready: true
-        started: true
-        restartCount: 0
-        state:
-          running:
-            startedAt: {{ Now | Quote }}
-      {{ end }}
----
+        message: 'corresponding condition of pod readiness gate "lifeline.sedna.io/stand-in" does not exist.'`) + `---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
@@ -162,6 +81,53 @@ spec:
   next:
     delete: true
 `
+
+// podRunningStage is a Stage that runs a pod bound to a managed Node with its containers ready and started,
+// for the pods whose stand-in label is standIn (Exists or DoesNotExist), their Ready condition as ready says.
+func podRunningStage(name, standIn, ready string) string {
+	return fmt.Sprintf(`---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: %s
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: .metadata.deletionTimestamp
+      operator: DoesNotExist
+    - key: .status.podIP
+      operator: DoesNotExist
+    - key: '.metadata.labels["lifeline.sedna.io/stand-in"]'
+      operator: %s
+  next:
+    statusTemplate: |
+      phase: Running
+      hostIP: {{ NodeIPWith .spec.nodeName }}
+      podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+      startTime: {{ Now | Quote }}
+      conditions:
+      - type: Ready
+        %s
+        lastTransitionTime: {{ Now | Quote }}
+      - type: ContainersReady
+        status: "True"
+        lastTransitionTime: {{ Now | Quote }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - name: {{ .name }}
+        image: {{ .image }}
+        ready: true
+        started: true
+        restartCount: 0
+        state:
+          running:
+            startedAt: {{ Now | Quote }}
+      {{ end }}
+`, name, standIn, ready)
+}
 
 // startKwok runs bin/kwok beside the control plane, managing the Nodes that carry KwokLabel. Their Leases last
 // lease and are renewed every quarter of it, as the kubelet's: a lease as long as the node lifecycle controller's

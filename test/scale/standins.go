@@ -27,8 +27,9 @@ import (
 // standInArmer plays what arming costs the API server on every edge node, as the chart's default
 // (agent.armStandIns) has it: the node's agent writes an armed stand-in for each of its workers, and the node (a
 // kubelet or edged) makes the stand-in's mirror pod in the API server, controlled by the Node (so that no
-// ReplicaSet whose selector its labels match adopts it), with the worker's labels. kwok then plays the stand-in as the nodes run it: Running at its gate, never Ready (kwok.go). When the
-// worker's pod goes, the agent removes its stand-in and the node deletes the mirror pod.
+// ReplicaSet whose selector its labels match adopts it), with the worker's labels. kwok then plays the stand-in
+// as the nodes run it: Running at its gate, never Ready (kwok.go). When the worker's pod goes, the agent removes
+// its stand-in and the node deletes the mirror pod.
 //
 // What is imitated is the mirror pod, not the agent's manifest: the worker's pod as the armed stand-in keeps it
 // (its labels and annotations, its spec with each container's command behind the gate, no probes, no service
