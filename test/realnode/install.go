@@ -44,9 +44,9 @@ type Installation struct {
 	Chart string
 }
 
-// InstallLifeline installs the packaged chart as docs/operations.md tells users, the release's images already on the nodes, then
-// waits until the controller and one agent per edge node are ready: with the chart's defaults on KubeEdge nodes,
-// for kubelet nodes with nodes logging in with passwords.
+// InstallLifeline installs the packaged chart as docs/operations.md tells users, the release's images already on
+// the nodes, then waits until the controller and one agent per edge node are ready: with the chart's defaults on
+// KubeEdge nodes, for kubelet nodes with nodes logging in with passwords.
 func InstallLifeline(ctx context.Context, c *Cluster, opts InstallOptions) (*Installation, error) {
 	out := opts.Progress
 	if out == nil {
