@@ -207,12 +207,19 @@ PLUGIN_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 # Where the release's plugin archives are downloaded from, as its krew manifest names them.
 RELEASE_URL ?= https://github.com/lifeline-edge/lifeline/releases/download/v$(VERSION)
 
+# A registry and path to push a release to (make release REGISTRY=registry.example/lifeline): the chart then pulls its
+# images from there. Empty: the release stays in dist/release/.
+REGISTRY ?=
+
 .PHONY: release
-release: $(BIN)/lifeline-images $(BIN)/helm ## A release in dist/release/ for VERSION=x.y.z: the images for linux/amd64 and linux/arm64 (OCI archives), the chart pinned to their digests, kubectl-lifeline for linux and darwin with a krew manifest, SHA256SUMS.
+release: $(BIN)/lifeline-images $(BIN)/helm ## A release in dist/release/ for VERSION=x.y.z: the images for linux/amd64 and linux/arm64 (OCI archives), the chart pinned to their digests (a tgz and an OCI artifact), kubectl-lifeline for linux and darwin with a krew manifest, SHA256SUMS; pushed to REGISTRY when one is named.
 	@echo '$(VERSION)' | grep -Eq '^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$' || { echo "make release VERSION=x.y.z (a semantic version), not '$(VERSION)'"; exit 1; }
-	$(MAKE) --no-print-directory images VERSION=$(VERSION) IMAGE_TAG=$(VERSION) PLATFORMS="$(RELEASE_PLATFORMS)" DIST=$(DIST)
-	PLUGIN_PLATFORMS="$(PLUGIN_PLATFORMS)" \
-		test/tools/release.sh '$(VERSION)' $(DIST)/images $(DIST)/release $(BIN)/helm $(GO) '$(RELEASE_URL)' $(SOURCE_DATE_EPOCH)
+	$(MAKE) --no-print-directory images VERSION=$(VERSION) IMAGE_TAG=$(VERSION) PLATFORMS="$(RELEASE_PLATFORMS)" DIST=$(DIST) \
+		IMAGE_REPOSITORY=$(or $(REGISTRY),$(IMAGE_REPOSITORY))
+	PLUGIN_PLATFORMS="$(PLUGIN_PLATFORMS)" IMAGE_REPOSITORY=$(or $(REGISTRY),$(IMAGE_REPOSITORY)) \
+		test/tools/release.sh '$(VERSION)' $(DIST)/images $(DIST)/release $(BIN)/helm $(GO) '$(RELEASE_URL)' $(SOURCE_DATE_EPOCH) \
+		$(BIN)/lifeline-images
+	$(if $(REGISTRY),@echo "==> pushing release $(VERSION) to $(REGISTRY)" && $(BIN)/lifeline-images push --registry $(REGISTRY) --version $(VERSION) $(DIST)/release)
 
 .PHONY: images-nodes
 images-nodes: ## What this machine's real nodes install: a release of this checkout for this machine's platform (dist/release/), and the sample images.

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Assembles a release in OUT from the image archives `make images` wrote (with their .digest files): the chart,
-# packaged at VERSION with both images pinned to their digests; the kubectl plugin for linux and darwin on amd64 and
-# arm64, with a krew manifest; SHA256SUMS of it all. Every archive is dated SOURCE_DATE_EPOCH, so two releases of
-# one commit are the same bytes.
-# Usage: release.sh VERSION IMAGES_DIR OUT HELM GO RELEASE_URL SOURCE_DATE_EPOCH
+# packaged at VERSION with both images pinned to their digests, as a tgz and as an OCI artifact; the kubectl plugin
+# for linux and darwin on amd64 and arm64, with a krew manifest; SHA256SUMS of it all. Every archive is dated
+# SOURCE_DATE_EPOCH, so two releases of one commit are the same bytes.
+# Usage: release.sh VERSION IMAGES_DIR OUT HELM GO RELEASE_URL SOURCE_DATE_EPOCH LIFELINE_IMAGES
+# IMAGE_REPOSITORY (default lifeline) is where the chart pulls the images from: <IMAGE_REPOSITORY>/lifeline-agent.
 # PLUGIN_PLATFORMS (os/arch, space-separated) narrows the plugin's platforms, for a test.
 set -euo pipefail
-version=$1 images=$2 out=$3 helm=$4 go=$5 url=$6 epoch=$7
+version=$1 images=$2 out=$3 helm=$4 go=$5 url=$6 epoch=$7 images_tool=$8
+repository=${IMAGE_REPOSITORY:-lifeline}
 plugin_platforms=${PLUGIN_PLATFORMS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64}
 cd "$(dirname "$0")/../.."
 work=$(mktemp -d)
@@ -22,11 +24,12 @@ for name in lifeline-controller lifeline-agent; do
 	echo "    $name:$version@${digest[$name]}"
 done
 
-echo "==> release $version: the chart, its images pinned to their digests"
+echo "==> release $version: the chart, its images pinned to $repository/...@<digest>"
 cp -r deploy/chart/lifeline "$work/lifeline"
-# Each component's image.digest, the first digest line under its top-level key.
-awk -v c="${digest[lifeline-controller]}" -v a="${digest[lifeline-agent]}" '
+# Each component's image.repository and image.digest, the first such lines under its top-level key.
+awk -v c="${digest[lifeline-controller]}" -v a="${digest[lifeline-agent]}" -v r="$repository" '
 	/^[a-zA-Z]/ { section = $1; sub(":", "", section) }
+	/^    repository: lifeline\/lifeline-(controller|agent)$/ { sub(/lifeline\//, r "/") }
 	/^    digest: ""/ && section == "controller" && !done["c"] { sub(/""/, "\"" c "\""); done["c"] = 1 }
 	/^    digest: ""/ && section == "agent" && !done["a"] { sub(/""/, "\"" a "\""); done["a"] = 1 }
 	{ print }
@@ -36,9 +39,10 @@ awk -v c="${digest[lifeline-controller]}" -v a="${digest[lifeline-agent]}" '
 "$helm" package "$work/lifeline" --version "$version" --app-version "$version" --destination "$work/chart" >/dev/null
 # helm package dates each entry now; repack it dated SOURCE_DATE_EPOCH, in name order, for a reproducible archive.
 mkdir "$work/unpacked"
-tar -xzf "$work/chart/lifeline-$version.tgz" -C "$work/unpacked"
+tar -xzmf "$work/chart/lifeline-$version.tgz" -C "$work/unpacked"
 tar --sort=name --mtime="@$epoch" --owner=0 --group=0 --numeric-owner -C "$work/unpacked" -cf - lifeline |
 	gzip -9n >"$out/lifeline-$version.tgz"
+"$images_tool" chart --source-date-epoch "$epoch" "$out/lifeline-$version.tgz" "$out/lifeline-$version.oci.tar"
 
 echo "==> release $version: kubectl-lifeline for $plugin_platforms, and its krew manifest"
 platforms=""

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -39,9 +40,8 @@ type blob struct {
 	open   func() (io.ReadCloser, error)
 }
 
-// writeArchive writes idx, named ref, as an OCI image layout in a tar: oci-layout, index.json with the index
-// named through both annotations, Docker's manifest.json, and every blob. Entries are sorted and dated
-// created, so the same index always gives the same bytes.
+// writeArchive writes idx, named ref, as an OCI image layout in a tar (writeLayout): index.json names the index
+// through both annotations, and Docker's manifest.json lists its images.
 //
 // manifest.json lists every platform under the tag, the first of the index last: Docker's classic store loads
 // them all and keeps the tag on the last one loaded, unless docker load --platform picks one.
@@ -53,16 +53,12 @@ func writeArchive(w io.Writer, idx v1.ImageIndex, ref string, created time.Time)
 	tag := normalized[strings.LastIndex(normalized, ":")+1:]
 	blobs := map[v1.Hash]blob{}
 	add := func(b blob) { blobs[b.digest] = b }
-	raw := func(data []byte) blob {
-		h, n, _ := v1.SHA256(bytes.NewReader(data))
-		return blob{digest: h, size: n, open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}
-	}
 
 	rawIndex, err := idx.RawManifest()
 	if err != nil {
 		return fmt.Errorf("reading the index: %w", err)
 	}
-	indexBlob := raw(rawIndex)
+	indexBlob := rawBlob(rawIndex)
 	add(indexBlob)
 	im, err := idx.IndexManifest()
 	if err != nil {
@@ -74,7 +70,7 @@ func writeArchive(w io.Writer, idx v1.ImageIndex, ref string, created time.Time)
 		if err != nil {
 			return fmt.Errorf("reading the image of %s: %w", desc.Platform, err)
 		}
-		entry, err := addImage(img, add, raw)
+		entry, err := addImage(img, add)
 		if err != nil {
 			return fmt.Errorf("reading the image of %s: %w", desc.Platform, err)
 		}
@@ -82,22 +78,46 @@ func writeArchive(w io.Writer, idx v1.ImageIndex, ref string, created time.Time)
 		docker = append([]dockerManifest{entry}, docker...)
 	}
 
-	ociIndex, err := json.Marshal(v1.IndexManifest{
-		SchemaVersion: 2,
-		MediaType:     types.OCIImageIndex,
-		Manifests: []v1.Descriptor{{
-			MediaType: types.OCIImageIndex, Digest: indexBlob.digest, Size: indexBlob.size,
-			Annotations: map[string]string{annotationImageName: normalized, annotationRefName: tag},
-		}},
-	})
-	if err != nil {
-		return fmt.Errorf("encoding index.json: %w", err)
-	}
 	dockerJSON, err := json.Marshal(docker)
 	if err != nil {
 		return fmt.Errorf("encoding manifest.json: %w", err)
 	}
+	top := v1.Descriptor{
+		MediaType: types.OCIImageIndex, Digest: indexBlob.digest, Size: indexBlob.size,
+		Annotations: map[string]string{annotationImageName: normalized, annotationRefName: tag},
+	}
+	return writeLayout(w, top, blobs, created, layoutFile{"manifest.json", dockerJSON})
+}
 
+// writeArtifactLayout writes img, an artifact rather than a runnable image, as an OCI image layout in a tar: its
+// manifest named by tag in index.json, and its blobs.
+func writeArtifactLayout(w io.Writer, img v1.Image, tag string, created time.Time) error {
+	blobs := map[v1.Hash]blob{}
+	add := func(b blob) { blobs[b.digest] = b }
+	if _, err := addImage(img, add); err != nil {
+		return err
+	}
+	top, err := partial.Descriptor(img)
+	if err != nil {
+		return fmt.Errorf("the artifact's descriptor: %w", err)
+	}
+	top.Annotations = map[string]string{annotationRefName: tag}
+	return writeLayout(w, *top, blobs, created)
+}
+
+// layoutFile is a file of an OCI image layout's tar besides its blobs.
+type layoutFile struct {
+	name string
+	data []byte
+}
+
+// writeLayout writes an OCI image layout in a tar: oci-layout, index.json naming top, the extra files and every
+// blob. Entries are sorted and dated created, so the same content always gives the same bytes.
+func writeLayout(w io.Writer, top v1.Descriptor, blobs map[v1.Hash]blob, created time.Time, extra ...layoutFile) error {
+	ociIndex, err := json.Marshal(v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex, Manifests: []v1.Descriptor{top}})
+	if err != nil {
+		return fmt.Errorf("encoding index.json: %w", err)
+	}
 	tw := tar.NewWriter(w)
 	header := func(name string, size int64) *tar.Header {
 		hdr := &tar.Header{Name: name, Mode: 0o644, Size: size, ModTime: created, Typeflag: tar.TypeReg, Format: tar.FormatPAX}
@@ -106,27 +126,14 @@ func writeArchive(w io.Writer, idx v1.ImageIndex, ref string, created time.Time)
 		}
 		return hdr
 	}
-	writeFile := func(name string, data []byte) error {
-		if err := tw.WriteHeader(header(name, int64(len(data)))); err != nil {
-			return fmt.Errorf("writing %s: %w", name, err)
+	files := append([]layoutFile{{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)}, {"index.json", ociIndex}}, extra...)
+	files = append(files, layoutFile{"blobs/", nil}, layoutFile{"blobs/sha256/", nil})
+	for _, f := range files {
+		if err := tw.WriteHeader(header(f.name, int64(len(f.data)))); err != nil {
+			return fmt.Errorf("writing %s: %w", f.name, err)
 		}
-		if _, err := tw.Write(data); err != nil {
-			return fmt.Errorf("writing %s: %w", name, err)
-		}
-		return nil
-	}
-	for _, f := range []struct {
-		name string
-		data []byte
-	}{
-		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
-		{"index.json", ociIndex},
-		{"manifest.json", dockerJSON},
-		{"blobs/", nil},
-		{"blobs/sha256/", nil},
-	} {
-		if err := writeFile(f.name, f.data); err != nil {
-			return err
+		if _, err := tw.Write(f.data); err != nil {
+			return fmt.Errorf("writing %s: %w", f.name, err)
 		}
 	}
 	digests := make([]v1.Hash, 0, len(blobs))
@@ -146,17 +153,17 @@ func writeArchive(w io.Writer, idx v1.ImageIndex, ref string, created time.Time)
 }
 
 // addImage adds an image's manifest, config and layers to the blobs, and returns its entry of manifest.json.
-func addImage(img v1.Image, add func(blob), raw func([]byte) blob) (dockerManifest, error) {
+func addImage(img v1.Image, add func(blob)) (dockerManifest, error) {
 	manifest, err := img.RawManifest()
 	if err != nil {
 		return dockerManifest{}, fmt.Errorf("reading the manifest: %w", err)
 	}
-	add(raw(manifest))
+	add(rawBlob(manifest))
 	config, err := img.RawConfigFile()
 	if err != nil {
 		return dockerManifest{}, fmt.Errorf("reading the config: %w", err)
 	}
-	cb := raw(config)
+	cb := rawBlob(config)
 	add(cb)
 	entry := dockerManifest{Config: blobPath(cb.digest)}
 	layers, err := img.Layers()
@@ -195,6 +202,12 @@ func writeBlob(tw *tar.Writer, hdr *tar.Header, b blob) error {
 		return fmt.Errorf("writing blob %s: %d bytes, its descriptor says %d", b.digest, n, b.size)
 	}
 	return nil
+}
+
+// rawBlob is a blob of data in memory.
+func rawBlob(data []byte) blob {
+	h, n, _ := v1.SHA256(bytes.NewReader(data))
+	return blob{digest: h, size: n, open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}
 }
 
 func blobPath(h v1.Hash) string { return "blobs/" + h.Algorithm + "/" + h.Hex }

@@ -560,45 +560,6 @@ func tarEntries(t *testing.T, file string) map[string][]byte {
 	}
 }
 
-// unpack extracts an archive into dir, as an OCI image layout on disk.
-func unpack(file, dir string) error {
-	f, err := os.Open(file)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		p := filepath.Join(dir, filepath.FromSlash(hdr.Name))
-		if !strings.HasPrefix(p, dir+string(filepath.Separator)) {
-			return fmt.Errorf("entry %q leaves the layout", hdr.Name)
-		}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			err = os.MkdirAll(p, 0o755)
-		case tar.TypeReg:
-			var data []byte
-			if data, err = io.ReadAll(tr); err == nil {
-				if err = os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
-					err = os.WriteFile(p, data, 0o644)
-				}
-			}
-		default:
-			err = fmt.Errorf("entry %q is neither a file nor a directory", hdr.Name)
-		}
-		if err != nil {
-			return err
-		}
-	}
-}
-
 func TestParsePlatformsAndEpoch(t *testing.T) {
 	for _, tc := range []struct {
 		in   string

@@ -1,6 +1,9 @@
 // Command lifeline-images writes Lifeline's container images without a container engine: from binaries already
 // cross-compiled, one multi-platform OCI image archive per command, which docker load, kind load image-archive
-// and ctr images import accept. make images runs it.
+// and ctr images import accept. make images runs it. Its two subcommands serve make release:
+//
+//	lifeline-images chart [--source-date-epoch N] <chart>.tgz <artifact>.tar   the packaged chart as an OCI artifact
+//	lifeline-images push --registry R --version V <release dir>              the release's images and chart to R
 package main
 
 import (
@@ -14,7 +17,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
 // The images' names by default, which the manifests in deploy/ use.
@@ -24,6 +29,14 @@ const (
 )
 
 func main() {
+	if len(os.Args) > 1 && (os.Args[1] == "chart" || os.Args[1] == "push") {
+		command := map[string]func([]string) error{"chart": chartCommand, "push": pushCommand}[os.Args[1]]
+		if err := command(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "lifeline-images %s: %v\n", os.Args[1], err)
+			os.Exit(1)
+		}
+		return
+	}
 	opts := buildOptions{}
 	flag.StringVar(&opts.BinDir, "bin-dir", "dist/bin", "directory of the binaries: <bin-dir>/<os>_<arch>/<command>")
 	out := flag.String("out", "dist/images", "directory the archives are written to: <out>/<command>.tar")
@@ -46,6 +59,34 @@ func main() {
 		fmt.Fprintln(os.Stderr, "lifeline-images:", err)
 		os.Exit(1)
 	}
+}
+
+// chartCommand writes a packaged chart as an OCI artifact archive.
+func chartCommand(args []string) error {
+	flags := flag.NewFlagSet("chart", flag.ExitOnError)
+	epoch := flags.String("source-date-epoch", os.Getenv("SOURCE_DATE_EPOCH"), "seconds since 1970 the artifact is dated (default: $SOURCE_DATE_EPOCH, else 0)")
+	_ = flags.Parse(args)
+	if flags.NArg() != 2 {
+		return fmt.Errorf("usage: lifeline-images chart [--source-date-epoch N] <chart>.tgz <artifact>.tar")
+	}
+	created, err := parseEpoch(*epoch)
+	if err != nil {
+		return err
+	}
+	return writeChartArchive(flags.Arg(0), flags.Arg(1), created)
+}
+
+// pushCommand pushes a release's images and chart to a registry, with the credentials docker login, podman
+// login or crane auth login left (a registry on a loopback or private address is spoken to over plain HTTP).
+func pushCommand(args []string) error {
+	flags := flag.NewFlagSet("push", flag.ExitOnError)
+	registry := flags.String("registry", "", "the registry and path the release goes to: <registry>/<image>:<version>, <registry>/charts/lifeline:<version>")
+	version := flags.String("version", "", "the release's version")
+	_ = flags.Parse(args)
+	if *registry == "" || *version == "" || flags.NArg() != 1 {
+		return fmt.Errorf("usage: lifeline-images push --registry R --version V <release dir>")
+	}
+	return pushRelease(flags.Arg(0), *registry, *version, os.Stdout, remote.WithAuthFromKeychain(authn.DefaultKeychain))
 }
 
 // run writes each spec's archive into out, and a line for each to progress.
@@ -86,11 +127,11 @@ func writeImage(spec imageSpec, opts buildOptions, file string) (v1.Hash, error)
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("the index's digest: %w", err)
 	}
-	return digest, writeArchiveFile(idx, opts.reference(spec), opts.Created, file)
+	return digest, writeLayoutFile(file, func(w io.Writer) error { return writeArchive(w, idx, opts.reference(spec), opts.Created) })
 }
 
-// writeArchiveFile writes the archive of idx to file through a temporary file.
-func writeArchiveFile(idx v1.ImageIndex, ref string, created time.Time, file string) error {
+// writeLayoutFile writes an archive to file through a temporary file.
+func writeLayoutFile(file string, write func(io.Writer) error) error {
 	name := strings.TrimSuffix(filepath.Base(file), ".tar")
 	tmp, err := os.CreateTemp(filepath.Dir(file), "."+name+"-*.tar")
 	if err != nil {
@@ -98,7 +139,7 @@ func writeArchiveFile(idx v1.ImageIndex, ref string, created time.Time, file str
 	}
 	defer os.Remove(tmp.Name())
 	w := bufio.NewWriterSize(tmp, 1<<20)
-	if err := writeArchive(w, idx, ref, created); err != nil {
+	if err := write(w); err != nil {
 		tmp.Close()
 		return err
 	}
