@@ -50,15 +50,15 @@ func (s *Sender) PodEvents() toolscache.ResourceEventHandler {
 	return toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if pod, ok := obj.(*corev1.Pod); ok && isWorkerOf(pod.Spec.NodeName, pod) {
-				s.Enqueue(pod.Spec.NodeName)
+				s.enqueuePodChange(pod.Spec.NodeName)
 			}
 		},
 		UpdateFunc: func(before, after any) {
 			old, okOld := before.(*corev1.Pod)
 			pod, ok := after.(*corev1.Pod)
 			if ok && okOld && (isWorkerOf(old.Spec.NodeName, old) || isWorkerOf(pod.Spec.NodeName, pod)) && changesSet(old, pod) {
-				s.Enqueue(old.Spec.NodeName)
-				s.Enqueue(pod.Spec.NodeName)
+				s.enqueuePodChange(old.Spec.NodeName)
+				s.enqueuePodChange(pod.Spec.NodeName)
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -66,7 +66,7 @@ func (s *Sender) PodEvents() toolscache.ResourceEventHandler {
 				obj = tomb.Obj
 			}
 			if pod, ok := obj.(*corev1.Pod); ok && isWorkerOf(pod.Spec.NodeName, pod) {
-				s.Enqueue(pod.Spec.NodeName)
+				s.enqueuePodChange(pod.Spec.NodeName)
 			}
 		},
 	}

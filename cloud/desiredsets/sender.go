@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 )
@@ -41,6 +42,12 @@ type Sender struct {
 	Log    logr.Logger
 	// Now is the clock revisions are drawn from (time.Now when nil).
 	Now func() time.Time
+	// PodChangeBatch is how long a pod's change waits for the other changes of its node before the node's set is
+	// rendered (0: not at all). A worker's bind, its start and its node's other new workers come in bursts, and
+	// each rendering lists the node's pods from the API server. A session's birth never waits.
+	PodChangeBatch time.Duration
+	// Clock drives PodChangeBatch's waits (the real clock when nil).
+	Clock clock.WithTicker
 
 	once  sync.Once
 	queue workqueue.TypedRateLimitingInterface[string]
@@ -63,7 +70,7 @@ const workers = 2
 func (s *Sender) init() {
 	s.once.Do(func() {
 		s.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "desired-sets"})
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "desired-sets", Clock: s.Clock})
 		s.sent = map[string]sentSet{}
 		if s.Now == nil {
 			s.Now = time.Now
@@ -78,6 +85,16 @@ func (s *Sender) Enqueue(node string) {
 	}
 	s.init()
 	s.queue.Add(node)
+}
+
+// enqueuePodChange asks for node's set to be rendered once PodChangeBatch has passed: the node's changes in the
+// meantime are rendered with it.
+func (s *Sender) enqueuePodChange(node string) {
+	if node == "" {
+		return
+	}
+	s.init()
+	s.queue.AddAfter(node, s.PodChangeBatch)
 }
 
 // Start sends sets until ctx ends.

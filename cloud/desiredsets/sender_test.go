@@ -9,6 +9,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
@@ -108,6 +110,41 @@ func TestOnlyChangesOfTheSetEnqueueANode(t *testing.T) {
 		if got := changesSet(&base, tc.after); got != tc.want {
 			t.Errorf("%s: changesSet %t, want %t", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A node's pod changes within the batch period render its set once, when the period of the first ends; a
+// session's birth at once.
+func TestAPodChangeWaitsForTheBatchOfItsNode(t *testing.T) {
+	start := time.Unix(1700000000, 0)
+	clock := clocktesting.NewFakeClock(start)
+	s := &Sender{PodChangeBatch: time.Second, Clock: clock}
+	s.init()
+	defer s.queue.ShutDown()
+	handler := s.PodEvents()
+	a, b := workerPod("a", "edge-1", corev1.PodPending), workerPod("b", "edge-1", corev1.PodPending)
+	handler.OnAdd(&a, false)
+	clock.Step(500 * time.Millisecond)
+	handler.OnAdd(&b, false)
+	startedA := a.DeepCopy()
+	startedA.Status.Phase = corev1.PodRunning
+	handler.OnUpdate(&a, startedA)
+	s.Enqueue("edge-2") // a birth
+	if node, _ := s.queue.Get(); node != "edge-2" || s.queue.Len() != 0 {
+		t.Fatalf("got %q first and %d more, want the node whose agent was born alone", node, s.queue.Len())
+	}
+	s.queue.Done("edge-2")
+	// The queue's own goroutine sets its timers from the clock as it finds it, so the clock moves in small steps
+	// until the node is ready.
+	for s.queue.Len() == 0 && clock.Since(start) < 10*time.Second {
+		clock.Step(50 * time.Millisecond)
+		time.Sleep(time.Millisecond)
+	}
+	if waited := clock.Since(start); waited < time.Second {
+		t.Errorf("the node was ready %v after its first change, want the batch period (1 s)", waited)
+	}
+	if node, _ := s.queue.Get(); node != "edge-1" || s.queue.Len() != 0 {
+		t.Errorf("got %q and %d more, want edge-1 once for its three changes", node, s.queue.Len())
 	}
 }
 

@@ -324,11 +324,15 @@ func addEdge(mgr ctrl.Manager, opts Options, st *startState, backlog nodeconditi
 	return &edgeaware.Edge{Tracker: tracker, Commands: s, Nodes: mgr.GetClient(), ReportPeriod: max(opts.ReportStatusPeriod, 0)}, nil
 }
 
+// podChangeBatch is how long a node's set waits for more of its pods' changes: as the Job controller's batch of a
+// job's pod updates, short beside a heartbeat.
+const podChangeBatch = time.Second
+
 // addDesiredSets sends each edge node's agent its workers and their stand-in manifests [P-DES-1]: when the agent
 // begins a session, and when a worker pod of its node changes.
 func addDesiredSets(mgr ctrl.Manager, opts Options, tracker *liveness.Tracker, out desiredsets.Publisher) error {
 	sender := &desiredsets.Sender{Out: out, Agents: tracker, Log: mgr.GetLogger().WithName("desired-sets"),
-		Pods: desiredsets.APINodePods{Reader: mgr.GetAPIReader(), Namespaces: opts.Namespaces}}
+		Pods: desiredsets.APINodePods{Reader: mgr.GetAPIReader(), Namespaces: opts.Namespaces}, PodChangeBatch: podChangeBatch}
 	tracker.OnSession = sender.Enqueue
 	pods, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
 	if err != nil {
