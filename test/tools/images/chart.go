@@ -36,6 +36,7 @@ type chartMetadata struct {
 // chartArtifact is a packaged chart as Helm pushes it to a registry: a manifest whose config is the chart's
 // Chart.yaml as JSON and whose one layer is the package itself, annotated as helm push annotates it, dated created.
 type chartArtifact struct {
+	version                 string
 	config, manifest, chart []byte
 }
 
@@ -83,7 +84,7 @@ func newChartArtifact(tgz []byte, created time.Time) (*chartArtifact, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding the chart's manifest: %w", err)
 	}
-	return &chartArtifact{config: config, manifest: manifest, chart: tgz}, nil
+	return &chartArtifact{version: meta.Version, config: config, manifest: manifest, chart: tgz}, nil
 }
 
 // chartFile is <chart>/Chart.yaml of a packaged chart.
@@ -151,7 +152,5 @@ func writeChartArchive(tgzFile, file string, created time.Time) error {
 	if err != nil {
 		return err
 	}
-	var meta chartMetadata
-	_ = json.Unmarshal(artifact.config, &meta)
-	return writeLayoutFile(file, func(w io.Writer) error { return writeArtifactLayout(w, img, meta.Version, created) })
+	return writeLayoutFile(file, func(w io.Writer) error { return writeArtifactLayout(w, img, artifact.version, created) })
 }
