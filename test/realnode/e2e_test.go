@@ -491,9 +491,11 @@ func rebootCutOff(t testing.TB) handOver {
 	// the pods it ran before the reboot among them): about a minute and a half here.
 	waitStandIn(t, worker, 4*time.Minute)
 	h.rebuilt = time.Since(booted)
-	if n, err := edge.RunningContainers(ctx, "lifeline-agent-standby"); err != nil || n != 1 {
-		t.Errorf("%d standby containers run on edge-1 (%v), want 1", n, err)
-	}
+	// The kubelet starts the node's static pods, the standby and the stand-ins, in no set order.
+	harness.Eventually(t, 30*time.Second, "the standby running on edge-1", func(ctx context.Context) (bool, error) {
+		n, err := edge.RunningContainers(ctx, "lifeline-agent-standby")
+		return n == 1, err
+	})
 	mendAndHandBack(t, worker, &h, func() bool {
 		pods, err := rc.ComponentPods(ctx, "lifeline-agent")
 		if err != nil {

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	grpcstatus "google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
@@ -57,14 +59,24 @@ func containerPID(ctx context.Context, rt runtimeapi.RuntimeServiceClient, id st
 	return info.PID, nil
 }
 
-// runningAs tells whether a container listed running still runs (it may have ended since), and whether it runs
-// an armed stand-in's gate (testkit.AtGate) rather than its command.
-func runningAs(ctx context.Context, rt runtimeapi.RuntimeServiceClient, c *runtimeapi.Container) (running, atGate bool) {
-	pid, err := containerPID(ctx, rt, c.Id)
-	if err != nil || syscall.Kill(pid, 0) != nil {
-		return false, false
+// runningAs tells whether a container listed running still runs (it may have ended since: its status gone, or no
+// process), and whether it runs an armed stand-in's gate (testkit.AtGate) rather than its command. A runtime that
+// does not answer is an error, not a container that ended: a count made without it would be short.
+func runningAs(ctx context.Context, rt runtimeapi.RuntimeServiceClient, c *runtimeapi.Container) (running, atGate bool, err error) {
+	status, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id, Verbose: true})
+	switch {
+	case grpcstatus.Code(err) == codes.NotFound:
+		return false, false, nil
+	case err != nil:
+		return false, false, fmt.Errorf("container %s: %w", c.Id, err)
 	}
-	return true, testkit.AtGate(pid)
+	var info struct {
+		PID int `json:"pid"`
+	}
+	if json.Unmarshal([]byte(status.Info["info"]), &info) != nil || info.PID <= 0 || syscall.Kill(info.PID, 0) != nil {
+		return false, false, nil
+	}
+	return true, testkit.AtGate(info.PID), nil
 }
 
 // RunningContainers counts the containers of pods whose name starts with podPrefix that run on the node, as its
@@ -83,7 +95,11 @@ func (n *Node) RunningContainers(ctx context.Context, podPrefix string) (int, er
 				continue
 			}
 			// An armed stand-in's container at its gate is no instance of its worker.
-			if running, atGate := runningAs(ctx, rt, c); running && !atGate {
+			running, atGate, err := runningAs(ctx, rt, c)
+			if err != nil {
+				return err
+			}
+			if running && !atGate {
 				count++
 			}
 		}
@@ -137,7 +153,10 @@ func (n *Node) GateRunning(ctx context.Context, pod string) (bool, error) {
 				return err
 			}
 			for _, c := range running {
-				_, atGate := runningAs(ctx, rt, c)
+				_, atGate, err := runningAs(ctx, rt, c)
+				if err != nil {
+					return err
+				}
 				found = found || atGate
 			}
 		}
