@@ -32,7 +32,9 @@ func (n *Node) KillContainer(ctx context.Context, pod, container string) (int, e
 		if len(running) != 1 {
 			return fmt.Errorf("%d containers %s of pod %s run, not one", len(running), container, pod)
 		}
-		pid, err = containerPID(ctx, rt, running[0].Id)
+		if pid, err = containerPID(ctx, rt, running[0].Id); err == nil && pid == 0 {
+			err = fmt.Errorf("container %s of pod %s ended before it was killed", container, pod)
+		}
 		return err
 	})
 	if err != nil {
@@ -44,39 +46,34 @@ func (n *Node) KillContainer(ctx context.Context, pod, container string) (int, e
 	return pid, nil
 }
 
-// containerPID is the PID of a running container's process, from its verbose status.
+// containerPID is the PID of a running container's process, from its verbose status: 0 when the container has
+// ended since it was listed (its status gone, or no process). A runtime that does not answer is an error, not a
+// container that ended: a count made without it would be short.
 func containerPID(ctx context.Context, rt runtimeapi.RuntimeServiceClient, id string) (int, error) {
 	status, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
-	if err != nil {
+	switch {
+	case grpcstatus.Code(err) == codes.NotFound:
+		return 0, nil
+	case err != nil:
 		return 0, fmt.Errorf("container %s: %w", id, err)
 	}
 	var info struct {
 		PID int `json:"pid"`
 	}
-	if err := json.Unmarshal([]byte(status.Info["info"]), &info); err != nil || info.PID <= 0 {
-		return 0, fmt.Errorf("container %s: no PID in its status (%v)", id, err)
+	if json.Unmarshal([]byte(status.Info["info"]), &info) != nil || info.PID <= 0 || syscall.Kill(info.PID, 0) != nil {
+		return 0, nil
 	}
 	return info.PID, nil
 }
 
-// runningAs tells whether a container listed running still runs (it may have ended since: its status gone, or no
-// process), and whether it runs an armed stand-in's gate (testkit.AtGate) rather than its command. A runtime that
-// does not answer is an error, not a container that ended: a count made without it would be short.
+// runningAs tells whether a container listed running still runs, and whether it runs an armed stand-in's gate
+// (testkit.AtGate) rather than its command.
 func runningAs(ctx context.Context, rt runtimeapi.RuntimeServiceClient, c *runtimeapi.Container) (running, atGate bool, err error) {
-	status, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id, Verbose: true})
-	switch {
-	case grpcstatus.Code(err) == codes.NotFound:
-		return false, false, nil
-	case err != nil:
-		return false, false, fmt.Errorf("container %s: %w", c.Id, err)
+	pid, err := containerPID(ctx, rt, c.Id)
+	if err != nil || pid == 0 {
+		return false, false, err
 	}
-	var info struct {
-		PID int `json:"pid"`
-	}
-	if json.Unmarshal([]byte(status.Info["info"]), &info) != nil || info.PID <= 0 || syscall.Kill(info.PID, 0) != nil {
-		return false, false, nil
-	}
-	return true, testkit.AtGate(info.PID), nil
+	return true, testkit.AtGate(pid), nil
 }
 
 // RunningContainers counts the containers of pods whose name starts with podPrefix that run on the node, as its
