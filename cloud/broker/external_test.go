@@ -40,13 +40,13 @@ func TestControllerReadsAndCommandsThroughMosquitto(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer j.Close()
+	t.Cleanup(func() { j.Close() })
 	commands := make(chan []byte, 4)
 	pub := publisher.New(publisher.Config{Broker: "tcp://" + addr, Username: "edge1", Cluster: "c", Node: "edge1", StateDir: state,
 		RetryInterval: 100 * time.Millisecond, OnCommand: func(p []byte) { commands <- p }}, j)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go pub.Run(ctx)
+	testkit.Background(t, ctx, pub.Run)
 	testkit.Until(t, 5*time.Second, "the agent connected", pub.Connected)
 	// A worker state published before the controller connects: retained, so the controller still learns it.
 	obs, err := agent.New(agent.Config{Cluster: "c", Node: "edge1", Publisher: pub, Store: j, Source: staticPods{}, Workers: staticPods{}})

@@ -384,13 +384,11 @@ func TestAgentPicksUpARotatedCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer j.Close()
+	t.Cleanup(func() { j.Close() })
 	p := publisher.New(publisher.Config{Broker: "ssl://" + r.addr, Username: "edge1", Cluster: "c", Node: "edge1", StateDir: state,
 		TLS:           &tls.Config{RootCAs: r.roots, MinVersion: tls.VersionTLS12, GetClientCertificate: pair.GetClientCertificate},
 		RetryInterval: 100 * time.Millisecond}, j)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
+	testkit.Background(t, context.Background(), p.Run)
 	testkit.Until(t, 5*time.Second, "the agent's birth on its first certificate", func() bool {
 		return p.Connected() && r.count("lifeline_liveness_messages_total", "birth") == 1
 	})

@@ -62,7 +62,7 @@ func TestAgentsKeepTheirSessionsThroughARenewal(t *testing.T) {
 		t.Cleanup(func() { j.Close() })
 		p := publisher.New(publisher.Config{Broker: "ssl://" + addr, Username: node, Password: "pw-" + node, Cluster: "c",
 			Node: node, StateDir: state, TLS: trust, RetryInterval: 100 * time.Millisecond}, j)
-		go p.Run(ctx)
+		testkit.Background(t, ctx, p.Run)
 		return p
 	}
 	served := func() []byte {

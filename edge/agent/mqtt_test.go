@@ -67,8 +67,8 @@ func startRig(t *testing.T, containers ...simnode.CRIContainer) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go pub.Run(ctx)
-	go a.Run(ctx)
+	testkit.Background(t, ctx, pub.Run)
+	testkit.Background(t, ctx, a.Run)
 	return &rig{runtime: rt, broker: broker, received: received}
 }
 

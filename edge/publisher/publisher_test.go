@@ -87,9 +87,7 @@ func startPublisher(t *testing.T, cfg Config) (*Publisher, *journal.Journal) {
 		cfg.Log = logr.Discard()
 	}
 	p := New(cfg, j)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go p.Run(ctx)
+	testkit.Background(t, context.Background(), p.Run)
 	return p, j
 }
 
@@ -296,7 +294,7 @@ func TestStatesGoFirstAndReportsReplayAPageAtATimeAfterAFlood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer j.Close()
+	t.Cleanup(func() { j.Close() })
 	big := make([]byte, lifelinev1.MaxReportBodyBytes)
 	const flood = 200 // 12.5 MiB of reports, three times the journal's bound
 	for i := 1; i <= flood; i++ {
@@ -318,9 +316,7 @@ func TestStatesGoFirstAndReportsReplayAPageAtATimeAfterAFlood(t *testing.T) {
 	counting := &pageCountingJournal{Journal: j}
 	p := New(Config{Broker: "tcp://" + broker, Cluster: "c", Node: "edge-1", StateDir: dir, BootID: "boot-1",
 		RetryInterval: 100 * time.Millisecond, Log: logr.Discard()}, counting)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
+	testkit.Background(t, context.Background(), p.Run)
 
 	var order []string
 	for deadline := time.After(20 * time.Second); len(order) == 0 || order[len(order)-1] != strconv.Itoa(flood); {
