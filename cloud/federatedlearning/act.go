@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/lifeline-edge/lifeline/cloud/contract"
 	"github.com/lifeline-edge/lifeline/cloud/liveness"
 	"github.com/lifeline-edge/lifeline/cloud/outcome"
+	"github.com/lifeline-edge/lifeline/cloud/workload"
 	lifelinev1 "github.com/lifeline-edge/lifeline/proto/lifeline/v1"
 )
 
@@ -72,11 +71,16 @@ func (r *Reconciler) syncChildren(ctx context.Context, job *v1alpha1.FederatedLe
 		go func() { service <- r.ensureService(ctx, job) }()
 	}
 	var done acted
-	done.stalledMessage, done.err = r.createWorkers(ctx, job, p)
+	var created []workload.CreatedChild
+	done.stalledMessage, done.err = r.createWorkers(ctx, job, p, &created)
 	if done.stalledMessage != "" {
 		done.stalledReason = ReasonInputsNotFound
 	}
 	so := <-service
+	if so.created != nil {
+		created = append(created, workload.CreatedChild{Kind: "Service", Object: so.created})
+	}
+	r.EventCreated(job, ReasonSuccessfulCreate, created)
 	if !so.retryAt.IsZero() {
 		p.retryAt = earliest(p.retryAt, so.retryAt)
 	}
@@ -116,8 +120,8 @@ func (r *Reconciler) markFinished(ctx context.Context, pods []*corev1.Pod) error
 // a new job's workers cost one round trip to the API server, not one per worker. A name still taken in the API
 // (the previous pod is not fully gone, or the cache is behind) is retried on the next pass: there is never more
 // than one pod per identity. It returns what is missing of the workers' inputs, if anything is: they then wait
-// for it.
-func (r *Reconciler) createWorkers(ctx context.Context, job *v1alpha1.FederatedLearningJob, p *plan) (string, error) {
+// for it. The workers it created are added to created.
+func (r *Reconciler) createWorkers(ctx context.Context, job *v1alpha1.FederatedLearningJob, p *plan, created *[]workload.CreatedChild) (string, error) {
 	if len(p.create) == 0 {
 		return "", nil
 	}
@@ -137,7 +141,6 @@ func (r *Reconciler) createWorkers(ctx context.Context, job *v1alpha1.FederatedL
 	var wg sync.WaitGroup
 	var mu sync.Mutex // guards errs, created and p.retryAt
 	var errs []error
-	var created []*corev1.Pod
 	for _, pod := range pods {
 		wg.Add(1)
 		go func() {
@@ -152,30 +155,12 @@ func (r *Reconciler) createWorkers(ctx context.Context, job *v1alpha1.FederatedL
 				errs = append(errs, fmt.Errorf("creating worker %s: %w", pod.Name, err))
 			default:
 				log.FromContext(ctx).V(2).Info("created worker", "pod", pod.Name)
-				created = append(created, pod)
+				*created = append(*created, workload.CreatedChild{Kind: "Pod", Object: pod})
 			}
 		}()
 	}
 	wg.Wait()
-	r.createdEvent(job, created)
 	return "", errors.Join(errs...)
-}
-
-// createdEvent tells of the pods one batch created in one Event, as the batch was one decision: a job's first
-// pass creates all its workers, and an Event each would double the requests its start costs the API server.
-func (r *Reconciler) createdEvent(job *v1alpha1.FederatedLearningJob, pods []*corev1.Pod) {
-	switch len(pods) {
-	case 0:
-	case 1:
-		r.Eventf(job, pods[0], corev1.EventTypeNormal, ReasonSuccessfulCreate, ReasonSuccessfulCreate, "Created pod %s", pods[0].Name)
-	default:
-		names := make([]string, len(pods))
-		for i, p := range pods {
-			names[i] = p.Name
-		}
-		slices.Sort(names)
-		r.Eventf(job, nil, corev1.EventTypeNormal, ReasonSuccessfulCreate, ReasonSuccessfulCreate, "Created pods %s", strings.Join(names, ", "))
-	}
 }
 
 // readInputs reads the Models and Datasets the job names, and the metadata of their Secrets; the message says
@@ -230,8 +215,9 @@ func (r *Reconciler) readInputs(ctx context.Context, job *v1alpha1.FederatedLear
 
 // serviceOutcome is what ensureService did and found, for the plan.
 type serviceOutcome struct {
-	retryAt  time.Time // when to look again: a stale Service was removed
-	conflict string    // a Service of someone else's holds the name
+	retryAt  time.Time       // when to look again: a stale Service was removed
+	created  *corev1.Service // the Service, when this pass created it
+	conflict string          // a Service of someone else's holds the name
 	err      error
 }
 
@@ -248,7 +234,7 @@ func (r *Reconciler) ensureService(ctx context.Context, job *v1alpha1.FederatedL
 			return serviceOutcome{err: fmt.Errorf("creating service %s: %w", want.Name, err)}
 		}
 		if created {
-			r.Eventf(job, want, corev1.EventTypeNormal, ReasonSuccessfulCreate, ReasonSuccessfulCreate, "Created service %s", want.Name)
+			return serviceOutcome{created: want}
 		}
 		return serviceOutcome{}
 	case err != nil:

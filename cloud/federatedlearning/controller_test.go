@@ -273,6 +273,7 @@ func testExamplesCreateNamedWorkers(t *testing.T, set testkit.Set, files []strin
 			if p := svc.Spec.Ports[0]; p.Port != 7363 || p.Name != "tcp-0" {
 				t.Errorf("service port %+v", p)
 			}
+			assertStartToldInOneEvent(t, job, append(keys(pods), svc.Name))
 			eventually(t, within, "phase Running", func(ctx context.Context) (bool, error) {
 				got := getJob(t, job)
 				if got.Status.Phase != v1alpha1.FLJobRunning || got.Status.Active != 3 ||
@@ -283,6 +284,37 @@ func testExamplesCreateNamedWorkers(t *testing.T, set testkit.Set, files []strin
 			})
 		})
 	}
+}
+
+// assertStartToldInOneEvent: a job's first pass creates its workers and its Service, and tells of them in one
+// SuccessfulCreate Event, the pods first ("Created Pod a, Pod b, Service c").
+func assertStartToldInOneEvent(t *testing.T, job *v1alpha1.FederatedLearningJob, children []string) {
+	t.Helper()
+	named := make([]string, len(children))
+	for i, name := range children {
+		named[i] = "Pod " + name
+		if name == fl.ServiceName(job.Name) {
+			named[i] = "Service " + name
+		}
+	}
+	slices.Sort(named)
+	want := []string{"Created " + strings.Join(named, ", ")}
+	eventually(t, within, "the job's start told in one Event", func(ctx context.Context) (bool, error) {
+		evs, err := env.Kube.EventsV1().Events(job.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		var notes []string
+		for _, e := range evs.Items {
+			if e.Reason == fl.ReasonSuccessfulCreate && e.Regarding.Name == job.Name {
+				notes = append(notes, e.Note)
+			}
+		}
+		if !slices.Equal(notes, want) {
+			return false, fmt.Errorf("SuccessfulCreate notes %q, want %q", notes, want)
+		}
+		return true, nil
+	})
 }
 
 // assertKeysByReference: a pod reads the object store's keys from the Secret by reference, and holds no key
@@ -391,15 +423,19 @@ func assertCreatedOnce(t testing.TB, job *v1alpha1.FederatedLearningJob, name st
 	}
 }
 
-// createdNames are the pods a SuccessfulCreate note names: "Created pod a" or "Created pods a, b".
+// createdNames are the pods a SuccessfulCreate note names: "Created Pod a, Pod b, Service c" names a and b.
 func createdNames(note string) []string {
-	if rest, ok := strings.CutPrefix(note, "Created pods "); ok {
-		return strings.Split(rest, ", ")
+	rest, ok := strings.CutPrefix(note, "Created ")
+	if !ok {
+		return nil
 	}
-	if rest, ok := strings.CutPrefix(note, "Created pod "); ok {
-		return []string{rest}
+	var pods []string
+	for _, child := range strings.Split(rest, ", ") {
+		if name, ok := strings.CutPrefix(child, "Pod "); ok {
+			pods = append(pods, name)
+		}
 	}
-	return nil
+	return pods
 }
 
 // poke makes the controller look at the job now: a backoff, deadline or TTL the clock was stepped past falls

@@ -23,7 +23,7 @@ type Reconciler struct {
 // Condition reasons and event reasons, stable for alerting. An Event of this controller names its action by its
 // reason.
 const (
-	ReasonSuccessfulCreate     = "SuccessfulCreate"
+	ReasonSuccessfulCreate     = workload.ReasonSuccessfulCreate
 	ReasonSuccessfulDelete     = "SuccessfulDelete"
 	ReasonWorkerFailed         = "WorkerFailed"
 	ReasonWorkerDisrupted      = "WorkerDisrupted"

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/outcome"
+	"github.com/lifeline-edge/lifeline/cloud/workload"
 )
 
 // act makes the children what decide wants, tells of those it created, and asks the agents of cut-off nodes to
@@ -26,7 +25,7 @@ import (
 // (done.err) does not stop the agents from healing.
 func (r *Reconciler) act(ctx context.Context, ji *v1alpha1.JointInferenceService, p plan, obs observation) (syncOutcome, error) {
 	done := r.syncChildren(ctx, ji, p.children)
-	r.createdEvent(ji, done.created)
+	r.EventCreated(ji, "Create", done.created)
 	events, err := r.Edge.Act(obs.pods(), obs.views, obs.now)
 	for _, e := range events {
 		r.Eventf(ji, e.RelatedNode(), e.Type, e.Reason, "Heal", "%s", e.Message)
@@ -36,16 +35,10 @@ func (r *Reconciler) act(ctx context.Context, ji *v1alpha1.JointInferenceService
 
 // syncOutcome is what syncChildren did and found.
 type syncOutcome struct {
-	created      []createdChild // children this pass created
-	conflicts    []string       // children under our names owned by someone else
-	removedStale bool           // a child of an earlier service of the same name was deleted
-	err          error          // what could not be synced
-}
-
-// createdChild is a child a pass created, with its kind: the object the API server returned has none.
-type createdChild struct {
-	kind string
-	obj  client.Object
+	created      []workload.CreatedChild // children this pass created
+	conflicts    []string                // children under our names owned by someone else
+	removedStale bool                    // a child of an earlier service of the same name was deleted
+	err          error                   // what could not be synced
 }
 
 // syncChildren syncs the Deployments and the Service at once (under load a Service's creation is the slowest
@@ -141,7 +134,7 @@ func (r *Reconciler) syncChild(ctx context.Context, ji *v1alpha1.JointInferenceS
 			break
 		}
 		logger.V(2).Info("created child", "kind", kind, "name", desired.GetName())
-		out.created = append(out.created, createdChild{kind, desired})
+		out.created = append(out.created, workload.CreatedChild{Kind: kind, Object: desired})
 		return nil
 	case err != nil:
 		return fmt.Errorf("reading %s %s: %w", kind, desired.GetName(), err)
@@ -189,25 +182,6 @@ func (r *Reconciler) syncChild(ctx context.Context, ji *v1alpha1.JointInferenceS
 	logger.V(2).Info("updated child", "kind", kind, "name", observed.GetName())
 	r.Eventf(ji, observed, corev1.EventTypeNormal, ReasonSuccessfulUpdate, "Update", "Updated %s %s", kind, observed.GetName())
 	return nil
-}
-
-// createdEvent tells of the children one pass created in one Event, as they were one decision: a service's first
-// pass creates its two Deployments and its Service, and an Event each would add two requests to the three its
-// start costs the API server.
-func (r *Reconciler) createdEvent(ji *v1alpha1.JointInferenceService, created []createdChild) {
-	switch len(created) {
-	case 0:
-	case 1:
-		c := created[0]
-		r.Eventf(ji, c.obj, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Create", "Created %s %s", c.kind, c.obj.GetName())
-	default:
-		names := make([]string, len(created))
-		for i, c := range created {
-			names[i] = c.kind + " " + c.obj.GetName()
-		}
-		slices.Sort(names)
-		r.Eventf(ji, nil, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Create", "Created %s", strings.Join(names, ", "))
-	}
 }
 
 // deleteOwned deletes a child this service owns, e.g. an HPA whose spec was removed.

@@ -19,7 +19,7 @@ type Reconciler struct {
 
 // Event reasons, stable for alerting.
 const (
-	ReasonSuccessfulCreate = "SuccessfulCreate"
+	ReasonSuccessfulCreate = workload.ReasonSuccessfulCreate
 	ReasonSuccessfulUpdate = "SuccessfulUpdate"
 	ReasonSuccessfulDelete = "SuccessfulDelete"
 	ReasonAdopted          = "Adopted"

@@ -8,6 +8,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -63,6 +65,35 @@ func (d *Deps) Eventf(regarding, related runtime.Object, eventType, reason, acti
 		d.Recorder.Eventf(regarding, related, eventType, reason, action, note, args...)
 	}
 }
+
+// CreatedChild is a child a pass created, with its kind: the object the API server returned has none.
+type CreatedChild struct {
+	Kind   string
+	Object client.Object
+}
+
+// EventCreated tells of the children one pass created in one SuccessfulCreate Event ("Created Pod a, Service
+// b"), related to the child when it is one: the pass was one decision, and an Event a child would add a request
+// to each child a workload's start costs the API server.
+func (d *Deps) EventCreated(regarding runtime.Object, action string, created []CreatedChild) {
+	var related runtime.Object
+	names := make([]string, len(created))
+	for i, c := range created {
+		names[i] = c.Kind + " " + c.Object.GetName()
+	}
+	switch len(created) {
+	case 0:
+		return
+	case 1:
+		related = created[0].Object
+	}
+	slices.Sort(names)
+	d.Eventf(regarding, related, corev1.EventTypeNormal, ReasonSuccessfulCreate, action, "Created %s", strings.Join(names, ", "))
+}
+
+// ReasonSuccessfulCreate is the reason of the Event that tells of a pass's creations, as the Job and ReplicaSet
+// controllers name theirs.
+const ReasonSuccessfulCreate = "SuccessfulCreate"
 
 // Uncached reads from the API server past the cache: APIReader, or the client without one.
 func (d *Deps) Uncached() client.Reader {

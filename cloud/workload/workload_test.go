@@ -91,3 +91,33 @@ func TestEventfHandsEveryFieldToTheRecorder(t *testing.T) {
 		})
 	}
 }
+
+// TestEventCreatedTellsOfAPassInOneEvent: what one pass created is one Event, its children named by kind in a
+// stable order, related to the child only when there is one; a pass that created nothing records nothing.
+func TestEventCreatedTellsOfAPassInOneEvent(t *testing.T) {
+	job := &v1alpha1.FederatedLearningJob{ObjectMeta: metav1.ObjectMeta{Name: "job"}}
+	pod := func(name string) *corev1.Pod { return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+	service := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "job-fl"}}
+	event := func(related runtime.Object, note string) []recordedEvent {
+		return []recordedEvent{{job, related, corev1.EventTypeNormal, ReasonSuccessfulCreate, "Create", note}}
+	}
+	cases := []struct {
+		name    string
+		created []CreatedChild
+		want    []recordedEvent
+	}{
+		{"nothing", nil, nil},
+		{"one", []CreatedChild{{"Pod", pod("job-trainworker-1")}}, event(pod("job-trainworker-1"), "Created Pod job-trainworker-1")},
+		{"a job's start", []CreatedChild{{"Pod", pod("job-trainworker-1")}, {"Pod", pod("job-aggregationworker-0")}, {"Service", service}},
+			event(nil, "Created Pod job-aggregationworker-0, Pod job-trainworker-1, Service job-fl")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{}
+			(&Deps{Recorder: rec}).EventCreated(job, "Create", tc.created)
+			if diff := cmp.Diff(tc.want, rec.events, cmp.AllowUnexported(recordedEvent{})); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
