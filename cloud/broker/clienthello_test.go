@@ -27,7 +27,7 @@ func resumingHello(t *testing.T, r *certRig) (resuming, fresh []byte) {
 	t.Helper()
 	cert := r.ca.Issue(t, nodeCert(r.ca, "edge1"))
 	cache := tls.NewLRUClientSessionCache(1)
-	c, err := r.loginOver(lifelinev1.AgentClientID("edge1"), &cert, cache, "127.0.0.1", 0)
+	c, err := r.loginOver(lifelinev1.AgentClientID("edge1"), &cert, cache, "127.0.0.1", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

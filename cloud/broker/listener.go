@@ -2,6 +2,7 @@ package broker
 
 import (
 	"container/list"
+	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"errors"
@@ -115,7 +116,7 @@ func (l *guardedListener) Address() string {
 
 // Init opens the address.
 func (l *guardedListener) Init(*slog.Logger) error {
-	ln, err := net.Listen("tcp", l.address)
+	ln, err := (&net.ListenConfig{Control: deferAccept}).Listen(context.Background(), "tcp", l.address)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", l.address, err)
 	}

@@ -52,7 +52,7 @@ func (r *certRig) tlsFrom(t *testing.T, source string, cfg *tls.Config) *tls.Con
 func (r *certRig) firstLogin(t testing.TB, node string, cert *tls.Certificate, source string) tls.ClientSessionCache {
 	t.Helper()
 	cache := tls.NewLRUClientSessionCache(4)
-	c, err := r.loginOver(lifelinev1.AgentClientID(node), cert, cache, source, 0)
+	c, err := r.loginOver(lifelinev1.AgentClientID(node), cert, cache, source, 0, 0)
 	if err != nil {
 		t.Fatalf("node %s's first login: %v", node, err)
 	}
