@@ -76,16 +76,16 @@ type CreatedChild struct {
 // b"), related to the child when it is one: the pass was one decision, and an Event a child would add a request
 // to each child a workload's start costs the API server.
 func (d *Deps) EventCreated(regarding runtime.Object, action string, created []CreatedChild) {
+	if len(created) == 0 {
+		return
+	}
 	var related runtime.Object
+	if len(created) == 1 {
+		related = created[0].Object
+	}
 	names := make([]string, len(created))
 	for i, c := range created {
 		names[i] = c.Kind + " " + c.Object.GetName()
-	}
-	switch len(created) {
-	case 0:
-		return
-	case 1:
-		related = created[0].Object
 	}
 	slices.Sort(names)
 	d.Eventf(regarding, related, corev1.EventTypeNormal, ReasonSuccessfulCreate, action, "Created %s", strings.Join(names, ", "))
