@@ -81,6 +81,9 @@ type ControlPlaneOptions struct {
 	// through kube-proxy. Nil keeps everything on loopback.
 	AdvertiseAddress net.IP
 
+	// APIServerArgs are more flags for kube-apiserver, after the harness's own.
+	APIServerArgs []string
+
 	// StartTimeout bounds the whole start-up. Zero means three minutes.
 	StartTimeout time.Duration
 	// Progress receives one line per start-up step. Nil means os.Stderr.
@@ -182,7 +185,7 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (_ *Contro
 	}
 	step("etcd ready on %s", etcdURL)
 
-	apiserver, err := cp.launch(APIServerBinary, bins[APIServerBinary], apiserverArgs(p, etcdURL, ports.apiserver, opts.AdvertiseAddress))
+	apiserver, err := cp.launch(APIServerBinary, bins[APIServerBinary], append(apiserverArgs(p, etcdURL, ports.apiserver, opts.AdvertiseAddress), opts.APIServerArgs...))
 	if err != nil {
 		return nil, err
 	}
