@@ -37,9 +37,7 @@ func TestHealerLeavesACrashedWorkerToTheNodesRestart_P_HEAL_1(t *testing.T) {
 		Images: map[string][]string{"sleeper": {"sleep", "60"}}, CrashBackoff: 3 * time.Second, SyncInterval: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stopped := make(chan struct{})
-	go func() { _ = node.Run(ctx); close(stopped) }()
-	t.Cleanup(func() { cancel(); <-stopped }) // before the state directory is removed: the node writes into it
+	testkit.Background(t, ctx, func(ctx context.Context) { _ = node.Run(ctx) }) // the node writes into its state directory
 	socket := filepath.Join(dir, "cri.sock")
 	go func() { _ = node.ServeCRI(ctx, socket) }()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

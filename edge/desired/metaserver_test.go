@@ -186,9 +186,8 @@ func watchHollowNode(t *testing.T, client *fake.Clientset) (*simnode.Node, *Watc
 	node := simnode.New(simnode.Config{NodeName: "edge-1", Client: client, StateDir: t.TempDir(),
 		Images: map[string][]string{"sleeper": {"sleep", "60"}}, SyncInterval: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() { _ = node.Run(ctx); close(stopped) }()
-	t.Cleanup(func() { cancel(); <-stopped }) // before the state directory is removed: the node writes into it
+	t.Cleanup(cancel)
+	testkit.Background(t, ctx, func(ctx context.Context) { _ = node.Run(ctx) }) // the node writes into its state directory
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
