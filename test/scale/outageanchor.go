@@ -88,13 +88,15 @@ func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 		}))
 		return time.Since(began)
 	}
-	// kwok leaves every edge node before the clock starts, as in the outage, so that its Lease renewals are not
-	// the anchor's to share, and takes them back once the outage has lasted as long as the one measured.
+	// kwok leaves every edge node just before the clock starts, as in the outage (cutOff), so that its Lease
+	// renewals are not the anchor's to share, and takes them back once the outage has lasted as long as the one
+	// measured. The profile and the cost window open before, as the outage's do: the API server's answer to those
+	// label patches (their watch events, the garbage they leave) then falls in both clocks alike.
 	nodes := h.fleet.nodes()
-	h.check(h.labelNodes(ctx, nodes, "null"))
-	began := time.Now()
 	profiled := h.profileCPU(ctx, "outage-anchor", 20*time.Second)
 	costs := h.openCostWindow()
+	h.check(h.labelNodes(ctx, nodes, "null"))
+	began := time.Now()
 	r.OutageRaw = writeAll()
 	inAgentsWord := func() int {
 		n := 0
@@ -116,16 +118,16 @@ func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 	profiled()
 
 	// The heal's anchor: the same writes, back in the API server's word, while kwok takes every edge node back
-	// as in the heal: its label goes on again before the clock starts, and its renewals of the lapsed Leases and
-	// lists of each node's pods share the clock's seconds.
+	// as in the heal (mend): its label goes on again just before the clock starts, and its renewals of the lapsed
+	// Leases and lists of each node's pods share the clock's seconds.
 	h.waitOutTheGrace(ctx, "outage anchor", began, nodes)
-	h.check(h.labelNodes(ctx, nodes, `"`+kwokValue+`"`))
 	now = time.Now().UTC().Format(time.RFC3339)
 	for _, c := range copies {
 		toWord(c, edge, v1alpha1.StatusSourceAPIServer, now)
 	}
 	profiled = h.profileCPU(ctx, "heal-anchor", 20*time.Second)
 	costs = h.openCostWindow()
+	h.check(h.labelNodes(ctx, nodes, `"`+kwokValue+`"`))
 	r.HealRaw = writeAll()
 	if stored := inAgentsWord(); stored != 0 {
 		h.check(fmt.Errorf("the heal's anchor left %d workers in their agents' word, want none", stored))

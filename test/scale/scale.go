@@ -96,6 +96,8 @@ type Config struct {
 	// settled: no children's anchor, no steady windows, no detection, re-creation or restart (a third of a full
 	// run's time at 1,000 nodes).
 	CutOffsOnly bool
+	// ChildrenOnly measures only the workloads' children and their anchor, then stops.
+	ChildrenOnly bool
 }
 
 func (c *Config) defaults() {
@@ -242,6 +244,9 @@ func Run(t testing.TB, cfg Config) *Result {
 		return r
 	}
 	h.measureRaw(ctx, r)
+	if cfg.ChildrenOnly {
+		return r
+	}
 	h.waitDeploymentControllerIdle() // the windows below measure Lifeline, not the backlog the anchor left
 	h.measureSteady(r)
 	// Right after the reporting window, the passes its reports called for are still queued: a death waits for a

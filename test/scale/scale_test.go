@@ -18,6 +18,7 @@ var (
 	memoryLimitFlag    = flag.Int64("scale.memory-limit-mib", ChartMemoryLimit>>20, "container memory limit the controller runs as if under (its soft limit is 90 %); 0: none")
 	profileDirFlag     = flag.String("scale.profile-dir", "", "directory that receives the controller's heap and CPU profiles of each run, and the API server's and the harness's CPU profiles of the outage, its heal and their anchors")
 	cutOffsOnlyFlag    = flag.Bool("scale.cut-offs-only", false, "measure only the mass cut-off, the outage, its heal and their anchors, once the workloads have settled")
+	childrenOnlyFlag   = flag.Bool("scale.children-only", false, "measure only the workloads' children and their anchor")
 	armStandInsFlag    = flag.Bool("scale.arm-stand-ins", true, "every edge worker's stand-in armed, its mirror pod made by its node, as the chart's default has it; false: as with agent.armStandIns=false")
 )
 
@@ -89,7 +90,7 @@ func BenchmarkScale(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			r := Run(b, Config{Nodes: n, Progress: os.Stderr, ControllerArgs: strings.Fields(*controllerArgsFlag),
 				ProfileDir: *profileDirFlag, MemoryLimit: memoryLimit(*memoryLimitFlag), CutOffsOnly: *cutOffsOnlyFlag,
-				DisarmStandIns: !*armStandInsFlag})
+				ChildrenOnly: *childrenOnlyFlag, DisarmStandIns: !*armStandInsFlag})
 			r.report(b)
 			for _, line := range r.Lines() {
 				fmt.Println(line)
