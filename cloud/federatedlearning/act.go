@@ -29,6 +29,8 @@ type acted struct {
 	// or someone else's Service holds the aggregator's name.
 	stalledReason, stalledMessage string
 	err                           error // what could not be done to the children
+	// serviceOnly: the pass created the aggregator's Service and left the rest to the next pass.
+	serviceOnly bool
 }
 
 // act makes the children what the plan decided, asks the agents of cut-off nodes to heal the dead trainers they
@@ -60,25 +62,26 @@ func (r *Reconciler) actThroughAgents(job *v1alpha1.FederatedLearningJob, worker
 }
 
 // syncChildren makes the children what the plan decided: the aggregator's Service, the missing workers, and the
-// pods to delete or let go.
+// pods to delete or let go. A pass that creates the Service stops there, and the Service's creation, which the
+// controller watches, brings the next pass: the workers dial the aggregator by the Service's name from their
+// first second, and under load a Service's creation is the slowest request of a job's start (the API server
+// allocates cluster IPs one at a time, each allocation a write of its own), so a pass that waited for it and
+// then for the pods would hold a worker of the queue twice as long. Many jobs started at once thus get their
+// Services first, as a client creating their children kind by kind would, and their pods after.
 func (r *Reconciler) syncChildren(ctx context.Context, job *v1alpha1.FederatedLearningJob, p *plan) acted {
-	// The Service and the workers are created at once: under load a Service's creation is the slowest request
-	// of a job's start (its cluster IP is allocated), and the pass need not wait for it before the pods'.
-	service := make(chan serviceOutcome, 1)
-	if finished(p.status) {
-		service <- serviceOutcome{}
-	} else {
-		go func() { service <- r.ensureService(ctx, job) }()
-	}
 	var done acted
+	var so serviceOutcome
+	if !finished(p.status) {
+		if so = r.ensureService(ctx, job); so.created != nil {
+			r.EventCreated(job, ReasonSuccessfulCreate, []workload.CreatedChild{{Kind: "Service", Object: so.created}})
+			done.serviceOnly = true
+			return done
+		}
+	}
 	var created []workload.CreatedChild
 	done.stalledMessage, done.err = r.createWorkers(ctx, job, p, &created)
 	if done.stalledMessage != "" {
 		done.stalledReason = ReasonInputsNotFound
-	}
-	so := <-service
-	if so.created != nil {
-		created = append(created, workload.CreatedChild{Kind: "Service", Object: so.created})
 	}
 	r.EventCreated(job, ReasonSuccessfulCreate, created)
 	if !so.retryAt.IsZero() {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -273,7 +274,7 @@ func testExamplesCreateNamedWorkers(t *testing.T, set testkit.Set, files []strin
 			if p := svc.Spec.Ports[0]; p.Port != 7363 || p.Name != "tcp-0" {
 				t.Errorf("service port %+v", p)
 			}
-			assertStartToldInOneEvent(t, job, append(keys(pods), svc.Name))
+			assertStartTold(t, job, keys(pods))
 			eventually(t, within, "phase Running", func(ctx context.Context) (bool, error) {
 				got := getJob(t, job)
 				if got.Status.Phase != v1alpha1.FLJobRunning || got.Status.Active != 3 ||
@@ -286,32 +287,34 @@ func testExamplesCreateNamedWorkers(t *testing.T, set testkit.Set, files []strin
 	}
 }
 
-// assertStartToldInOneEvent: a job's first pass creates its workers and its Service, and tells of them in one
-// SuccessfulCreate Event, the pods first ("Created Pod a, Pod b, Service c").
-func assertStartToldInOneEvent(t *testing.T, job *v1alpha1.FederatedLearningJob, children []string) {
+// assertStartTold: a job's first pass creates its Service alone and tells of it, the next creates its workers and
+// tells of them in one SuccessfulCreate Event ("Created Pod a, Pod b").
+func assertStartTold(t *testing.T, job *v1alpha1.FederatedLearningJob, pods []string) {
 	t.Helper()
-	named := make([]string, len(children))
-	for i, name := range children {
+	named := make([]string, len(pods))
+	for i, name := range pods {
 		named[i] = "Pod " + name
-		if name == fl.ServiceName(job.Name) {
-			named[i] = "Service " + name
-		}
 	}
 	slices.Sort(named)
-	want := []string{"Created " + strings.Join(named, ", ")}
-	eventually(t, within, "the job's start told in one Event", func(ctx context.Context) (bool, error) {
+	want := []string{"Created Service " + fl.ServiceName(job.Name), "Created " + strings.Join(named, ", ")}
+	eventually(t, within, "the job's Service, then its workers, each told in one Event", func(ctx context.Context) (bool, error) {
 		evs, err := env.Kube.EventsV1().Events(job.Namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
 		}
-		var notes []string
+		var told []eventsv1.Event
 		for _, e := range evs.Items {
 			if e.Reason == fl.ReasonSuccessfulCreate && e.Regarding.Name == job.Name {
-				notes = append(notes, e.Note)
+				told = append(told, e)
 			}
 		}
+		slices.SortFunc(told, func(a, b eventsv1.Event) int { return a.EventTime.Compare(b.EventTime.Time) })
+		notes := make([]string, len(told))
+		for i, e := range told {
+			notes[i] = e.Note
+		}
 		if !slices.Equal(notes, want) {
-			return false, fmt.Errorf("SuccessfulCreate notes %q, want %q", notes, want)
+			return false, fmt.Errorf("SuccessfulCreate notes in order %q, want %q", notes, want)
 		}
 		return true, nil
 	})

@@ -38,13 +38,37 @@ type syncOutcome struct {
 	created      []workload.CreatedChild // children this pass created
 	conflicts    []string                // children under our names owned by someone else
 	removedStale bool                    // a child of an earlier service of the same name was deleted
+	serviceOnly  bool                    // the pass created the Service and left the rest to the next pass
 	err          error                   // what could not be synced
 }
 
-// syncChildren syncs the Deployments and the Service at once (under load a Service's creation is the slowest
-// request of a service's start: its cluster IP is allocated), then the HPAs, which name the Deployments.
+// add merges what another sync did and found into out.
+func (out *syncOutcome) add(o syncOutcome) {
+	out.created = append(out.created, o.created...)
+	out.conflicts = append(out.conflicts, o.conflicts...)
+	out.removedStale = out.removedStale || o.removedStale
+	out.err = errors.Join(out.err, o.err)
+}
+
+// syncChildren syncs the Service, then the Deployments at once, then the HPAs, which name the Deployments. A
+// pass that creates the Service stops there, and the Service's creation, which the controller watches, brings
+// the next pass: the edge worker dials the Service by name from its first second, and under load a Service's
+// creation is the slowest request of a start (the API server allocates cluster IPs one at a time, each
+// allocation a write of its own), so a pass that waited for it and then for the Deployments would hold a worker
+// of the queue twice as long. Many services started at once thus get their Services first, as a client creating
+// their children kind by kind would, and their Deployments after.
 func (r *Reconciler) syncChildren(ctx context.Context, ji *v1alpha1.JointInferenceService, want desiredChildren) syncOutcome {
-	syncs := make([]func(*syncOutcome) error, 0, len(want.deployments)+1)
+	var out syncOutcome
+	out.err = r.syncChild(ctx, ji, want.service, &corev1.Service{}, &out, func(observed client.Object) {
+		o := observed.(*corev1.Service)
+		o.Spec.Selector = want.service.Spec.Selector
+		o.Spec.Ports = want.service.Spec.Ports
+	})
+	if out.err != nil || len(out.created) > 0 {
+		out.serviceOnly = out.err == nil
+		return out
+	}
+	syncs := make([]func(*syncOutcome) error, 0, len(want.deployments))
 	for _, d := range want.deployments {
 		keepReplicas := d.Spec.Replicas == nil // the HPA owns the count
 		syncs = append(syncs, func(out *syncOutcome) error {
@@ -58,15 +82,7 @@ func (r *Reconciler) syncChildren(ctx context.Context, ji *v1alpha1.JointInferen
 			})
 		})
 	}
-	syncs = append(syncs, func(out *syncOutcome) error {
-		return r.syncChild(ctx, ji, want.service, &corev1.Service{}, out, func(observed client.Object) {
-			o := observed.(*corev1.Service)
-			o.Spec.Selector = want.service.Spec.Selector
-			o.Spec.Ports = want.service.Spec.Ports
-		})
-	})
-	out := syncAtOnce(syncs)
-	if out.err != nil {
+	if out.add(syncAtOnce(syncs)); out.err != nil {
 		return out
 	}
 	for name, h := range want.hpas {
@@ -89,19 +105,15 @@ func (r *Reconciler) syncChildren(ctx context.Context, ji *v1alpha1.JointInferen
 // syncAtOnce runs syncs concurrently, each with an outcome of its own, and merges what they found.
 func syncAtOnce(syncs []func(*syncOutcome) error) syncOutcome {
 	outs := make([]syncOutcome, len(syncs))
-	errs := make([]error, len(syncs))
 	var wg sync.WaitGroup
 	for i, s := range syncs {
-		wg.Go(func() { errs[i] = s(&outs[i]) })
+		wg.Go(func() { outs[i].err = s(&outs[i]) })
 	}
 	wg.Wait()
 	var out syncOutcome
 	for _, o := range outs {
-		out.created = append(out.created, o.created...)
-		out.conflicts = append(out.conflicts, o.conflicts...)
-		out.removedStale = out.removedStale || o.removedStale
+		out.add(o)
 	}
-	out.err = errors.Join(errs...)
 	return out
 }
 

@@ -66,6 +66,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// What was synced is partial: the status would describe a pass that did not happen.
 		return ctrl.Result{}, errors.Join(done.err, actErr)
 	}
+	if done.serviceOnly {
+		// The next pass, which the Service's creation brings, syncs the rest and writes the status.
+		return ctrl.Result{}, actErr
+	}
 	if err := r.writeStatus(ctx, ji, r.statusAfter(ji, p, done, obs.now)); err != nil || actErr != nil {
 		if actErr == nil && workload.Superseded(err) {
 			return ctrl.Result{}, nil
