@@ -82,6 +82,9 @@ func memoryLimit(mib int64) int64 {
 // BenchmarkScale runs the harness at each size of -scale.nodes and prints the figures (make bench-scale).
 func BenchmarkScale(b *testing.B) {
 	harness.SkipIfShort(b)
+	if *cutOffsOnlyFlag && *childrenOnlyFlag {
+		b.Fatal("-scale.cut-offs-only and -scale.children-only each measure a part of a run: ask for one")
+	}
 	for _, s := range strings.Split(*nodesFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 2 {
