@@ -41,7 +41,7 @@ func TestStatusFromAStaleCopyWaitsForTheNewerJob(t *testing.T) {
 	}
 	stored = getJob(t, job)
 
-	r := &fl.Reconciler{Deps: workload.Deps{Client: harness.Behind{Client: mgr.GetClient(), Copy: stale}}}
+	r := &fl.Reconciler{Deps: workload.Deps{Client: harness.Behind{Client: mgr.GetClient(), Copy: stale}, Statuses: harness.StatusWriter(t, mgr)}}
 	res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(job)})
 	if err != nil || !res.IsZero() {
 		t.Fatalf("a pass on a stale copy returned (%+v, %v), want nothing to retry: the newer job wakes the next", res, err)
@@ -78,7 +78,7 @@ func TestAJobWithAPodForEveryWorkerListsNothingPastTheCache(t *testing.T) {
 	stale := stored.DeepCopy()
 	stale.Status = v1alpha1.FederatedLearningJobStatus{}
 	uncached := &listCounter{Reader: env.Client}
-	r := &fl.Reconciler{Deps: workload.Deps{Client: harness.Behind{Client: mgr.GetClient(), Copy: stale}, APIReader: uncached}}
+	r := &fl.Reconciler{Deps: workload.Deps{Client: harness.Behind{Client: mgr.GetClient(), Copy: stale}, APIReader: uncached, Statuses: harness.StatusWriter(t, mgr)}}
 	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(job)}); err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, job *v1alpha1.FederatedLea
 		return nil
 	}
 	updated := &v1alpha1.FederatedLearningJob{ObjectMeta: workload.StatusWriteMeta(job), Status: status}
-	if err := r.Status().Update(ctx, updated); err != nil {
+	if err := r.StatusWriter().WriteStatus(ctx, updated); err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}
 	return nil

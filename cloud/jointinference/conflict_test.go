@@ -35,7 +35,7 @@ func TestStatusFromAStaleCopyWaitsForTheNewerService(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := &jointinference.Reconciler{Deps: workload.Deps{Client: harness.Behind{Client: mgr.GetClient(), Copy: stale}}}
+	r := &jointinference.Reconciler{Deps: workload.Deps{Client: harness.Behind{Client: mgr.GetClient(), Copy: stale}, Statuses: harness.StatusWriter(t, mgr)}}
 	res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ji)})
 	if err != nil || !res.IsZero() {
 		t.Fatalf("a pass on a stale copy returned (%+v, %v), want nothing to retry: the newer service wakes the next", res, err)

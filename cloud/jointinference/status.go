@@ -39,7 +39,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, ji *v1alpha1.JointInferenc
 		return nil
 	}
 	updated := &v1alpha1.JointInferenceService{ObjectMeta: workload.StatusWriteMeta(ji), Status: status}
-	if err := r.Status().Update(ctx, updated); err != nil {
+	if err := r.StatusWriter().WriteStatus(ctx, updated); err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}
 	return nil

@@ -199,8 +199,13 @@ func setUp(mgr ctrl.Manager, opts Options, st *startState) error {
 	if opts.Clock != nil {
 		now = opts.Clock.Now
 	}
+	statuses, err := workload.NewRESTStatusWriter(mgr.GetConfig(), mgr.GetHTTPClient(), mgr.GetScheme(), mgr.GetRESTMapper())
+	if err != nil {
+		return err
+	}
 	deps := workload.Deps{
 		Client:                  mgr.GetClient(),
+		Statuses:                statuses,
 		APIReader:               mgr.GetAPIReader(),
 		Recorder:                mgr.GetEventRecorder("lifeline-controller"),
 		LCServer:                opts.LCServer,

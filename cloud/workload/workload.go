@@ -37,6 +37,8 @@ type Deps struct {
 	// APIReader reads from the API server, past the cache, which holds only pods carrying Lifeline's role label:
 	// the pods Sedna's GM made are found through it. Nil means the client.
 	APIReader client.Reader
+	// Statuses writes the workloads' statuses; nil means the client (which decodes each answer).
+	Statuses StatusWriter
 	// Edge is the agents' view of the edge nodes; nil means the API server's word only.
 	Edge *edgeaware.Edge
 	// Now is the clock; nil means time.Now.

@@ -10,9 +10,12 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lifeline-edge/lifeline/cloud/api/v1alpha1"
 	"github.com/lifeline-edge/lifeline/cloud/manager"
@@ -22,6 +25,9 @@ import (
 // anchorGroup is the API group of the outage anchor's copies of the workloads: Lifeline's CRDs, schemas and all,
 // under a group no controller watches.
 const anchorGroup = "anchor.lifeline.test"
+
+// anchorVersion is the API version of the outage anchor's copies.
+var anchorVersion = schema.GroupVersion{Group: anchorGroup, Version: "v1alpha1"}
 
 // AnchorNamespace holds the outage anchor's copies of the workloads.
 const AnchorNamespace = "scale-outage-anchor"
@@ -35,8 +41,9 @@ var anchorPlurals = map[string]string{"JointInferenceService": "jointinferencese
 // outage, the copies' statuses are written as the outage writes them (each worker on an edge node in its agent's
 // word), with as many writes in flight as the controller has passes (its default ConcurrentReconciles for each
 // kind); then, once this outage has lasted as long as the one measured, written back in the API server's word as
-// kwok takes the nodes back, as the heal writes them. What Lifeline takes beyond them is its own: noticing the
-// agents' word, the passes, and the CPU they take from the API server.
+// kwok takes the nodes back, as the heal writes them. Each clock stops when the harness has seen every write
+// through a watch, as the outage's and the heal's do (watchAnchor). What Lifeline takes beyond them is its own:
+// noticing the agents' word, the passes, and the CPU they take from the API server.
 func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 	h.check(h.installAnchorCRDs(ctx))
 	cfg := rest.CopyConfig(h.cp.Config)
@@ -54,7 +61,7 @@ func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 		}
 	}
 	anchored := func(plural string) dynamic.ResourceInterface {
-		return dyn.Resource(schema.GroupVersionResource{Group: anchorGroup, Version: "v1alpha1", Resource: plural}).Namespace(AnchorNamespace)
+		return dyn.Resource(anchorVersion.WithResource(plural)).Namespace(AnchorNamespace)
 	}
 	resource := func(u *unstructured.Unstructured) dynamic.ResourceInterface {
 		return anchored(anchorPlurals[u.GetKind()])
@@ -69,6 +76,8 @@ func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 		copies[i], err = resource(created).UpdateStatus(ctx, created, metav1.UpdateOptions{})
 		return err
 	}))
+	watched, stopWatching := h.watchAnchor(ctx)
+	defer stopWatching()
 	h.waitQuiet()
 
 	edge, now := nodeSet(h.fleet.nodes()), time.Now().UTC().Format(time.RFC3339)
@@ -97,23 +106,14 @@ func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 	costs := h.openCostWindow()
 	h.check(h.labelNodes(ctx, nodes, "null"))
 	began := time.Now()
-	r.OutageRaw = writeAll()
-	inAgentsWord := func() int {
-		n := 0
-		for _, plural := range anchorPlurals {
-			list, err := anchored(plural).List(ctx, metav1.ListOptions{})
-			h.check(err)
-			for i := range list.Items {
-				n += inAgentsWordCount(&list.Items[i])
-			}
-		}
-		return n
+	written := writeAll()
+	var seen int
+	r.OutageRaw, seen = h.waitRecords(watched, began, edge, "in their agents' word (the anchor's copies)", inAgentsWord)
+	if seen != cut {
+		h.check(fmt.Errorf("the anchor's copies hold %d workers on edge nodes, want %d", seen, cut))
 	}
-	if stored := inAgentsWord(); stored != cut {
-		h.check(fmt.Errorf("the anchor stored %d workers in their agents' word, want %d", stored, cut))
-	}
-	h.progress("outage anchor: a client wrote the statuses of %d copies of the workloads (%d workers in their agents' word) in %v",
-		len(copies), cut, r.OutageRaw.Round(time.Millisecond))
+	h.progress("outage anchor: a client wrote the statuses of %d copies of the workloads (%d workers in their agents' word) in %v, seen in %v",
+		len(copies), cut, written.Round(time.Millisecond), r.OutageRaw.Round(time.Millisecond))
 	costs.report("outage anchor")
 	profiled()
 
@@ -128,12 +128,11 @@ func (h *scaleRun) measureOutageAnchor(ctx context.Context, r *Result) {
 	profiled = h.profileCPU(ctx, "heal-anchor", 20*time.Second)
 	costs = h.openCostWindow()
 	h.check(h.labelNodes(ctx, nodes, `"`+kwokValue+`"`))
-	r.HealRaw = writeAll()
-	if stored := inAgentsWord(); stored != 0 {
-		h.check(fmt.Errorf("the heal's anchor left %d workers in their agents' word, want none", stored))
-	}
-	h.progress("heal anchor: a client wrote the statuses of %d copies back in the API server's word in %v, as kwok took %d nodes back",
-		len(copies), r.HealRaw.Round(time.Millisecond), len(nodes))
+	began = time.Now()
+	written = writeAll()
+	r.HealRaw, _ = h.waitRecords(watched, began, edge, "in the API server's word (the anchor's copies)", inAPIServersWord)
+	h.progress("heal anchor: a client wrote the statuses of %d copies back in the API server's word in %v, seen in %v, as kwok took %d nodes back",
+		len(copies), written.Round(time.Millisecond), r.HealRaw.Round(time.Millisecond), len(nodes))
 	costs.report("heal anchor")
 	profiled()
 }
@@ -186,18 +185,6 @@ func statusOnly(u *unstructured.Unstructured) *unstructured.Unstructured {
 	return c
 }
 
-// inAgentsWordCount counts the workers of u's status in their agents' word.
-func inAgentsWordCount(u *unstructured.Unstructured) int {
-	workers, _, _ := unstructured.NestedSlice(u.Object, "status", "workers")
-	n := 0
-	for _, w := range workers {
-		if record, ok := w.(map[string]any); ok && record["source"] == string(v1alpha1.StatusSourceAgent) {
-			n++
-		}
-	}
-	return n
-}
-
 // toWord sets, in u's status, each worker on a node of edge in source's word as the controller does in an outage
 // and its heal (source and last seen), and returns how many it set.
 func toWord(u *unstructured.Unstructured, edge map[string]bool, source v1alpha1.StatusSource, now string) int {
@@ -212,4 +199,30 @@ func toWord(u *unstructured.Unstructured, edge map[string]bool, source v1alpha1.
 	}
 	_ = unstructured.SetNestedSlice(u.Object, workers, "status", "workers")
 	return n
+}
+
+// watchAnchor starts a cache of the anchor's copies, typed as the harness's cache holds the workloads, and returns
+// it with the function that stops it. The anchor's clocks stop when this observer has seen every write, as the
+// outage's and the heal's stop when the harness's cache has: the watch events' serving, their decoding and the
+// polling of the records then fall in both clocks alike, and so does the time from a write's answer to its event.
+func (h *scaleRun) watchAnchor(ctx context.Context) (workloadsIn, context.CancelFunc) {
+	scheme := runtime.NewScheme()
+	scheme.AddKnownTypes(anchorVersion, &v1alpha1.JointInferenceService{}, &v1alpha1.JointInferenceServiceList{},
+		&v1alpha1.FederatedLearningJob{}, &v1alpha1.FederatedLearningJobList{})
+	metav1.AddToGroupVersion(scheme, anchorVersion)
+	cfg := rest.CopyConfig(h.cp.Config)
+	cfg.QPS = -1
+	watched, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{AnchorNamespace: {}}})
+	h.check(err)
+	for _, obj := range []client.Object{&v1alpha1.JointInferenceService{}, &v1alpha1.FederatedLearningJob{}} {
+		_, err := watched.GetInformer(ctx, obj)
+		h.check(err)
+	}
+	ctx, stop := context.WithCancel(ctx)
+	go func() { _ = watched.Start(ctx) }()
+	if !watched.WaitForCacheSync(ctx) {
+		stop()
+		h.check(fmt.Errorf("the cache of the anchor's copies did not sync"))
+	}
+	return workloadsIn{watched, AnchorNamespace}, stop
 }

@@ -818,7 +818,7 @@ func (h *scaleRun) measureMassCutoff(ctx context.Context, r *Result) {
 	// The reconciles the Ready flips woke write their statuses meanwhile: none may take a worker out of its
 	// agent's word.
 	testkit.Sample(h.t, 250*time.Millisecond, 2*time.Second, func(context.Context) error {
-		if t := h.records(nodeSet(cut), inAgentsWord); t.matching != t.total {
+		if t := h.workloads().records(nodeSet(cut), inAgentsWord); t.matching != t.total {
 			return fmt.Errorf("after the nodes turned not Ready: %v of %v workers on cut-off nodes in their agent's word (JI, FL)", t.matching, t.total)
 		}
 		return nil
@@ -961,7 +961,7 @@ func (h *scaleRun) cutOff(ctx context.Context, nodes []string) (took time.Durati
 	for _, n := range nodes {
 		h.fleet.agents[n].setReachable(false)
 	}
-	return h.waitRecords(began, nodeSet(nodes), "in their agents' word", inAgentsWord)
+	return h.waitRecords(h.workloads(), began, nodeSet(nodes), "in their agents' word", inAgentsWord)
 }
 
 // mend undoes cutOff and returns when every worker status on nodes is in the API server's word again.
@@ -974,19 +974,17 @@ func (h *scaleRun) mend(ctx context.Context, nodes []string) time.Duration {
 	for _, n := range nodes {
 		h.fleet.agents[n].setReachable(true)
 	}
-	took, _ := h.waitRecords(began, nodeSet(nodes), "in the API server's word", func(w v1alpha1.WorkerStatus) bool {
-		return w.Source == v1alpha1.StatusSourceAPIServer
-	})
+	took, _ := h.waitRecords(h.workloads(), began, nodeSet(nodes), "in the API server's word", inAPIServersWord)
 	return took
 }
 
-// waitRecords waits until every worker record on nodes matches, and returns how long that took from began and
-// how many records there are. It prints when each kind's records were done, since the two kinds' passes run
+// waitRecords waits until every worker record of in on nodes matches, and returns how long that took from began
+// and how many records there are. It prints when each kind's records were done, since the two kinds' passes run
 // in separate work queues and either may be the tail.
-func (h *scaleRun) waitRecords(began time.Time, nodes map[string]bool, what string, match func(v1alpha1.WorkerStatus) bool) (took time.Duration, workers int) {
+func (h *scaleRun) waitRecords(in workloadsIn, began time.Time, nodes map[string]bool, what string, match func(v1alpha1.WorkerStatus) bool) (took time.Duration, workers int) {
 	var done [2]time.Duration
 	h.waitFor(5*time.Minute, "every worker record on the nodes "+what, func() (bool, error) {
-		t := h.records(nodes, match)
+		t := in.records(nodes, match)
 		for kind := range done {
 			if done[kind] == 0 && t.total[kind] > 0 && t.matching[kind] == t.total[kind] {
 				done[kind] = time.Since(began)
@@ -1047,6 +1045,11 @@ func inAgentsWord(w v1alpha1.WorkerStatus) bool {
 	return w.Source == v1alpha1.StatusSourceAgent && w.Liveness == v1alpha1.LivenessAlive
 }
 
+// inAPIServersWord tells whether a worker's status is the API server's.
+func inAPIServersWord(w v1alpha1.WorkerStatus) bool {
+	return w.Source == v1alpha1.StatusSourceAPIServer
+}
+
 // jiKind and flKind index a recordTally by the kind of workload a record belongs to.
 const (
 	jiKind = iota
@@ -1056,13 +1059,23 @@ const (
 // recordTally counts worker records by the kind of their workload (jiKind, flKind).
 type recordTally struct{ matching, total [2]int }
 
+// workloadsIn is where worker records are read from: a cache and the namespace of the workloads in it.
+type workloadsIn struct {
+	cache     client.Reader
+	namespace string
+}
+
+// workloads are Lifeline's workloads, as the harness's cache holds them.
+func (h *scaleRun) workloads() workloadsIn { return workloadsIn{h.cache, Namespace} }
+
 // records counts the edge and trainer records on nodes, and those that match, by kind (total -1: the cache
 // could not be read).
-func (h *scaleRun) records(nodes map[string]bool, match func(v1alpha1.WorkerStatus) bool) (t recordTally) {
+func (in workloadsIn) records(nodes map[string]bool, match func(v1alpha1.WorkerStatus) bool) (t recordTally) {
 	ctx := context.Background()
 	jis := &v1alpha1.JointInferenceServiceList{}
 	fls := &v1alpha1.FederatedLearningJobList{}
-	if h.cache.List(ctx, jis, client.InNamespace(Namespace), client.UnsafeDisableDeepCopy) != nil || h.cache.List(ctx, fls, client.InNamespace(Namespace), client.UnsafeDisableDeepCopy) != nil {
+	if in.cache.List(ctx, jis, client.InNamespace(in.namespace), client.UnsafeDisableDeepCopy) != nil ||
+		in.cache.List(ctx, fls, client.InNamespace(in.namespace), client.UnsafeDisableDeepCopy) != nil {
 		return recordTally{total: [2]int{-1, -1}}
 	}
 	count := func(kind int, ws []v1alpha1.WorkerStatus) {
