@@ -30,7 +30,18 @@ type waits struct {
 	creates   map[string]histogram // by resource: the API server's creations
 	requests  map[string]float64   // by verb/resource/subresource: every request the API server answered
 	own       map[string]float64   // by method: the requests the controller sent, its Events' among them
+	runtime   map[string]float64   // the controller's Go runtime, by series (collectorSeries)
 }
+
+// collectorSeries are what the controller's metrics say of its Go collector: the cycles it ran, and what bounds
+// its heap goal (the soft memory limit counts the stacks and the runtime's own memory beside the heap).
+const (
+	gcCycles  = "go_gc_duration_seconds_count"
+	heapGoal  = "go_memstats_next_gc_bytes"
+	heapInUse = "go_memstats_heap_alloc_bytes"
+	stacks    = "go_memstats_stack_inuse_bytes"
+	softLimit = "go_gc_gomemlimit_bytes"
+)
 
 // openCostWindow samples the start of a step.
 func (h *scaleRun) openCostWindow() *costWindow {
@@ -84,6 +95,9 @@ func (w *costWindow) close() []string {
 	}
 	lines = append(lines, "API server requests: "+busiest(w.start.requests, end.requests, 16))
 	lines = append(lines, "the controller's requests: "+busiest(w.start.own, end.own, 8))
+	mib := func(series string) float64 { return end.runtime[series] / (1 << 20) }
+	lines = append(lines, fmt.Sprintf("the controller's collector: %.0f cycles; at the end heap %.0f MiB, goal %.0f MiB, stacks %.0f MiB, soft limit %.0f MiB",
+		end.runtime[gcCycles]-w.start.runtime[gcCycles], mib(heapInUse), mib(heapGoal), mib(stacks), mib(softLimit)))
 	return lines
 }
 
@@ -127,6 +141,8 @@ func (h *scaleRun) sampleWaits() waits {
 	w.work, err = parseHistograms(bytes.NewReader(controller), "controller_runtime_reconcile_time_seconds", "controller")
 	h.check(err)
 	w.own, err = parseGauges(bytes.NewReader(controller), "rest_client_requests_total", "method")
+	h.check(err)
+	w.runtime, err = parseValues(bytes.NewReader(controller), gcCycles, heapGoal, heapInUse, stacks, softLimit)
 	h.check(err)
 	w.apiserver, err = parseHistograms(bytes.NewReader(apiserver), "apiserver_request_duration_seconds", "resource", "verb=PUT", "subresource=status")
 	h.check(err)

@@ -222,6 +222,29 @@ func parseGauges(r io.Reader, name string, keys ...string) (map[string]float64, 
 	return out, err
 }
 
+// parseValues reads, in Prometheus text, the value of each unlabelled series of names that it holds.
+func parseValues(r io.Reader, names ...string) (map[string]float64, error) {
+	wanted := map[string]bool{}
+	for _, n := range names {
+		wanted[n] = true
+	}
+	out := map[string]float64{}
+	s := bufio.NewScanner(r)
+	s.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for s.Scan() {
+		name, value, ok := strings.Cut(s.Text(), " ")
+		if !ok || !wanted[name] {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.Fields(value)[0], 64)
+		if err != nil {
+			return nil, fmt.Errorf("unparsable sample %q: %w", s.Text(), err)
+		}
+		out[name] = v
+	}
+	return out, s.Err()
+}
+
 // eachSample calls fn with each labelled sample of the series name in Prometheus text: the line, its labels
 // (between the braces) and its value.
 func eachSample(r io.Reader, name string, fn func(line, labels string, v float64) error) error {

@@ -193,6 +193,26 @@ workqueue_depth_other{name="jointinferenceservice"} 7
 	}
 }
 
+func TestParseValuesReadsUnlabelledSeriesOnly(t *testing.T) {
+	const text = `# TYPE go_gc_duration_seconds summary
+go_gc_duration_seconds{quantile="0.5"} 0.0001
+go_gc_duration_seconds_sum 0.5
+go_gc_duration_seconds_count 224
+go_memstats_next_gc_bytes 1.44885632e+08
+go_memstats_next_gc_bytes_other 3
+`
+	got, err := parseValues(strings.NewReader(text), gcCycles, heapGoal, stacks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]float64{gcCycles: 224, heapGoal: 144885632}, got); diff != "" {
+		t.Errorf("parseValues (-want +got):\n%s", diff)
+	}
+	if _, err := parseValues(strings.NewReader("go_memstats_next_gc_bytes many\n"), heapGoal); err == nil {
+		t.Error("an unparsable value parsed")
+	}
+}
+
 func TestParseGaugesGroupsBySeveralLabels(t *testing.T) {
 	const text = `apiserver_request_total{code="201",resource="pods",subresource="",verb="POST"} 5
 apiserver_request_total{code="409",resource="pods",subresource="",verb="POST"} 2
