@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -30,6 +31,9 @@ type RESTStatusWriter struct {
 	client rest.Interface
 	scheme *runtime.Scheme
 	mapper meta.RESTMapper
+	// resources holds each kind's resource once mapped (schema.GroupVersionKind to string): a mapping asked of
+	// the manager's mapper allocates (its misses build errors) at every write. One entry per kind of workload.
+	resources sync.Map
 }
 
 // NewRESTStatusWriter builds a status writer for Lifeline's workloads on cfg, sharing httpClient's connections
@@ -52,16 +56,29 @@ func NewRESTStatusWriter(cfg *rest.Config, httpClient *http.Client, scheme *runt
 
 // WriteStatus implements StatusWriter.
 func (w *RESTStatusWriter) WriteStatus(ctx context.Context, obj client.Object) error {
-	gvk, err := apiutil.GVKForObject(obj, w.scheme)
+	resource, err := w.resource(obj)
 	if err != nil {
 		return err
 	}
+	return w.client.Put().Namespace(obj.GetNamespace()).Resource(resource).Name(obj.GetName()).
+		SubResource("status").Body(obj).Do(ctx).Error()
+}
+
+// resource is the API resource of obj's kind.
+func (w *RESTStatusWriter) resource(obj client.Object) (string, error) {
+	gvk, err := apiutil.GVKForObject(obj, w.scheme)
+	if err != nil {
+		return "", err
+	}
+	if resource, ok := w.resources.Load(gvk); ok {
+		return resource.(string), nil
+	}
 	mapping, err := w.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
-		return fmt.Errorf("resource of %s: %w", gvk.Kind, err)
+		return "", fmt.Errorf("resource of %s: %w", gvk.Kind, err)
 	}
-	return w.client.Put().Namespace(obj.GetNamespace()).Resource(mapping.Resource.Resource).Name(obj.GetName()).
-		SubResource("status").Body(obj).Do(ctx).Error()
+	w.resources.Store(gvk, mapping.Resource.Resource)
+	return mapping.Resource.Resource, nil
 }
 
 // clientStatusWriter writes statuses through a controller-runtime client, decoding each answer into obj.

@@ -79,7 +79,8 @@ type Config struct {
 	// ProfileDir, when set, receives the controller's heap profile at the end of the run (heap-<nodes>.pprof, and
 	// as text heap-<nodes>.txt), its CPU profiles of the steady windows (cpu-heartbeats-<nodes>.pprof,
 	// cpu-reports-<nodes>.pprof), and its, the API server's and the harness's of the outage and its heal
-	// and their anchors' (cpu-{outage,heal,outage-anchor,heal-anchor}-{controller,apiserver,harness}-<nodes>.pprof).
+	// and their anchors' (cpu-{outage,heal,outage-anchor,heal-anchor}-{controller,apiserver,harness}-<nodes>.pprof),
+	// with what the controller allocated meanwhile (allocs-<step>-controller-<nodes>.pprof).
 	ProfileDir string
 	// ControllerArgs are more flags for the controller, e.g. --concurrent-reconciles.
 	ControllerArgs []string
@@ -907,7 +908,8 @@ func (h *scaleRun) waitOutTheGrace(ctx context.Context, outage string, began tim
 
 // profileCPU saves, with a profile directory, the controller's, the API server's and the harness's own (its
 // simulated agents and caches) CPU profiles of the next period as cpu-<name>-{controller,apiserver,harness}-
-// <nodes>.pprof; the returned function waits for them.
+// <nodes>.pprof, and what the controller allocated in it as allocs-<name>-controller-<nodes>.pprof; the returned
+// function waits for them.
 func (h *scaleRun) profileCPU(ctx context.Context, name string, period time.Duration) (wait func()) {
 	if h.cfg.ProfileDir == "" {
 		return func() {}
@@ -917,8 +919,12 @@ func (h *scaleRun) profileCPU(ctx context.Context, name string, period time.Dura
 	}
 	seconds := strconv.Itoa(int(period.Seconds()))
 	var wg sync.WaitGroup
-	var controllerErr, apiserverErr, harnessErr error
+	var controllerErr, allocsErr, apiserverErr, harnessErr error
 	wg.Go(func() { controllerErr = h.saveProfile("profile?seconds="+seconds, path("controller")) })
+	wg.Go(func() {
+		allocs := filepath.Join(h.cfg.ProfileDir, fmt.Sprintf("allocs-%s-controller-%d.pprof", name, h.cfg.Nodes))
+		allocsErr = h.saveProfile("allocs?seconds="+seconds, allocs)
+	})
 	wg.Go(func() { harnessErr = profileSelf(path("harness"), period) })
 	wg.Go(func() {
 		var data []byte
@@ -930,7 +936,7 @@ func (h *scaleRun) profileCPU(ctx context.Context, name string, period time.Dura
 	})
 	return func() {
 		wg.Wait()
-		h.check(errors.Join(controllerErr, apiserverErr, harnessErr))
+		h.check(errors.Join(controllerErr, allocsErr, apiserverErr, harnessErr))
 	}
 }
 

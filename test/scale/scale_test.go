@@ -16,7 +16,7 @@ var (
 	nodesFlag          = flag.String("scale.nodes", "100", "comma-separated fleet sizes BenchmarkScale runs at, one after the other")
 	controllerArgsFlag = flag.String("scale.controller-args", "", "space-separated extra flags for lifeline-controller")
 	memoryLimitFlag    = flag.Int64("scale.memory-limit-mib", ChartMemoryLimit>>20, "container memory limit the controller runs as if under (its soft limit is 90 %); 0: none")
-	profileDirFlag     = flag.String("scale.profile-dir", "", "directory that receives the controller's heap and CPU profiles of each run, and the API server's and the harness's CPU profiles of the outage, its heal and their anchors")
+	profileDirFlag     = flag.String("scale.profile-dir", "", "directory that receives the controller's heap and CPU profiles of each run, what it allocated during the outage, its heal and their anchors, and the API server's and the harness's CPU profiles of those")
 	cutOffsOnlyFlag    = flag.Bool("scale.cut-offs-only", false, "measure only the mass cut-off, the outage, its heal and their anchors, once the workloads have settled")
 	childrenOnlyFlag   = flag.Bool("scale.children-only", false, "measure only the workloads' children and their anchor")
 	armStandInsFlag    = flag.Bool("scale.arm-stand-ins", true, "every edge worker's stand-in armed, its mirror pod made by its node, as the chart's default has it; false: as with agent.armStandIns=false")
