@@ -30,10 +30,10 @@ type waits struct {
 	creates   map[string]histogram // by resource: the API server's creations
 	requests  map[string]float64   // by verb/resource/subresource: every request the API server answered
 	own       map[string]float64   // by method: the requests the controller sent, its Events' among them
-	runtime   map[string]float64   // the controller's Go runtime, by series (collectorSeries)
+	runtime   map[string]float64   // the controller's Go runtime, by series (gcCycles and the others below)
 }
 
-// collectorSeries are what the controller's metrics say of its Go collector: the cycles it ran, and what bounds
+// The series the controller's metrics give of its Go collector: the cycles it ran, and what bounds
 // its heap goal (the soft memory limit counts the stacks and the runtime's own memory beside the heap).
 const (
 	gcCycles  = "go_gc_duration_seconds_count"
