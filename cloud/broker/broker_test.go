@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +26,9 @@ type rig struct {
 	reg     *prometheus.Registry
 	tracker *liveness.Tracker
 	broker  *Broker
+
+	mu      sync.Mutex
+	reached map[string]int // by topic: the messages handed to the controller
 }
 
 // startRig runs the embedded broker (TLS when serverTLS is set) for nodes edge1 and edge2, with passwords pw1
@@ -60,12 +64,19 @@ func startBroker(t testing.TB, serverTLS *tls.Config, limits Limits, passwords m
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Start(Config{Address: addr, Cluster: "c", CredentialsDir: dir, Tracker: tracker, TLS: serverTLS, Limits: limits})
+	r := &rig{addr: addr, reg: reg, tracker: tracker, reached: map[string]int{}}
+	ingest := func(topic string, payload []byte, now time.Time) {
+		r.mu.Lock()
+		r.reached[topic]++
+		r.mu.Unlock()
+		tracker.Ingest(topic, payload, now)
+	}
+	r.broker, err = Start(Config{Address: addr, Cluster: "c", CredentialsDir: dir, Tracker: tracker, Ingest: ingest, TLS: serverTLS, Limits: limits})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { b.Close() })
-	return &rig{addr: addr, reg: reg, tracker: tracker, broker: b}
+	t.Cleanup(func() { r.broker.Close() })
+	return r
 }
 
 // connect returns a client connected as user with the agent's client id, or the connection error.
