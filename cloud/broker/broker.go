@@ -406,7 +406,7 @@ func (h *nodeAccess) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pac
 	return pk, packets.CodeSuccessIgnore
 }
 
-// OnWill delivers a node's last will, its death, unretained, as every other message.
+// OnWill delivers a node's last will, its death, unretained: nothing of the agents' is retained.
 func (h *nodeAccess) OnWill(_ *mochi.Client, will mochi.Will) (mochi.Will, error) {
 	will.Retain = false
 	return will, nil
